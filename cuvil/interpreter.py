@@ -1,0 +1,113 @@
+"""The reference interpreter: runs any module with NumPy. It is the oracle every backend is tested against.
+
+Each op runs its registry reference; `constant`, `cond` and `while` have rules here because they need
+the module or regions. Symbolic sizes are bound from the inputs, the function's relations are checked,
+and every result is checked against its type, so a wrong shape rule or reference shows up at once.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from .errors import ShapeError
+from .ir.core import Function, Module, Op, Region
+from .ir.symbolic import SymExpr, evaluate
+from .ir.types import TensorType
+from .ops import registry
+
+
+def bind_symbols(fn: Function, inputs: Sequence[np.ndarray]) -> dict:
+    """Bind `fn`'s symbolic sizes from `inputs`, check dtypes, static sizes and recorded relations."""
+    if len(inputs) != len(fn.args):
+        raise ShapeError(f"@{fn.name} takes {len(fn.args)} inputs, got {len(inputs)}")
+    env: dict = {}
+    for i, (arg, x) in enumerate(zip(fn.args, inputs)):
+        t = arg.type
+        if x.dtype != t.dtype.numpy:
+            raise ShapeError(f"input {i} of @{fn.name} must have element type {t.dtype}, got {x.dtype}")
+        if x.ndim != t.rank:
+            raise ShapeError(f"input {i} of @{fn.name} must have rank {t.rank} ({t}), got shape {x.shape}")
+        for d, n in zip(t.shape, x.shape):
+            if isinstance(d, SymExpr) and len(d.terms) == 1 and d.terms[0][1] == 1 and len(d.terms[0][0]) == 1 \
+                    and isinstance(d.terms[0][0][0], str):
+                env.setdefault(d.terms[0][0][0], n)
+    for i, (arg, x) in enumerate(zip(fn.args, inputs)):
+        _check_shape(arg.type, x.shape, env, f"input {i} of @{fn.name}")
+    for a, b in fn.constraints:
+        va, vb = _eval(a, env, fn), _eval(b, env, fn)
+        if va != vb:
+            raise ShapeError(f"@{fn.name} needs {a} == {b}, but the inputs give {va} != {vb}")
+    return env
+
+
+def _eval(d, env, fn):
+    try:
+        return evaluate(d, env)
+    except KeyError as e:
+        raise ShapeError(f"@{fn.name}: symbolic size {e.args[0]} is not bound by any input dimension") from None
+
+
+def _check_shape(t: TensorType, shape: tuple, env: dict, what: str) -> None:
+    want = tuple(evaluate(d, env) for d in t.shape)
+    if want != tuple(shape):
+        raise ShapeError(f"{what} must have shape {t} = {want}, got {tuple(shape)}")
+
+
+def interpret(module: Module, inputs: Sequence, function: str | None = None) -> list[np.ndarray]:
+    """Run `function` (default: main) on NumPy `inputs`; returns the list of outputs."""
+    fn = module.functions[function] if function else module.main
+    arrays = [np.asarray(x) for x in inputs]
+    env = bind_symbols(fn, arrays)
+    return _Interpreter(module, env).region(fn.body, arrays)
+
+
+class _Interpreter:
+    def __init__(self, module: Module, env: dict):
+        self.module, self.env = module, env
+        self.values: dict[int, np.ndarray] = {}
+
+    def region(self, region: Region, args: Sequence[np.ndarray]) -> list[np.ndarray]:
+        for a, x in zip(region.args, args):
+            self.values[id(a)] = x
+        for op in region.ops:
+            if op.name in ("yield", "return"):
+                return [self.values[id(v)] for v in op.operands]
+            rule = _RULES.get(op.name, _Interpreter.reference)
+            outs = rule(self, op, [self.values[id(v)] for v in op.operands])
+            for r, x in zip(op.results, outs):
+                _check_shape(r.type, x.shape, self.env, f"result of '{op.name}' ({op.loc})")
+                if x.dtype != r.type.dtype.numpy:
+                    raise ShapeError(f"'{op.name}' reference gave {x.dtype}, its type says {r.type}", op.loc)
+                self.values[id(r)] = x
+        raise ShapeError("region has no terminator")
+
+    def reference(self, op: Op, inputs: list) -> list:
+        opdef = registry.get_op(op.name)
+        if opdef.reference is None:
+            raise ShapeError(f"'{op.name}' has no reference implementation", op.loc)
+        attrs = {k: self.bind_dims(op, k, v) for k, v in op.attrs.items()}
+        out = opdef.reference(inputs, attrs)
+        outs = list(out) if isinstance(out, (list, tuple)) else [out]
+        return [np.asarray(o) for o in outs]
+
+    def bind_dims(self, op: Op, key: str, value):
+        if registry.get_op(op.name).attrs[key].kind == "dims":
+            return tuple(evaluate(d, self.env) for d in value)
+        return value
+
+    def constant(self, op: Op, inputs: list) -> list:
+        return [self.module.constants[op.attrs["name"]]]
+
+    def cond(self, op: Op, inputs: list) -> list:
+        taken = op.regions[0] if bool(inputs[0]) else op.regions[1]
+        return self.region(taken, [])
+
+    def while_(self, op: Op, inputs: list) -> list:
+        carried = inputs
+        while bool(self.region(op.regions[0], carried)[0]):
+            carried = self.region(op.regions[1], carried)
+        return carried
+
+
+_RULES = {"constant": _Interpreter.constant, "cond": _Interpreter.cond, "while": _Interpreter.while_}

@@ -1,0 +1,69 @@
+"""Shape-rule helpers shared by op declarations (and by frontends that must broadcast explicitly)."""
+from __future__ import annotations
+
+from ..ir.dtypes import DType
+from ..ir.types import TensorType
+
+
+def same_as_operand(ctx, types, attrs):
+    """Result type equals the first operand's."""
+    return [types[0]]
+
+
+def require_dtype(ctx, t: TensorType, ok, name: str, what: str = "operand") -> None:
+    if not ok(t.dtype):
+        raise ctx.error(f"'{name}' does not accept {what} of element type {t.dtype}")
+
+
+def unify_shapes(ctx, types, name: str) -> tuple:
+    """Elementwise operands must have equal shapes (no implicit broadcasting); symbolic sizes are related."""
+    shape = list(types[0].shape)
+    for t in types[1:]:
+        if t.rank != len(shape):
+            raise ctx.error(f"'{name}' operands must have the same shape, got "
+                            f"{', '.join(str(u) for u in types)} (insert broadcast_to)")
+        shape = [ctx.require_equal(a, b, f"'{name}' operand dimension {i}") for i, (a, b) in
+                 enumerate(zip(shape, t.shape))]
+    return tuple(shape)
+
+
+def unify_dtypes(ctx, types, name: str) -> DType:
+    dtypes = {t.dtype for t in types}
+    if len(dtypes) != 1:
+        raise ctx.error(f"'{name}' operands must have one element type, got "
+                        f"{', '.join(str(t) for t in types)} (insert cast)")
+    return types[0].dtype
+
+
+def norm_axis(axis: int, rank: int, name: str) -> int:
+    """A non-negative axis; a scalar (rank 0) accepts axis 0 or -1."""
+    if not -max(rank, 1) <= axis < max(rank, 1):
+        raise ValueError(f"'{name}' axis {axis} is out of range for rank {rank}")
+    return axis % rank if rank else 0
+
+
+def norm_axes(axes, rank: int, name: str) -> tuple:
+    """Axes made non-negative and sorted: the normal form that makes equivalent programs print alike."""
+    out = set()
+    for a in axes:
+        if not -rank <= a < rank:
+            raise ValueError(f"'{name}' axis {a} is out of range for rank {rank}")
+        out.add(a % rank)
+    return tuple(sorted(out))
+
+
+def broadcast_shapes(a: tuple, b: tuple) -> tuple:
+    """NumPy broadcasting of two shapes, for frontends that insert `broadcast_to`. Symbolic sizes broadcast
+    only against 1 or an equal size."""
+    rank = max(len(a), len(b))
+    a = (1,) * (rank - len(a)) + tuple(a)
+    b = (1,) * (rank - len(b)) + tuple(b)
+    out = []
+    for x, y in zip(a, b):
+        if x == y or y == 1:
+            out.append(x)
+        elif x == 1:
+            out.append(y)
+        else:
+            raise ValueError(f"shapes {a} and {b} do not broadcast")
+    return tuple(out)

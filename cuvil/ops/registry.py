@@ -1,0 +1,178 @@
+"""The op registry: one `OpDef` per op, holding everything the compiler knows about it.
+
+An `OpDef` is data: operand and result arity, an attribute whitelist with kinds and defaults, a shape rule,
+a NumPy reference and, for composite ops, a decomposition into primitives. Frontends, passes and backends
+look ops up here by name instead of branching on op names.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from ..ir.dtypes import DType
+from ..ir.symbolic import Dim, SymExpr, parse_dim
+
+REQUIRED = object()
+ATTR_KINDS = ("int", "float", "bool", "str", "dtype", "ints", "floats", "strs", "dims")
+
+
+@dataclass(frozen=True)
+class Attr:
+    """An attribute in an op's whitelist: its kind (one of ATTR_KINDS) and default (REQUIRED if none)."""
+
+    kind: str
+    default: Any = REQUIRED
+    choices: Optional[tuple] = None
+
+    def __post_init__(self):
+        if self.kind not in ATTR_KINDS:
+            raise ValueError(f"unknown attribute kind {self.kind!r}")
+
+
+@dataclass
+class OpDef:
+    """Everything about one op. `operands` is a count, or (min, max) with max None for variadic."""
+
+    name: str
+    operands: Any = 1
+    results: int = 1
+    attrs: dict = field(default_factory=dict)
+    shape: Optional[Callable] = None  # (ctx, operand_types, attrs) -> list[TensorType]
+    reference: Optional[Callable] = None  # (list[np.ndarray], attrs) -> np.ndarray | list[np.ndarray]
+    decompose: Optional[Callable] = None  # (builder, operands, attrs) -> Value | list[Value]
+    normalize: Optional[Callable] = None  # (operand_types, attrs) -> attrs in normal form
+    regions: int = 0
+    traits: frozenset = frozenset()
+    doc: str = ""
+
+    @property
+    def is_composite(self) -> bool:
+        return self.decompose is not None
+
+    @property
+    def arity(self) -> tuple:
+        return self.operands if isinstance(self.operands, tuple) else (self.operands, self.operands)
+
+    def check_arity(self, n: int) -> Optional[str]:
+        lo, hi = self.arity
+        if n < lo or (hi is not None and n > hi):
+            want = f"{lo}" if lo == hi else f"{lo} to {hi if hi is not None else 'any number of'}"
+            return f"'{self.name}' takes {want} operands, got {n}"
+        return None
+
+    def complete_attrs(self, attrs: dict) -> dict:
+        """Check names against the whitelist, coerce kinds, fill defaults. Raises ValueError with the reason."""
+        out = {}
+        for k in attrs:
+            if k not in self.attrs:
+                allowed = ", ".join(sorted(self.attrs)) or "none"
+                raise ValueError(f"'{self.name}' has no attribute '{k}' (allowed: {allowed})")
+        for k, spec in self.attrs.items():
+            if k in attrs and attrs[k] is not None:
+                out[k] = coerce_attr(spec, attrs[k], f"'{self.name}' attribute '{k}'")
+            elif spec.default is REQUIRED:
+                raise ValueError(f"'{self.name}' requires attribute '{k}'")
+            else:
+                out[k] = spec.default
+        return out
+
+
+_REGISTRY: dict[str, OpDef] = {}
+
+
+def register_op(name: str, *, operands=1, results=1, attrs=None, shape=None, reference=None, decompose=None,
+                normalize=None, regions=0, traits=(), doc="", replace=False) -> OpDef:
+    """Declare an op. Users add custom ops the same way (a C kernel arrives with the CPU backend).
+
+    >>> import numpy as np, cuvil
+    >>> from cuvil.ops import same_as_operand
+    >>> _ = cuvil.register_op("my_square", shape=same_as_operand, reference=lambda xs, a: xs[0] * xs[0],
+    ...                       traits={"elementwise"}, replace=True)
+    """
+    if name in _REGISTRY and not replace:
+        raise ValueError(f"op '{name}' is already registered")
+    if shape is None:
+        raise ValueError(f"op '{name}' needs a shape rule")
+    op = OpDef(name, operands, results, dict(attrs or {}), shape, reference, decompose, normalize, regions,
+               frozenset(traits), doc)
+    _REGISTRY[name] = op
+    return op
+
+
+def get_op(name: str) -> OpDef:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"unknown op '{name}'") from None
+
+
+def has_op(name: str) -> bool:
+    return name in _REGISTRY
+
+
+def all_ops() -> dict:
+    return dict(_REGISTRY)
+
+
+def coerce_attr(spec: Attr, value, what: str):
+    """Bring `value` to the canonical Python form of its kind, or raise ValueError naming `what`."""
+    kind = spec.kind
+    try:
+        if kind == "int":
+            v = _as_int(value)
+        elif kind == "float":
+            if isinstance(value, (bool, str)) or not np.isscalar(value):
+                raise TypeError
+            v = float(value)
+        elif kind == "bool":
+            if not isinstance(value, (bool, np.bool_)) and value not in (0, 1):
+                raise TypeError
+            v = bool(value)
+        elif kind == "str":
+            if not isinstance(value, str):
+                raise TypeError
+            v = value
+        elif kind == "dtype":
+            v = value if isinstance(value, DType) else (DType(value) if isinstance(value, str)
+                                                        else DType.from_numpy(value))
+        elif kind == "ints":
+            v = tuple(_as_int(x) for x in _as_seq(value))
+        elif kind == "floats":
+            v = tuple(float(x) for x in _as_seq(value))
+        elif kind == "strs":
+            v = tuple(_as_str(x) for x in _as_seq(value))
+        else:  # dims
+            v = tuple(_as_dim(x) for x in _as_seq(value))
+    except (TypeError, ValueError):
+        raise ValueError(f"{what} must be of kind {kind}, got {value!r}") from None
+    if spec.choices is not None and v not in spec.choices:
+        raise ValueError(f"{what} must be one of {', '.join(map(repr, spec.choices))}, got {v!r}")
+    return v
+
+
+def _as_int(x) -> int:
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)):
+        raise TypeError
+    return int(x)
+
+
+def _as_str(x) -> str:
+    if not isinstance(x, str):
+        raise TypeError
+    return x
+
+
+def _as_dim(x) -> Dim:
+    if isinstance(x, SymExpr):
+        return x
+    if isinstance(x, str):
+        return parse_dim(x)
+    return _as_int(x)
+
+
+def _as_seq(x):
+    if isinstance(x, (str, bytes)) or not hasattr(x, "__iter__"):
+        raise TypeError
+    return list(x)
