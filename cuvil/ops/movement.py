@@ -1,0 +1,1 @@
+"""movement ops (being written)."""

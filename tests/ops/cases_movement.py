@@ -1,0 +1,2 @@
+"""Cases for movement ops."""
+CASES = []

@@ -1,0 +1,2 @@
+"""Cases for nn ops."""
+CASES = []

@@ -1,0 +1,2 @@
+"""Cases for reduce ops."""
+CASES = []
