@@ -204,7 +204,7 @@ class _Parser:
             op = b.make_op(name, operands, attrs, regions, loc)
         except (CuvilError, KeyError) as e:
             self.pos = start
-            raise self.error(str(e).strip("'\"")) from None
+            raise self.error(getattr(e, "message", None) or e.args[0]) from None
         if len(results) != len(op.results):
             raise self.error(f"'{name}' gives {len(op.results)} results, the text names {len(results)}")
         for (rname, t), v in zip(results, op.results):

@@ -209,6 +209,8 @@ def parse_dim(text: str) -> Dim:
 
     def take():
         nonlocal pos
+        if pos >= len(toks):
+            raise ValueError(f"cannot parse dimension {text!r}: it ends too early")
         pos += 1
         return toks[pos - 1]
 

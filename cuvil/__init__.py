@@ -1,0 +1,41 @@
+"""Cuvil: a lightweight compiler for AI inference.
+
+    >>> import numpy as np, cuvil
+    >>> from cuvil.ir import Builder, Module, TensorType, sym
+    >>> m = Module()
+    >>> b = Builder.new_function(m, "main", [TensorType("f32", (sym("n"), 4))], ["x"])
+    >>> b.ret(b.relu(b.args[0]))
+    >>> cuvil.interpret(m, [np.array([[-1.0, 2.0, -3.0, 4.0]], np.float32)])[0].tolist()
+    [[0.0, 2.0, 0.0, 4.0]]
+
+Frontends (PyTorch, ONNX, JAX) are imported lazily, so `import cuvil` loads only NumPy and the core.
+"""
+from __future__ import annotations
+
+from . import errors, ir, ops
+from .errors import CuvilError, ParseError, SerializationError, ShapeError, UnsupportedError, VerificationError
+from .interpreter import interpret
+from .ir import DType, Module, TensorType, sym
+from .log import LogLevel, set_log_level
+from .ops import register_op
+
+__version__ = "0.1.0"
+
+
+def inspect_ir(obj, elide_constants: bool = True) -> str:
+    """The IR text of a module or of anything Cuvil compiled (it carries `.module`).
+
+    Constants of more than 16 elements print as `elided` unless `elide_constants=False`; the full text
+    parses back with `cuvil.ir.parse_module`.
+    """
+    from .ir.printer import print_module
+
+    module = obj if isinstance(obj, Module) else getattr(obj, "module", None)
+    if not isinstance(module, Module):
+        raise TypeError(f"inspect_ir needs a cuvil Module or a compiled cuvil object, got {type(obj).__name__}")
+    return print_module(module, 16 if elide_constants else None)
+
+
+__all__ = ["CuvilError", "DType", "LogLevel", "Module", "ParseError", "SerializationError", "ShapeError",
+           "TensorType", "UnsupportedError", "VerificationError", "errors", "inspect_ir", "interpret", "ir", "ops",
+           "register_op", "set_log_level", "sym"]
