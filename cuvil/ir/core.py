@@ -119,6 +119,7 @@ class Function:
         self.body = Region(arg_types, arg_names)
         self.body.parent = None
         self.constraints: list[tuple[Dim, Dim]] = []
+        self.module: Optional[Module] = None  # set when added to a module
 
     @property
     def args(self) -> list[Value]:
@@ -155,6 +156,7 @@ class Module:
         if fn.name in self.functions:
             raise ValueError(f"module already has a function named @{fn.name}")
         self.functions[fn.name] = fn
+        fn.module = self
         return fn
 
     def add_constant(self, array, name_hint: str = "c") -> str:

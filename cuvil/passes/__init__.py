@@ -1,4 +1,36 @@
-"""Passes: transformations of IR modules."""
-from .decompose import decompose
+"""Passes: transformations of IR modules, the pass manager and the built-in pipelines.
 
-__all__ = ["decompose"]
+The default pipeline reads top to bottom in `default_pipeline`. User passes subclass `Pass` and join it
+through `passes=[...]` (placed by their `anchor`, by default before fusion).
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+from .decompose import decompose
+from .manager import Pass, PassManager, Pipeline, PipelineBuilder
+from .rewrite import Match, Pat, Rule, apply_rules
+from .simplify import CSE, DCE, Canonicalize, Decompose, FoldConstants, Simplify
+
+
+def default_pipeline(target: str = "cpu", level: int = 2, passes: Iterable[Pass] = ()) -> Pipeline:
+    """The passes `cuvil.jit`, `cuvil.compile` and `.optimize()` run, in order."""
+    pb = PipelineBuilder(f"{target}-O{level}")
+    pb.add(Canonicalize())
+    if level >= 1:
+        pb.add_fixpoint("cleanup", FoldConstants(), Simplify(), Canonicalize(), CSE(), DCE())
+    for p in passes:
+        pb.insert(p)
+    return pb.build()
+
+
+def run_pipeline(module, pipeline: Pipeline | None = None, **manager_options) -> PassManager:
+    """Run `pipeline` (default: the default pipeline) on `module` in place; returns the manager (timings)."""
+    manager = PassManager(**manager_options)
+    manager.run(pipeline or default_pipeline(), module)
+    return manager
+
+
+__all__ = ["CSE", "Canonicalize", "DCE", "Decompose", "FoldConstants", "Match", "Pass", "PassManager", "Pat",
+           "Pipeline", "PipelineBuilder", "Rule", "Simplify", "apply_rules", "decompose", "default_pipeline",
+           "run_pipeline"]

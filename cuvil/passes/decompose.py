@@ -3,9 +3,11 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
+from ..errors import VerificationError
 from ..ir.builder import Builder
 from ..ir.core import Function, Module, Region
 from ..ops import registry
+from .rewrite import replace_op
 
 
 def decompose(module: Module, should_decompose: Optional[Callable[[str], bool]] = None) -> bool:
@@ -13,11 +15,17 @@ def decompose(module: Module, should_decompose: Optional[Callable[[str], bool]] 
 
     Returns whether anything changed. Decompositions may produce other composites; they are expanded too.
     """
-    select = should_decompose or (lambda name: True)
     changed = False
     for fn in module.functions.values():
-        while _decompose_once(module, fn, select):
-            changed = True
+        changed |= decompose_function(fn, should_decompose)
+    return changed
+
+
+def decompose_function(fn: Function, should_decompose: Optional[Callable[[str], bool]] = None) -> bool:
+    select = should_decompose or (lambda name: True)
+    changed = False
+    while _decompose_once(fn.module, fn, select):
+        changed = True
     return changed
 
 
@@ -30,11 +38,10 @@ def _decompose_once(module: Module, fn: Function, select) -> bool:
         b = Builder(module, fn, scratch, op.loc)
         out = opdef.decompose(b, list(op.operands), dict(op.attrs))
         out = list(out) if isinstance(out, (list, tuple)) else [out]
-        region: Region = op.parent
-        at = region.ops.index(op)
-        for new in scratch.ops:
-            new.parent = region
-        region.ops[at:at + 1] = scratch.ops
-        fn.replace_uses({id(r): v for r, v in zip(op.results, out)})
+        got, want = [v.type for v in out], [r.type for r in op.results]
+        if got != want:
+            raise VerificationError(f"decomposition of '{op.name}' gives ({', '.join(map(str, got))}), "
+                                    f"expected ({', '.join(map(str, want))})", op.loc)
+        replace_op(fn, op, scratch.ops, out)
         return True
     return False
