@@ -1,1 +1,226 @@
-"""reduce ops (being written)."""
+"""Reductions along axes (`reduce_sum` ... `logsumexp`), index reductions (`argmax`, `argmin`), `cumsum`, `topk`.
+
+Axes are normalised at build time (non-negative, sorted, deduplicated; no axes means all of them), so
+equivalent programs print alike. Float references accumulate in float64 and round once; integer sums and
+products accumulate in int64 and wrap to the operand's type, as C would. A reduction over an empty axis
+gives the identity (0 for sums, 1 for products, the lowest value for max), as ONNX specifies.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..ir.dtypes import DType
+from ..ir.types import TensorType
+from .common import norm_axes, norm_axis, require_dtype
+from .registry import Attr, register_op
+
+_AXES = {"axes": Attr("ints", ()), "keepdims": Attr("bool", True)}
+
+
+def _numeric(d: DType) -> bool:
+    return d is not DType.bool
+
+
+def _float(d: DType) -> bool:
+    return d.is_float
+
+
+def _is_float_array(x) -> bool:
+    return DType.from_numpy(x.dtype).is_float
+
+
+def _wide(x):
+    """The operand in the accumulation type: float64 for floats, int64 for integers."""
+    return x.astype(np.float64 if _is_float_array(x) else np.int64)
+
+
+def reduced_shape(shape, axes, keepdims: bool) -> tuple:
+    """`shape` with `axes` set to 1 (keepdims) or dropped."""
+    if keepdims:
+        return tuple(1 if i in axes else d for i, d in enumerate(shape))
+    return tuple(d for i, d in enumerate(shape) if i not in axes)
+
+
+def _norm_axes(name):
+    def normalize(types, attrs):
+        rank = types[0].rank
+        return {**attrs, "axes": norm_axes(attrs["axes"] or range(rank), rank, name)}
+    return normalize
+
+
+def _reduce_shape(name, accepts):
+    def shape(ctx, types, attrs):
+        t = types[0]
+        require_dtype(ctx, t, accepts, name)
+        return [t.with_shape(reduced_shape(t.shape, attrs["axes"], attrs["keepdims"]))]
+    return shape
+
+
+def _lowest(x):
+    return -np.inf if _is_float_array(x) else np.iinfo(x.dtype).min
+
+
+def _highest(x):
+    return np.inf if _is_float_array(x) else np.iinfo(x.dtype).max
+
+
+# name -> (accepted dtypes, fn(wide array, axes, keepdims, original array))
+_REDUCTIONS = {
+    "reduce_sum": (_numeric, lambda w, ax, kd, x: np.sum(w, axis=ax, keepdims=kd)),
+    "reduce_prod": (_numeric, lambda w, ax, kd, x: np.prod(w, axis=ax, keepdims=kd)),
+    "reduce_max": (_numeric, lambda w, ax, kd, x: np.max(w, axis=ax, keepdims=kd, initial=_lowest(x))),
+    "reduce_min": (_numeric, lambda w, ax, kd, x: np.min(w, axis=ax, keepdims=kd, initial=_highest(x))),
+}
+
+
+def _reduce_ref(fn):
+    def ref(xs, a):
+        x = xs[0]
+        with np.errstate(all="ignore"):
+            return np.asarray(fn(_wide(x), a["axes"], a["keepdims"], x)).astype(x.dtype)
+    return ref
+
+
+for _name, (_accepts, _fn) in _REDUCTIONS.items():
+    register_op(_name, shape=_reduce_shape(_name, _accepts), reference=_reduce_ref(_fn), attrs=_AXES,
+                normalize=_norm_axes(_name), traits={"reduction"})
+
+
+# -- composites: mean and logsumexp ----------------------------------------------------------------------
+def _count(t: TensorType, axes):
+    return math.prod((t.shape[i] for i in axes), start=1)
+
+
+def _dec_mean(b, ops, a):
+    x = ops[0]
+    total = b.reduce_sum(x, axes=a["axes"], keepdims=a["keepdims"])
+    count = b.dim_size(dim=[_count(x.type, a["axes"])], dtype=x.type.dtype)  # symbolic counts are bound at run time
+    return b.div(total, b.broadcast_to(count, shape=total.type.shape))
+
+
+def _ref_mean(xs, a):
+    x = xs[0]
+    with np.errstate(all="ignore"):
+        return np.asarray(np.mean(_wide(x), axis=a["axes"], keepdims=a["keepdims"])).astype(x.dtype)
+
+
+def _dec_logsumexp(b, ops, a):
+    """max + log(sum(exp(x - max))); an infinite max is replaced by 0 so all -inf gives -inf, not NaN."""
+    x = ops[0]
+    dtype = x.type.dtype
+    m = b.reduce_max(x, axes=a["axes"], keepdims=True)
+    m = b.where(b.isinf(m), b.full(0.0, m.type.shape, dtype), m)
+    total = b.reduce_sum(b.exp(b.sub(x, b.broadcast_to(m, shape=x.type.shape))), axes=a["axes"],
+                         keepdims=a["keepdims"])
+    return b.add(b.log(total), b.reshape(m, shape=total.type.shape))
+
+
+def _ref_logsumexp(xs, a):
+    x = xs[0]
+    w = x.astype(np.float64)
+    with np.errstate(all="ignore"):
+        m = np.max(w, axis=a["axes"], keepdims=True, initial=-np.inf)
+        m = np.where(np.isinf(m), 0.0, m)
+        out = np.log(np.sum(np.exp(w - m), axis=a["axes"], keepdims=True)) + m
+    return out.reshape(reduced_shape(x.shape, a["axes"], a["keepdims"])).astype(x.dtype)
+
+
+register_op("reduce_mean", shape=_reduce_shape("reduce_mean", _float), reference=_ref_mean, attrs=_AXES,
+            normalize=_norm_axes("reduce_mean"), decompose=_dec_mean, traits={"reduction"})
+register_op("logsumexp", shape=_reduce_shape("logsumexp", _float), reference=_ref_logsumexp, attrs=_AXES,
+            normalize=_norm_axes("logsumexp"), decompose=_dec_logsumexp, traits={"reduction"})
+
+
+# -- ops along one axis ----------------------------------------------------------------------------------
+def _norm_axis(name):
+    def normalize(types, attrs):
+        return {**attrs, "axis": norm_axis(attrs["axis"], types[0].rank, name)}
+    return normalize
+
+
+def _axis_operand(ctx, t: TensorType, name: str) -> None:
+    """Ops along one axis need a tensor of rank >= 1 with a numeric element type."""
+    require_dtype(ctx, t, _numeric, name)
+    if t.rank == 0:
+        raise ctx.error(f"'{name}' needs an operand of rank >= 1, got {t}")
+
+
+def _arg_shape(name):
+    def shape(ctx, types, a):
+        t = types[0]
+        _axis_operand(ctx, t, name)
+        if t.shape[a["axis"]] == 0:
+            raise ctx.error(f"'{name}' cannot reduce the empty axis {a['axis']} of {t}")
+        return [TensorType(DType.i64, reduced_shape(t.shape, (a["axis"],), a["keepdims"]))]
+    return shape
+
+
+def _arg_ref(fn):
+    def ref(xs, a):
+        x, axis = xs[0], a["axis"]
+        if a["select_last_index"]:  # search the reversed axis and map the index back
+            idx = x.shape[axis] - 1 - fn(np.flip(x, axis), axis=axis, keepdims=True)
+        else:
+            idx = fn(x, axis=axis, keepdims=True)
+        return idx.reshape(reduced_shape(x.shape, (axis,), a["keepdims"])).astype(np.int64)
+    return ref
+
+
+_ARG_ATTRS = {"axis": Attr("int", 0), "keepdims": Attr("bool", True), "select_last_index": Attr("bool", False)}
+register_op("argmax", shape=_arg_shape("argmax"), reference=_arg_ref(np.argmax), attrs=_ARG_ATTRS,
+            normalize=_norm_axis("argmax"), doc="index of the first (or last) largest value along axis, as i64")
+register_op("argmin", shape=_arg_shape("argmin"), reference=_arg_ref(np.argmin), attrs=_ARG_ATTRS,
+            normalize=_norm_axis("argmin"), doc="index of the first (or last) smallest value along axis, as i64")
+
+
+def _cumsum_shape(ctx, types, a):
+    _axis_operand(ctx, types[0], "cumsum")
+    return [types[0]]
+
+
+def _ref_cumsum(xs, a):
+    x, axis = xs[0], a["axis"]
+    w = np.flip(_wide(x), axis) if a["reverse"] else _wide(x)
+    if a["exclusive"]:  # a zero in front, and the last running sum dropped: out[i] = sum of w[:i]
+        pad = [(0, 0)] * w.ndim
+        pad[axis] = (1, 0)
+        out = np.take(np.cumsum(np.pad(w, pad), axis=axis), np.arange(x.shape[axis]), axis=axis)
+    else:
+        out = np.cumsum(w, axis=axis)
+    return (np.flip(out, axis) if a["reverse"] else out).astype(x.dtype)
+
+
+register_op("cumsum", shape=_cumsum_shape, reference=_ref_cumsum, normalize=_norm_axis("cumsum"),
+            attrs={"axis": Attr("int"), "exclusive": Attr("bool", False), "reverse": Attr("bool", False)},
+            doc="running sum along axis (ONNX CumSum: exclusive skips the current element, reverse runs backwards)")
+
+
+def _topk_shape(ctx, types, a):
+    t, k, axis = types[0], a["k"], a["axis"]
+    _axis_operand(ctx, t, "topk")
+    d = t.shape[axis]
+    if k < 0 or (isinstance(d, int) and k > d):
+        raise ctx.error(f"'topk' k={k} is out of range for axis {axis} of {t}")
+    shape = t.shape[:axis] + (k,) + t.shape[axis + 1:]
+    return [t.with_shape(shape), TensorType(DType.i64, shape)]
+
+
+def _ref_topk(xs, a):
+    """Stable: among equal values the lower index comes first. Sorting the reversed axis ascending and
+    reading it backwards gives descending order with that tie-break, without negating (which overflows)."""
+    x, axis, k = xs[0], a["axis"], a["k"]
+    n = x.shape[axis]
+    if a["largest"]:
+        order = n - 1 - np.flip(np.argsort(np.flip(x, axis), axis=axis, kind="stable"), axis)
+    else:
+        order = np.argsort(x, axis=axis, kind="stable")
+    idx = np.take(order, np.arange(k), axis=axis).astype(np.int64)
+    return [np.take_along_axis(x, idx, axis=axis), idx]
+
+
+register_op("topk", results=2, shape=_topk_shape, reference=_ref_topk, normalize=_norm_axis("topk"),
+            attrs={"k": Attr("int"), "axis": Attr("int", -1), "largest": Attr("bool", True),
+                   "sorted": Attr("bool", True)},
+            doc="the k largest (or smallest) values along axis and their i64 indices; results are always sorted")
