@@ -1,5 +1,5 @@
-"""Every op, from its registry declaration: build, verify, print/parse round trip, fingerprint, interpret
-against an independent oracle, and (for composites) the decomposition against the reference."""
+"""Every op, from its registry declaration: build, verify, print/parse and save/load round trips, fingerprint,
+interpret against an independent oracle, and (for composites) the decomposition against the reference."""
 import importlib
 import pkgutil
 
@@ -13,6 +13,7 @@ from cuvil.ir.dtypes import DType
 from cuvil.ir.fingerprint import fingerprint
 from cuvil.ir.parser import parse_module
 from cuvil.ir.printer import print_module
+from cuvil.ir.serialize import from_bytes, to_bytes
 from cuvil.ir.verifier import verify
 from cuvil.ops import all_ops, get_op
 from cuvil.passes import decompose
@@ -68,6 +69,8 @@ def test_op_case(case: Case):
     again = parse_module(text)
     assert print_module(again) == text
     assert fingerprint(again) == fingerprint(m)
+    loaded = from_bytes(to_bytes(m))
+    assert print_module(loaded) == text and fingerprint(loaded) == fingerprint(m)
     got = interpret(m, case.inputs)
     if case.expected is not None:
         assert_close(got, case.expected(case.inputs), case, "reference vs oracle")
