@@ -1,0 +1,1 @@
+"""Cuvil's code generators, one package per target."""

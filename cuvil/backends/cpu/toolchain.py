@@ -1,0 +1,271 @@
+"""The C toolchain of the CPU backend: find a compiler, read the host's features, build cached shared libraries.
+
+    >>> from cuvil.backends.cpu import toolchain
+    >>> lib = toolchain.load_library("int twice(int x) { return 2 * x; }", name="demo", opt_level=1)
+    >>> lib.twice(21)
+    42
+
+Compiled libraries live in an on-disk cache (`CUVIL_CACHE_DIR`, default `~/.cache/cuvil`) keyed by the SHA-256
+of the source, the headers it names, the flags, the compiler and its version, the host's CPU and Cuvil's version,
+so a second process loads them without compiling. Each entry is a folder (`lib.so` plus `meta.json` with the
+library's digest) built in a temporary folder and published with one atomic rename; a lock file keeps two
+processes from compiling the same entry twice, and an entry whose library no longer matches its digest or fails
+to load is deleted and rebuilt.
+"""
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import functools
+import hashlib
+import json
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from ...errors import CuvilError
+
+try:  # POSIX only; without it concurrent builds still publish atomically, they may just compile twice.
+    import fcntl
+except ImportError:  # pragma: no cover
+    fcntl = None
+
+log = logging.getLogger("cuvil.backends.cpu")
+
+COMPILER_CANDIDATES = ("cc", "gcc", "clang")
+BASE_FLAGS = ("-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu11")
+# Features read from /proc/cpuinfo under these names, and the predefined macros that imply them otherwise.
+FEATURE_MACROS = {"avx512f": "__AVX512F__", "avx2": "__AVX2__", "fma": "__FMA__", "avx": "__AVX__",
+                  "neon": "__ARM_NEON", "sse2": "__SSE2__"}
+ARM_FEATURE_ALIASES = {"asimd": "neon"}
+
+
+class CompilerNotFoundError(CuvilError):
+    """No C compiler on this machine (set `CC`, or install gcc or clang)."""
+
+
+class CompileError(CuvilError):
+    """The C compiler rejected a source; the message carries its command line and stderr."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Compiler:
+    """A C compiler: its absolute path and the first line of `--version`."""
+    path: str
+    version: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Build:
+    """A library in the cache: `compiled` says whether this call compiled it (False: a cache hit)."""
+    path: Path
+    key: str
+    compiled: bool
+    seconds: float
+
+
+def find_compiler() -> Compiler:
+    """The compiler named by `CC`, else the first of cc, gcc, clang on PATH."""
+    names = [os.environ["CC"]] if os.environ.get("CC") else list(COMPILER_CANDIDATES)
+    for name in names:
+        path = shutil.which(name)
+        if path:
+            return _probe_compiler(os.path.realpath(path), os.stat(path).st_mtime_ns)
+    where = f"CC={os.environ['CC']!r} was not found" if os.environ.get("CC") else "none of cc, gcc, clang is on PATH"
+    raise CompilerNotFoundError(f"Cuvil's CPU backend needs a C compiler: {where}. Install gcc or clang, "
+                                "or set CC to a compiler's path.")
+
+
+@functools.lru_cache(maxsize=8)
+def _probe_compiler(path: str, mtime_ns: int) -> Compiler:
+    """Run `--version` once per compiler binary (mtime in the cache key catches an upgrade in place)."""
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
+    except OSError as e:
+        raise CompilerNotFoundError(f"the C compiler {path} cannot run: {e}") from e
+    if out.returncode != 0:
+        raise CompilerNotFoundError(f"the C compiler {path} failed `--version`: {out.stderr.strip()}")
+    return Compiler(path, (out.stdout.strip().splitlines() or [""])[0])
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_features() -> frozenset[str]:
+    """Host SIMD features (avx512f, avx2, fma, avx, sse2, neon): /proc/cpuinfo, else the compiler's macros."""
+    flags = _cpuinfo_flags()
+    if not flags:
+        flags = _native_macro_features()
+    return frozenset(ARM_FEATURE_ALIASES.get(f, f) for f in flags) & set(FEATURE_MACROS)
+
+
+def _cpuinfo_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        if name.strip() in ("flags", "Features"):
+            return set(value.split())
+    return set()
+
+
+def _native_macro_features() -> set[str]:
+    """What `-march=native` turns on, from the predefined macros (macOS, or no /proc)."""
+    try:
+        cc = find_compiler()
+        out = subprocess.run([cc.path, "-march=native", "-dM", "-E", "-x", "c", os.devnull],
+                             capture_output=True, text=True, timeout=30).stdout
+    except (CuvilError, OSError):
+        return set()
+    macros = {line.split()[1] for line in out.splitlines() if line.startswith("#define ")}
+    return {feature for feature, macro in FEATURE_MACROS.items() if macro in macros}
+
+
+def physical_cores() -> int:
+    """Distinct (package, core) pairs in /proc/cpuinfo that this process may run on; else the CPU count."""
+    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    try:
+        blocks = Path("/proc/cpuinfo").read_text().split("\n\n")
+    except OSError:
+        blocks = []
+    cores = set()
+    for block in blocks:
+        fields = dict(line.split(":", 1) for line in block.splitlines() if ":" in line)
+        fields = {k.strip(): v.strip() for k, v in fields.items()}
+        if "core id" in fields and (allowed is None or int(fields.get("processor", -1)) in allowed):
+            cores.add((fields.get("physical id"), fields["core id"]))
+    return len(cores) or len(allowed or ()) or os.cpu_count() or 1
+
+
+def compile_flags(opt_level: int = 3, extra=()) -> tuple[str, ...]:
+    """The default flags: `-O<level> -march=native -fopenmp -fPIC -shared`, then `extra`."""
+    return (f"-O{opt_level}", *BASE_FLAGS, *extra)
+
+
+def cache_dir() -> Path:
+    """`CUVIL_CACHE_DIR`, else `$XDG_CACHE_HOME/cuvil`, else `~/.cache/cuvil`."""
+    if os.environ.get("CUVIL_CACHE_DIR"):
+        return Path(os.environ["CUVIL_CACHE_DIR"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cuvil"
+
+
+def cache_key(source: str, flags, compiler: Compiler, depends=()) -> str:
+    """SHA-256 over everything that changes the library: source, headers, flags, compiler, host CPU, Cuvil."""
+    h = hashlib.sha256(b"cuvil-cpu-library-v1\n")
+    parts = [source, "\0".join(flags), compiler.path, compiler.version, platform.machine(),
+             ",".join(sorted(_cpuinfo_flags())), _cuvil_version()]
+    parts += [Path(p).read_text() for p in depends]
+    for part in parts:
+        h.update(len(part.encode()).to_bytes(8, "little") + part.encode())
+    return h.hexdigest()
+
+
+def _cuvil_version() -> str:
+    import cuvil
+    return str(getattr(cuvil, "__version__", "dev"))
+
+
+def build_library(source: str, *, name: str = "lib", opt_level: int = 3, extra_flags=(), include_dirs=(),
+                  depends=(), flags=None) -> Build:
+    """Compile `source` to a shared library in the cache, or find it there; returns where it lies.
+
+    `depends` lists files (headers) whose contents join the cache key; `flags` replaces the default flags.
+    """
+    compiler = find_compiler()
+    flags = tuple(flags) if flags is not None else compile_flags(opt_level, extra_flags)
+    flags += tuple(f"-I{d}" for d in include_dirs)
+    key = cache_key(source, flags, compiler, depends)
+    entry = cache_dir() / "cpu" / f"{name}-{key[:32]}"
+    if _valid_entry(entry):
+        return Build(entry / "lib.so", key, False, 0.0)
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(entry.with_suffix(".lock")):
+        if _valid_entry(entry):  # another process built it while we waited for the lock
+            return Build(entry / "lib.so", key, False, 0.0)
+        _discard(entry)
+        seconds = _compile_entry(source, flags, compiler, entry, key)
+    return Build(entry / "lib.so", key, True, seconds)
+
+
+def load_library(source: str, **kwargs) -> ctypes.CDLL:
+    """`build_library`, then dlopen; an entry that fails to load is deleted and rebuilt once."""
+    mode = kwargs.pop("mode", ctypes.DEFAULT_MODE)
+    build = build_library(source, **kwargs)
+    try:
+        return ctypes.CDLL(str(build.path), mode=mode)
+    except OSError as e:
+        log.warning("cached library %s fails to load (%s): rebuilding it", build.path, e)
+        _discard(build.path.parent)
+        return ctypes.CDLL(str(build_library(source, **kwargs).path), mode=mode)
+
+
+def _valid_entry(entry: Path) -> bool:
+    """The entry exists and its library has the size and digest recorded when it was built."""
+    try:
+        meta = json.loads((entry / "meta.json").read_text())
+        data = (entry / "lib.so").read_bytes()
+    except (OSError, ValueError):
+        return False
+    if len(data) == meta.get("size") and hashlib.sha256(data).hexdigest() == meta.get("sha256"):
+        return True
+    log.warning("cache entry %s is corrupt (library does not match its digest): rebuilding it", entry)
+    return False
+
+
+def _compile_entry(source: str, flags, compiler: Compiler, entry: Path, key: str) -> float:
+    """Compile into a temporary folder beside the entry, then publish the folder with one rename."""
+    tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=entry.parent))
+    try:
+        (tmp / "source.c").write_text(source)
+        cmd = [compiler.path, *flags, "source.c", "-o", "lib.so"]
+        start = time.perf_counter()
+        out = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True)
+        seconds = time.perf_counter() - start
+        if out.returncode != 0:
+            raise CompileError(f"C compilation failed (exit {out.returncode}): {' '.join(cmd)}\n{out.stderr.strip()}")
+        log.info("compiled %s in %.3f s: %s (in %s)", entry.name, seconds, " ".join(cmd), entry.parent)
+        data = (tmp / "lib.so").read_bytes()
+        meta = {"key": key, "size": len(data), "sha256": hashlib.sha256(data).hexdigest(), "command": cmd,
+                "compiler": compiler.version, "seconds": seconds}
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+        try:
+            os.replace(tmp, entry)
+        except OSError:  # only without fcntl: another process published the same entry first
+            if not _valid_entry(entry):
+                raise
+        return seconds
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _discard(entry: Path) -> None:
+    """Move a stale entry aside (atomic), then delete it; readers never see a half-deleted folder."""
+    if not entry.exists():
+        return
+    trash = Path(tempfile.mkdtemp(prefix=f".trash-{entry.name}.", dir=entry.parent))
+    try:
+        os.replace(entry, trash / "entry")
+    except OSError:
+        pass
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+class _locked:
+    """An exclusive `flock` on `path` for the duration of a `with` block (a no-op without fcntl)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __enter__(self):
+        self.file = open(self.path, "a")
+        if fcntl is not None:
+            fcntl.flock(self.file, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        self.file.close()  # closing releases the lock
