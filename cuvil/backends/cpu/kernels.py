@@ -1,0 +1,199 @@
+"""Cuvil's CPU kernel library (GEMM and its epilogues): built once per machine and flags, loaded with ctypes.
+
+    >>> import numpy as np
+    >>> from cuvil.backends.cpu import kernels
+    >>> a, b = kernels.aligned_array(np.ones((2, 3))), kernels.aligned_array(np.ones((3, 4)))
+    >>> kernels.sgemm(a, b, bias=np.full(4, -4, np.float32), act="relu", opt_level=1).tolist()
+    [[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]]
+
+Generated model code includes `cuvil_kernels.h` (in `include_dir()`) and calls the C ABI declared there; the
+library is loaded with RTLD_GLOBAL so that a model library compiled afterwards resolves its symbols.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from ...errors import ShapeError
+from . import toolchain
+
+ACTIVATIONS = {"none": 0, "relu": 1, "gelu_tanh": 2, "gelu_erf": 3, "sigmoid": 4, "tanh": 5}
+ABI_VERSION = 1
+SOURCES = ("gemm.c",)
+HEADERS = ("cuvil_kernels.h", "cuvil_simd.h")
+
+_i64, _f32, _int, _ptr = ctypes.c_int64, ctypes.c_float, ctypes.c_int, ctypes.c_void_p
+# Argument types of each exported function: rules as data, checked against cuvil_kernels.h by the tests.
+SIGNATURES = {
+    "cuvil_kernels_abi_version": ([], _int),
+    "cuvil_kernels_config": ([], ctypes.c_char_p),
+    "cuvil_set_num_threads": ([_int], None),
+    "cuvil_get_num_threads": ([], _int),
+    "cuvil_sgemm": ([_i64, _i64, _i64, _f32, _ptr, _i64, _i64, _ptr, _i64, _i64, _f32, _ptr, _i64, _ptr, _int],
+                    None),
+    "cuvil_sgemm_packed_size": ([_i64, _i64], _i64),
+    "cuvil_sgemm_pack_b": ([_i64, _i64, _ptr, _i64, _i64, _ptr], None),
+    "cuvil_sgemm_packed": ([_i64, _i64, _i64, _f32, _ptr, _i64, _i64, _ptr, _f32, _ptr, _i64, _ptr, _int], None),
+    "cuvil_sgemm_batched": ([_i64, _i64, _i64, _i64, _f32, _ptr, _i64, _i64, _i64, _ptr, _i64, _i64, _i64, _f32,
+                             _ptr, _i64, _i64, _ptr, _int], None),
+    "cuvil_activation": ([_int, _i64, _ptr, _ptr], None),
+}
+
+
+def include_dir() -> Path:
+    """The folder holding `cuvil_kernels.h` and `cuvil_simd.h`, for `-I` when compiling generated code."""
+    return Path(str(resources.files(__package__) / "kernels"))
+
+
+@functools.lru_cache(maxsize=None)
+def load(opt_level: int = 3, defines: tuple = ()) -> ctypes.CDLL:
+    """Build (or find in the cache) and load the kernel library; `defines` are extra `-D` flags (block sizes)."""
+    folder = include_dir()
+    source = "".join(f'#include "{name}"\n' for name in SOURCES)
+    depends = [folder / name for name in SOURCES + HEADERS]
+    lib = toolchain.load_library(source, name="cuvil-kernels", opt_level=opt_level, include_dirs=[folder],
+                                 depends=depends, extra_flags=tuple(f"-D{d}" for d in defines),
+                                 mode=ctypes.RTLD_GLOBAL)
+    for name, (argtypes, restype) in SIGNATURES.items():
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = argtypes, restype
+    if lib.cuvil_kernels_abi_version() != ABI_VERSION:
+        raise RuntimeError(f"kernel library ABI {lib.cuvil_kernels_abi_version()} != {ABI_VERSION}")
+    lib.cuvil_set_num_threads(default_num_threads())
+    return lib
+
+
+def default_num_threads() -> int:
+    """`CUVIL_NUM_THREADS`, else the number of physical cores."""
+    env = os.environ.get("CUVIL_NUM_THREADS", "")
+    return int(env) if env.strip().isdigit() and int(env) > 0 else toolchain.physical_cores()
+
+
+def aligned_empty(shape, dtype=np.float32, align: int = 64) -> np.ndarray:
+    """An uninitialised C-contiguous array whose data starts on an `align`-byte boundary."""
+    dtype = np.dtype(dtype)
+    shape = (shape,) if np.isscalar(shape) else tuple(shape)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(nbytes + align, np.uint8)
+    offset = -raw.ctypes.data % align
+    return raw[offset:offset + nbytes].view(dtype).reshape(shape)
+
+
+def aligned_array(x, dtype=np.float32, align: int = 64) -> np.ndarray:
+    """A 64-byte-aligned C-contiguous copy of `x` (cast to `dtype`)."""
+    out = aligned_empty(np.shape(x), dtype, align)
+    out[...] = x
+    return out
+
+
+def _matrix(x: np.ndarray, what: str) -> tuple[np.ndarray, int, int]:
+    """(array, row stride, column stride) in elements; copies what the kernels cannot read in place."""
+    if not isinstance(x, np.ndarray) or x.ndim != 2:
+        raise ShapeError(f"sgemm: {what} must be a 2-D array, got {getattr(x, 'shape', type(x).__name__)}")
+    if x.dtype != np.float32 or any(s % 4 for s in x.strides):
+        x = aligned_array(x)
+    return x, x.strides[0] // 4, x.strides[1] // 4
+
+
+def _output(out, shape, what="out") -> np.ndarray:
+    if out is None:
+        return aligned_empty(shape)
+    if out.dtype != np.float32 or out.shape != tuple(shape) or out.strides[1] != 4 or out.strides[0] % 4:
+        raise ShapeError(f"sgemm: {what} must be float32 {shape} with unit column stride, got {out.dtype} "
+                         f"{out.shape} strides {out.strides}")
+    return out
+
+
+def _bias(bias, n: int):
+    if bias is None:
+        return None
+    bias = np.ascontiguousarray(bias, np.float32)
+    if bias.shape != (n,):
+        raise ShapeError(f"sgemm: bias must have shape ({n},), got {bias.shape}")
+    return bias
+
+
+def _act(act: str) -> int:
+    if act not in ACTIVATIONS:
+        raise ValueError(f"sgemm: unknown activation {act!r}; expected one of {sorted(ACTIVATIONS)}")
+    return ACTIVATIONS[act]
+
+
+def _ptr_of(x):
+    return None if x is None else x.ctypes.data
+
+
+def sgemm(a, b, out=None, *, bias=None, act="none", alpha=1.0, beta=0.0, opt_level=3) -> np.ndarray:
+    """`out = act(alpha * a @ b + bias + beta * out)` for 2-D float32 arrays (views with any strides)."""
+    a, rsa, csa = _matrix(a, "a")
+    b, rsb, csb = _matrix(b, "b")
+    (m, k), n = a.shape, b.shape[1]
+    if b.shape[0] != k:
+        raise ShapeError(f"sgemm: a is {a.shape} but b is {b.shape}")
+    c, bias = _output(out, (m, n)), _bias(bias, n)
+    load(opt_level).cuvil_sgemm(m, n, k, alpha, a.ctypes.data, rsa, csa, b.ctypes.data, rsb, csb, beta,
+                                c.ctypes.data, c.strides[0] // 4, _ptr_of(bias), _act(act))
+    return c
+
+
+class PackedB:
+    """A constant right operand packed once for `sgemm_packed` (the layout belongs to the loaded library)."""
+
+    def __init__(self, b, opt_level: int = 3):
+        b, rsb, csb = _matrix(b, "b")
+        self.k, self.n = b.shape
+        self.opt_level = opt_level
+        lib = load(opt_level)
+        self.data = aligned_empty(lib.cuvil_sgemm_packed_size(self.k, self.n))
+        lib.cuvil_sgemm_pack_b(self.k, self.n, b.ctypes.data, rsb, csb, self.data.ctypes.data)
+
+
+def sgemm_packed(a, packed: PackedB, out=None, *, bias=None, act="none", alpha=1.0, beta=0.0) -> np.ndarray:
+    """`sgemm` with a right operand packed by `PackedB`."""
+    a, rsa, csa = _matrix(a, "a")
+    m, k = a.shape
+    if k != packed.k:
+        raise ShapeError(f"sgemm_packed: a is {a.shape} but the packed operand is ({packed.k}, {packed.n})")
+    c, bias = _output(out, (m, packed.n)), _bias(bias, packed.n)
+    load(packed.opt_level).cuvil_sgemm_packed(m, packed.n, k, alpha, a.ctypes.data, rsa, csa,
+                                              packed.data.ctypes.data, beta, c.ctypes.data, c.strides[0] // 4,
+                                              _ptr_of(bias), _act(act))
+    return c
+
+
+def _batch_matrix(x, what: str):
+    if not isinstance(x, np.ndarray) or x.ndim != 3:
+        raise ShapeError(f"sgemm_batched: {what} must be a 3-D array, got {getattr(x, 'shape', type(x).__name__)}")
+    if x.dtype != np.float32 or any(s % 4 for s in x.strides):
+        x = aligned_array(x)
+    return x, *(s // 4 for s in x.strides)
+
+
+def sgemm_batched(a, b, out=None, *, bias=None, act="none", alpha=1.0, beta=0.0, opt_level=3) -> np.ndarray:
+    """`out[t] = act(alpha * a[t] @ b[t] + bias + beta * out[t])`; a batch stride of 0 (broadcast_to) shares."""
+    a, sa, rsa, csa = _batch_matrix(a, "a")
+    b, sb, rsb, csb = _batch_matrix(b, "b")
+    (batch, m, k), n = a.shape, b.shape[2]
+    if b.shape[0] != batch or b.shape[1] != k:
+        raise ShapeError(f"sgemm_batched: a is {a.shape} but b is {b.shape}")
+    c = aligned_empty((batch, m, n)) if out is None else out
+    if c.shape != (batch, m, n) or c.dtype != np.float32 or c.strides[2] != 4 or (batch > 1 and c.strides[0] == 0):
+        raise ShapeError(f"sgemm_batched: out must be float32 {(batch, m, n)} with unit column stride")
+    bias = _bias(bias, n)
+    load(opt_level).cuvil_sgemm_batched(batch, m, n, k, alpha, a.ctypes.data, rsa, csa, sa, b.ctypes.data, rsb,
+                                        csb, sb, beta, c.ctypes.data, c.strides[1] // 4, c.strides[0] // 4,
+                                        _ptr_of(bias), _act(act))
+    return c
+
+
+def activation(x, act: str, opt_level: int = 3) -> np.ndarray:
+    """`act` applied elementwise with the epilogue's vector math (for tests and as a reference point)."""
+    x = np.ascontiguousarray(x, np.float32)
+    y = np.empty_like(x)
+    load(opt_level).cuvil_activation(_act(act), x.size, x.ctypes.data, y.ctypes.data)
+    return y

@@ -1,0 +1,72 @@
+/* Cuvil's CPU kernel library: the C ABI that generated model code and the Python bindings call.
+ *
+ * All matrices are fp32. A matrix is a base pointer plus a row stride and a column stride in elements
+ * (row-major contiguous: rs = leading dimension, cs = 1; a transposed view: rs = 1, cs = leading dimension).
+ * The output C is always row-major with unit column stride and leading dimension ldc.
+ *
+ * Every GEMM computes, for 0 <= i < M, 0 <= j < N:
+ *     C[i,j] = act(alpha * sum_k A[i,k] * B[k,j] + bias[j] + beta * C[i,j])
+ * bias may be NULL (no bias); beta == 0 never reads C (it may hold garbage or NaN). Any size may be 0.
+ * Operands need no alignment; 64-byte alignment is the fast case. A, B and C must not overlap.
+ * Threads: an OpenMP team of cuvil_get_num_threads() threads (CUVIL_NUM_THREADS, else the processor count;
+ * the Python loader sets the physical core count), fewer for small problems.
+ */
+#ifndef CUVIL_KERNELS_H
+#define CUVIL_KERNELS_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CUVIL_KERNELS_ABI_VERSION 1
+
+/* Activations of the epilogue (and of cuvil_activation). */
+enum {
+    CUVIL_ACT_NONE = 0,
+    CUVIL_ACT_RELU = 1,
+    CUVIL_ACT_GELU_TANH = 2, /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+    CUVIL_ACT_GELU_ERF = 3,  /* 0.5 x (1 + erf(x / sqrt(2))) */
+    CUVIL_ACT_SIGMOID = 4,
+    CUVIL_ACT_TANH = 5,
+    CUVIL_ACT_COUNT = 6
+};
+
+int cuvil_kernels_abi_version(void);
+/* A static string describing the compiled configuration, e.g. "vl=16 mr=8 nr=32 kc=256 nc=512". */
+const char *cuvil_kernels_config(void);
+void cuvil_set_num_threads(int n);
+int cuvil_get_num_threads(void);
+
+void cuvil_sgemm(int64_t M, int64_t N, int64_t K, float alpha,
+                 const float *A, int64_t rsa, int64_t csa,
+                 const float *B, int64_t rsb, int64_t csb,
+                 float beta, float *C, int64_t ldc,
+                 const float *bias, int act);
+
+/* Constant weights: pack B (K x N) once into a buffer of cuvil_sgemm_packed_size(K, N) floats (64-byte
+ * aligned is best), then multiply by it any number of times. The layout is private to this build of the
+ * library (it depends on the block sizes): pack at run time, never ship packed buffers. */
+int64_t cuvil_sgemm_packed_size(int64_t K, int64_t N);
+void cuvil_sgemm_pack_b(int64_t K, int64_t N, const float *B, int64_t rsb, int64_t csb, float *packed);
+void cuvil_sgemm_packed(int64_t M, int64_t N, int64_t K, float alpha,
+                        const float *A, int64_t rsa, int64_t csa, const float *packed_b,
+                        float beta, float *C, int64_t ldc,
+                        const float *bias, int act);
+
+/* batch independent GEMMs; operand b of batch item t starts at A + t*sa, B + t*sb, C + t*sc.
+ * A stride of 0 shares an operand across the batch (sc must not be 0 when batch > 1). */
+void cuvil_sgemm_batched(int64_t batch, int64_t M, int64_t N, int64_t K, float alpha,
+                         const float *A, int64_t rsa, int64_t csa, int64_t sa,
+                         const float *B, int64_t rsb, int64_t csb, int64_t sb,
+                         float beta, float *C, int64_t ldc, int64_t sc,
+                         const float *bias, int act);
+
+/* y[i] = act(x[i]) with the epilogue's vector math (x == y allowed). */
+void cuvil_activation(int act, int64_t n, const float *x, float *y);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,474 @@
+/* Cuvil's fp32 GEMM, BLIS-style: B packed into NR-wide panels of KC rows, an MR x NR register block
+ * (8 x 32 with AVX-512: 16 accumulators), A read in place, each thread owning a rectangle of C.
+ * The ABI and its semantics are in cuvil_kernels.h. What mattered for speed (shared/PEERS.md): KC = 256 and
+ * NC = 512 (the B block stays in L2), K split into near-equal blocks (784 = 392 + 392), row blocks that
+ * divide the thread's rows, packing B while the first row of micro-kernels runs, and, for M = 1, each
+ * thread streaming its own columns of B eight rows at a time.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <stdio.h>
+#include <omp.h>
+#include <pthread.h>
+
+#include "cuvil_kernels.h"
+#include "cuvil_simd.h"
+
+#define VL CUVIL_VL
+typedef cuvil_vf vf;
+
+/* Block sizes; -D overrides them for experiments (bench/gemm.py --define). */
+/* AVX-512: 6 x 64 (24 accumulators; 4 loads of B and 6 broadcasts per 24 FMAs). On Ice Lake it ran 10-25%
+ * faster than 8 x 32, whose 10 loads per 16 FMAs saturate the two load ports; shared/PEERS.md found 8 x 32 and
+ * 4 x 64 equal on Zen 5. AVX2 (16 ymm registers): 6 x 16. NEON (32 registers): 8 x 8. */
+#ifndef CUVIL_MR
+#if VL == 16 || VL == 8
+#define CUVIL_MR 6
+#elif defined(__aarch64__)
+#define CUVIL_MR 8
+#else
+#define CUVIL_MR 4
+#endif
+#endif
+#ifndef CUVIL_NV /* vectors per row of the register block */
+#if VL == 16
+#define CUVIL_NV 4
+#else
+#define CUVIL_NV 2
+#endif
+#endif
+#ifndef CUVIL_KC
+#define CUVIL_KC 256
+#endif
+#ifndef CUVIL_NC
+#define CUVIL_NC 512
+#endif
+#if CUVIL_MR < 1 || CUVIL_MR > 12
+#error "CUVIL_MR must be in 1..12"
+#endif
+
+#define MR CUVIL_MR
+#define NV CUVIL_NV
+#define NR (NV * VL)
+#define KC CUVIL_KC
+#define NC_PANELS ((CUVIL_NC + NR - 1) / NR)
+#define MIN_WORK_PER_THREAD (1 << 17) /* multiply-adds: below this an extra thread costs more than it gives */
+#define GEMV_COLS 512                 /* columns a thread accumulates at once on the M = 1 path */
+
+#define STR2(x) #x
+#define STR(x) STR2(x)
+
+typedef struct {
+    int64_t M, N, K;
+    float alpha, beta;
+    const float *A;
+    int64_t rsa; /* A's column stride is 1 here: the entry points copy other layouts */
+    const float *B;
+    int64_t rsb, csb;
+    const float *packed; /* pre-packed B, or NULL */
+    float *C;
+    int64_t ldc;
+    const float *bias;
+    int act;
+} gemm_t;
+
+static inline int64_t ceil_div(int64_t n, int64_t d) { return n <= 0 ? 0 : (n + d - 1) / d; }
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+/* Start of part p when n is split into `parts` parts whose sizes differ by at most one. */
+static inline int64_t split_at(int64_t n, int64_t parts, int64_t p)
+{
+    return n / parts * p + min64(p, n % parts);
+}
+
+/* ---- threads and buffers ---- */
+
+static int num_threads;
+
+void cuvil_set_num_threads(int n) { num_threads = n > 0 ? n : 1; }
+
+int cuvil_get_num_threads(void)
+{
+    if (num_threads <= 0) {
+        const char *env = getenv("CUVIL_NUM_THREADS");
+        int n = env ? atoi(env) : 0;
+        num_threads = n > 0 ? n : omp_get_num_procs();
+    }
+    return num_threads;
+}
+
+static int threads_for(int64_t multiply_adds)
+{
+    int64_t n = multiply_adds / MIN_WORK_PER_THREAD;
+    int limit = cuvil_get_num_threads();
+    return n < 1 ? 1 : (n < limit ? (int)n : limit);
+}
+
+static void *alloc_or_die(size_t bytes)
+{
+    void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!p) {
+        fprintf(stderr, "cuvil kernels: out of memory allocating %zu bytes\n", bytes);
+        abort();
+    }
+    return p;
+}
+
+/* Each thread's packing buffer (KC x NC floats), kept for the thread's life so that calls don't page-fault;
+ * freed when the thread exits. */
+static pthread_key_t buffer_key;
+static pthread_once_t buffer_key_once = PTHREAD_ONCE_INIT;
+
+static void make_buffer_key(void) { pthread_key_create(&buffer_key, free); }
+
+static float *pack_buffer(void)
+{
+    pthread_once(&buffer_key_once, make_buffer_key);
+    float *buf = pthread_getspecific(buffer_key);
+    if (!buf) {
+        buf = alloc_or_die(sizeof(float) * KC * NC_PANELS * NR);
+        pthread_setspecific(buffer_key, buf);
+    }
+    return buf;
+}
+
+/* ---- the micro-kernel: acc = A[0:mr, 0:kc] @ Bpanel[0:kc, 0:NR] ----
+ * B comes from a packed panel (ldb = NR) or straight from B's rows (ldb = rsb); `pack`, when not NULL,
+ * receives the panel as it streams by (fused packing). mr is a constant in every instance. */
+CUVIL_INLINE void micro_kernel(const int mr, int64_t kc, const float *restrict a, int64_t lda,
+                               const float *restrict b, int64_t ldb, float *restrict pack, vf acc[MR][NV])
+{
+    vf c[MR][NV];
+#pragma GCC unroll 12
+    for (int r = 0; r < MR; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) c[r][v] = (vf){0};
+    for (int64_t k = 0; k < kc; k++) {
+        vf bv[NV];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) bv[v] = cuvil_load(b + k * ldb + v * VL);
+        if (pack)
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) cuvil_store(pack + k * NR + v * VL, bv[v]);
+#pragma GCC unroll 12
+        for (int r = 0; r < MR; r++)
+            if (r < mr)
+#pragma GCC unroll 4
+                for (int v = 0; v < NV; v++) c[r][v] += a[r * lda + k] * bv[v];
+    }
+    for (int r = 0; r < mr; r++)
+        for (int v = 0; v < NV; v++) acc[r][v] = c[r][v];
+}
+
+enum { FROM_PACKED, FROM_B, FROM_B_PACKING };
+
+#define KERNEL_CASE(m)                                                                             \
+    case m:                                                                                        \
+        if (mode == FROM_PACKED) micro_kernel(m, kc, a, lda, b, NR, NULL, acc);                   \
+        else if (mode == FROM_B) micro_kernel(m, kc, a, lda, b, ldb, NULL, acc);                  \
+        else micro_kernel(m, kc, a, lda, b, ldb, pack, acc);                                      \
+        break;
+
+static void run_kernel(int mode, int mr, int64_t kc, const float *a, int64_t lda, const float *b, int64_t ldb,
+                       float *pack, vf acc[MR][NV])
+{
+    switch (mr) {
+        KERNEL_CASE(1) KERNEL_CASE(2) KERNEL_CASE(3) KERNEL_CASE(4)
+#if MR >= 5
+        KERNEL_CASE(5)
+#endif
+#if MR >= 6
+        KERNEL_CASE(6)
+#endif
+#if MR >= 7
+        KERNEL_CASE(7)
+#endif
+#if MR >= 8
+        KERNEL_CASE(8)
+#endif
+#if MR >= 9
+        KERNEL_CASE(9)
+#endif
+#if MR >= 10
+        KERNEL_CASE(10)
+#endif
+#if MR >= 11
+        KERNEL_CASE(11)
+#endif
+#if MR >= 12
+        KERNEL_CASE(12)
+#endif
+    default: break;
+    }
+}
+
+/* ---- the epilogue: C = act(alpha acc + bias + beta C), applied per K block as the tile leaves registers ---- */
+
+CUVIL_INLINE vf finish(const gemm_t *g, vf x, const float *c, const float *bias, int first, int last)
+{
+    if (g->alpha != 1.0f) x *= g->alpha;
+    if (!first) x += cuvil_load(c);
+    else if (g->beta != 0.0f) x += g->beta * cuvil_load(c);
+    if (last) {
+        if (bias) x += cuvil_load(bias);
+        x = cuvil_activate(x, g->act);
+    }
+    return x;
+}
+
+/* Store rows [i, i+mr) x columns [j, j+nr) of C; a partial tile goes through a padded copy. */
+static void store_tile(const gemm_t *g, vf acc[MR][NV], int mr, int nr, int64_t i, int64_t j, int first, int last)
+{
+    const float *bias = g->bias && last ? g->bias + j : NULL;
+    float *c = g->C + i * g->ldc + j;
+    if (nr == NR) {
+        for (int r = 0; r < mr; r++)
+            for (int v = 0; v < NV; v++) {
+                float *cv = c + r * g->ldc + v * VL;
+                cuvil_store(cv, finish(g, acc[r][v], cv, bias ? bias + v * VL : NULL, first, last));
+            }
+        return;
+    }
+    float row[NR] __attribute__((aligned(64))), bias_pad[NR] __attribute__((aligned(64)));
+    int reads_c = !first || g->beta != 0.0f;
+    if (bias) {
+        memset(bias_pad, 0, sizeof bias_pad);
+        memcpy(bias_pad, bias, sizeof(float) * nr);
+    }
+    for (int r = 0; r < mr; r++) {
+        float *crow = c + r * g->ldc;
+        memset(row, 0, sizeof row);
+        if (reads_c) memcpy(row, crow, sizeof(float) * nr);
+        for (int v = 0; v < NV; v++)
+            cuvil_store(row + v * VL, finish(g, acc[r][v], row + v * VL, bias ? bias_pad + v * VL : NULL, first, last));
+        memcpy(crow, row, sizeof(float) * nr);
+    }
+}
+
+/* ---- packing: panel of B rows [k0, k0+kc), columns [j, j+nr) into kc x NR, zero-padded ---- */
+
+static void pack_panel(const float *B, int64_t rsb, int64_t csb, int64_t k0, int64_t kc, int64_t j, int nr,
+                       float *dst)
+{
+    const float *src = B + k0 * rsb + j * csb;
+    if (nr < NR)
+        for (int64_t k = 0; k < kc; k++) memset(dst + k * NR + nr, 0, sizeof(float) * (NR - nr));
+    if (csb == 1) {
+        for (int64_t k = 0; k < kc; k++) memcpy(dst + k * NR, src + k * rsb, sizeof(float) * nr);
+    } else { /* transposed or strided B: walk down each column, the cheaper direction when rsb is small */
+        for (int jj = 0; jj < nr; jj++)
+            for (int64_t k = 0; k < kc; k++) dst[k * NR + jj] = src[k * rsb + jj * csb];
+    }
+}
+
+static inline int64_t padded_n(int64_t N) { return ceil_div(N, NR) * NR; }
+
+int64_t cuvil_sgemm_packed_size(int64_t K, int64_t N) { return K > 0 && N > 0 ? K * padded_n(N) : 0; }
+
+/* Layout: K blocks (near-equal, <= KC rows) one after the other; within one, the NR-wide panels of
+ * all N columns, each kc x NR row-major. Block kb starts at k0 * padded_n(N). */
+void cuvil_sgemm_pack_b(int64_t K, int64_t N, const float *B, int64_t rsb, int64_t csb, float *packed)
+{
+    int64_t nk = ceil_div(K, KC), panels = ceil_div(N, NR);
+#pragma omp parallel for collapse(2) schedule(static) num_threads(threads_for(K * N / 8))
+    for (int64_t kb = 0; kb < nk; kb++)
+        for (int64_t p = 0; p < panels; p++) {
+            int64_t k0 = split_at(K, nk, kb), kc = split_at(K, nk, kb + 1) - k0;
+            pack_panel(B, rsb, csb, k0, kc, p * NR, (int)min64(NR, N - p * NR),
+                       packed + k0 * padded_n(N) + p * kc * NR);
+        }
+}
+
+/* ---- one thread's rectangle: rows [m0, m1) x panels [p0, p1) ---- */
+
+static void gemm_rect(const gemm_t *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1)
+{
+    int64_t nk = ceil_div(g->K, KC), rows = m1 - m0, nrb = ceil_div(rows, MR);
+    int64_t nch = ceil_div(p1 - p0, NC_PANELS);
+    float *buf = g->packed ? NULL : pack_buffer();
+    for (int64_t ch = 0; ch < nch; ch++) {
+        int64_t q0 = p0 + split_at(p1 - p0, nch, ch), q1 = p0 + split_at(p1 - p0, nch, ch + 1);
+        for (int64_t kb = 0; kb < nk; kb++) {
+            int64_t k0 = split_at(g->K, nk, kb), kc = split_at(g->K, nk, kb + 1) - k0;
+            float *bp = g->packed ? (float *)g->packed + k0 * padded_n(g->N) + q0 * kc * NR : buf;
+            for (int64_t rb = 0; rb < nrb; rb++) {
+                int64_t i = m0 + split_at(rows, nrb, rb);
+                int mr = (int)(m0 + split_at(rows, nrb, rb + 1) - i);
+                const float *a = g->A + i * g->rsa + k0;
+                for (int64_t p = q0; p < q1; p++) {
+                    int64_t j = p * NR;
+                    int nr = (int)min64(NR, g->N - j);
+                    float *panel = bp + (p - q0) * kc * NR;
+                    const float *bsrc = g->B + k0 * g->rsb + j;
+                    vf acc[MR][NV];
+                    if (g->packed || rb > 0) {
+                        run_kernel(FROM_PACKED, mr, kc, a, g->rsa, panel, NR, NULL, acc);
+                    } else if (g->csb == 1 && nr == NR) { /* first row block: stream B, pack unless alone */
+                        run_kernel(nrb == 1 ? FROM_B : FROM_B_PACKING, mr, kc, a, g->rsa, bsrc, g->rsb, panel, acc);
+                    } else {
+                        pack_panel(g->B, g->rsb, g->csb, k0, kc, j, nr, panel);
+                        run_kernel(FROM_PACKED, mr, kc, a, g->rsa, panel, NR, NULL, acc);
+                    }
+                    store_tile(g, acc, mr, nr, i, j, kb == 0, kb == nk - 1);
+                }
+            }
+        }
+    }
+}
+
+/* ---- M = 1: each thread owns columns [j0, j1) and streams B eight rows at a time ---- */
+
+static void gemv_cols(const gemm_t *g, int64_t j0, int64_t j1)
+{
+    float y[GEMV_COLS] __attribute__((aligned(64)));
+    const float *a = g->A;
+    for (int64_t c0 = j0; c0 < j1; c0 += GEMV_COLS) {
+        int64_t w = min64(GEMV_COLS, j1 - c0), vw = w / VL * VL;
+        memset(y, 0, sizeof y);
+        for (int64_t k = 0; k < g->K; k += 8) {
+            int64_t kk = min64(8, g->K - k);
+            const float *b = g->B + k * g->rsb + c0;
+            if (kk == 8) {
+                int64_t s = g->rsb;
+                for (int64_t jj = 0; jj < vw; jj += VL) {
+                    const float *bj = b + jj;
+                    vf t = cuvil_load(y + jj) + a[k] * cuvil_load(bj) + a[k + 1] * cuvil_load(bj + s)
+                           + a[k + 2] * cuvil_load(bj + 2 * s) + a[k + 3] * cuvil_load(bj + 3 * s)
+                           + a[k + 4] * cuvil_load(bj + 4 * s) + a[k + 5] * cuvil_load(bj + 5 * s)
+                           + a[k + 6] * cuvil_load(bj + 6 * s) + a[k + 7] * cuvil_load(bj + 7 * s);
+                    cuvil_store(y + jj, t);
+                }
+                for (int64_t jj = vw; jj < w; jj++)
+                    for (int r = 0; r < 8; r++) y[jj] += a[k + r] * b[r * s + jj];
+            } else {
+                for (int r = 0; r < kk; r++)
+                    for (int64_t jj = 0; jj < w; jj++) y[jj] += a[k + r] * b[r * g->rsb + jj];
+            }
+        }
+        for (int64_t jj = 0; jj < w; jj += NR) {
+            vf acc[MR][NV];
+            for (int v = 0; v < NV; v++) acc[0][v] = cuvil_load(y + jj + v * VL);
+            store_tile(g, acc, 1, (int)min64(NR, w - jj), 0, c0 + jj, 1, 1);
+        }
+    }
+}
+
+/* ---- the drivers ---- */
+
+/* Split nt threads into a tm x tn grid over (rows, panels), trading padding against duplicated packing. */
+static void choose_grid(const gemm_t *g, int nt, int *tm, int *tn)
+{
+    int64_t panels = ceil_div(g->N, NR), best = -1;
+    int pack_rows = g->packed ? 0 : 2; /* packing a panel costs about two rows of multiply-adds */
+    *tm = *tn = 1;
+    for (int a = 1; a <= nt; a++) {
+        if (nt % a || a > g->M || nt / a > panels) continue;
+        int64_t cost = (ceil_div(g->M, a) + pack_rows) * ceil_div(panels, nt / a);
+        if (best < 0 || cost < best) best = cost, *tm = a, *tn = nt / a;
+    }
+}
+
+static void gemm_run(const gemm_t *g, int max_threads)
+{
+    int64_t M = g->M, N = g->N;
+    int nt = threads_for(M * N * g->K);
+    nt = nt < max_threads ? nt : max_threads;
+    if (g->M == 1 && !g->packed && g->csb == 1) {
+        int64_t lines = ceil_div(N, 16); /* whole cache lines per thread */
+        nt = (int)min64(nt, lines);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+        {
+            int t = omp_get_thread_num(), team = omp_get_num_threads();
+            gemv_cols(g, min64(N, split_at(lines, team, t) * 16), min64(N, split_at(lines, team, t + 1) * 16));
+        }
+        return;
+    }
+    int tm, tn;
+    choose_grid(g, nt, &tm, &tn);
+    int64_t panels = ceil_div(N, NR);
+#pragma omp parallel num_threads(tm * tn) if (tm * tn > 1)
+    {
+        int team = omp_get_num_threads();
+        for (int w = omp_get_thread_num(); w < tm * tn; w += team) {
+            int r = w / tn, c = w % tn;
+            gemm_rect(g, split_at(M, tm, r), split_at(M, tm, r + 1), split_at(panels, tn, c),
+                      split_at(panels, tn, c + 1));
+        }
+    }
+}
+
+/* K = 0: only the epilogue, C = act(bias + beta C). */
+static void epilogue_only(const gemm_t *g)
+{
+    vf acc[MR][NV];
+    memset(acc, 0, sizeof acc);
+    for (int64_t i = 0; i < g->M; i++)
+        for (int64_t j = 0; j < g->N; j += NR) store_tile(g, acc, 1, (int)min64(NR, g->N - j), i, j, 1, 1);
+}
+
+/* Run g, first copying A to a row-major buffer when its columns are not contiguous. */
+static void gemm_dispatch(gemm_t g, int64_t csa, int max_threads)
+{
+    if (g.M <= 0 || g.N <= 0) return;
+    if (g.K <= 0) {
+        epilogue_only(&g);
+        return;
+    }
+    float *copy = NULL;
+    if (csa != 1 && !(g.M == 1 && g.K == 1)) {
+        copy = alloc_or_die(sizeof(float) * g.M * g.K);
+        for (int64_t i = 0; i < g.M; i++)
+            for (int64_t k = 0; k < g.K; k++) copy[i * g.K + k] = g.A[i * g.rsa + k * csa];
+        g.A = copy, g.rsa = g.K;
+    }
+    gemm_run(&g, max_threads);
+    free(copy);
+}
+
+void cuvil_sgemm(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t rsa, int64_t csa,
+                 const float *B, int64_t rsb, int64_t csb, float beta, float *C, int64_t ldc,
+                 const float *bias, int act)
+{
+    gemm_t g = {M, N, K, alpha, beta, A, rsa, B, rsb, csb, NULL, C, ldc, bias, act};
+    gemm_dispatch(g, csa, cuvil_get_num_threads());
+}
+
+void cuvil_sgemm_packed(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t rsa, int64_t csa,
+                        const float *packed_b, float beta, float *C, int64_t ldc, const float *bias, int act)
+{
+    gemm_t g = {M, N, K, alpha, beta, A, rsa, NULL, 0, 0, packed_b, C, ldc, bias, act};
+    gemm_dispatch(g, csa, cuvil_get_num_threads());
+}
+
+void cuvil_sgemm_batched(int64_t batch, int64_t M, int64_t N, int64_t K, float alpha,
+                         const float *A, int64_t rsa, int64_t csa, int64_t sa,
+                         const float *B, int64_t rsb, int64_t csb, int64_t sb,
+                         float beta, float *C, int64_t ldc, int64_t sc, const float *bias, int act)
+{
+    int nt = cuvil_get_num_threads();
+    int per_item = batch >= nt ? 1 : nt; /* enough items: one thread each; else threads inside each */
+    int team = per_item == 1 ? threads_for(batch * M * N * K) : 1;
+#pragma omp parallel for schedule(static) num_threads(team) if (team > 1)
+    for (int64_t t = 0; t < batch; t++) {
+        gemm_t g = {M, N, K, alpha, beta, A + t * sa, rsa, B + t * sb, rsb, csb, NULL, C + t * sc, ldc, bias, act};
+        gemm_dispatch(g, csa, per_item);
+    }
+}
+
+void cuvil_activation(int act, int64_t n, const float *x, float *y)
+{
+    int64_t i = 0;
+    for (; i + VL <= n; i += VL) cuvil_store(y + i, cuvil_activate(cuvil_load(x + i), act));
+    if (i < n) {
+        float tmp[VL] = {0};
+        memcpy(tmp, x + i, sizeof(float) * (n - i));
+        cuvil_store(tmp, cuvil_activate(cuvil_load(tmp), act));
+        memcpy(y + i, tmp, sizeof(float) * (n - i));
+    }
+}
+
+int cuvil_kernels_abi_version(void) { return CUVIL_KERNELS_ABI_VERSION; }
+
+const char *cuvil_kernels_config(void)
+{
+    return "vl=" STR(VL) " mr=" STR(MR) " nr=" STR(NV) "x" STR(VL) " kc=" STR(KC) " nc=" STR(CUVIL_NC);
+}
