@@ -57,7 +57,10 @@ def compile_module(module: Module, target: str = "cpu", passes: Iterable = (), l
     module = clone_module(module) if copy_module else module
     manager = run_pipeline(module, default_pipeline(target, level, passes))
     log.debug("pass timings:\n%s", manager.timing_report())
-    # The CPU backend replaces the interpreter here once it exists; until then both targets interpret.
+    if target == "cpu":
+        from .backends.cpu.backend import build
+
+        return Executable(module, target, build(module), dict(manager.timings))
     return Executable(module, target, lambda inputs: interpret(module, inputs), dict(manager.timings))
 
 

@@ -103,6 +103,9 @@ class _Interpreter:
         taken = op.regions[0] if bool(inputs[0]) else op.regions[1]
         return self.region(taken, [])
 
+    def fused(self, op: Op, inputs: list) -> list:
+        return self.region(op.regions[0], inputs)
+
     def while_(self, op: Op, inputs: list) -> list:
         carried = inputs
         while bool(self.region(op.regions[0], carried)[0]):
@@ -110,4 +113,5 @@ class _Interpreter:
         return carried
 
 
-_RULES = {"constant": _Interpreter.constant, "cond": _Interpreter.cond, "while": _Interpreter.while_}
+_RULES = {"constant": _Interpreter.constant, "cond": _Interpreter.cond, "while": _Interpreter.while_,
+          "fused": _Interpreter.fused}

@@ -78,10 +78,13 @@ class _Verifier:
         self.attributes(op, opdef)
         if len(op.regions) != opdef.regions:
             raise self.fail(op, f"has {len(op.regions)} regions, expected {opdef.regions}")
+        isolated = "isolated" in opdef.traits
         for r in op.regions:
             if r.parent is not op:
                 raise self.fail(op, "region's parent link does not point at its op")
+            outer, self.visible = self.visible, (self.visible if not isolated else [])
             self.region(r, "yield")
+            self.visible = outer
         self.result_types(op, opdef)
 
     def operand(self, op: Op, i: int, v: Value) -> None:
@@ -94,7 +97,8 @@ class _Verifier:
             raise self.fail(op, f"operand {i} is a value of function @{owner}")
         if owner is None:
             raise self.fail(op, f"operand {i} ({v.type}) is dangling: no op or region of the module defines it")
-        raise self.fail(op, f"operand {i} ({v.type}) is used before its definition or outside its region")
+        raise self.fail(op, f"operand {i} ({v.type}) is used before its definition, outside its region, or "
+                            "inside an isolated region that does not take it as an argument")
 
     def attributes(self, op: Op, opdef) -> None:
         try:

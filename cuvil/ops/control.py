@@ -67,3 +67,16 @@ register_op("cond", operands=1, results=-1, shape=_cond_shape, regions=2,
             doc="if pred: then-region else else-region; results are what the taken region yields")
 register_op("while", operands=(0, None), results=-1, shape=_while_shape, regions=2,
             doc="carried = operands; while cond(carried): carried = body(carried); results are the final carried")
+
+
+def _fused_shape(ctx, types, attrs):
+    if len(ctx.regions) != 1:
+        raise ctx.error("'fused' needs one region")
+    region = ctx.regions[0]
+    _require_same_types(ctx, [a.type for a in region.args], types, "'fused' region arguments")
+    return _yielded(region)
+
+
+register_op("fused", operands=(0, None), results=-1, shape=_fused_shape, regions=1, traits={"isolated"},
+            attrs={"kind": Attr("str", "loop", ("loop", "reduce", "library")), "name": Attr("str", "")},
+            doc="ops the fusion pass grouped into one kernel; the region sees only its arguments")

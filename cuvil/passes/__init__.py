@@ -8,6 +8,8 @@ from __future__ import annotations
 from typing import Iterable
 
 from .decompose import decompose
+from .fuse import FuseOps
+from .lower import SplitToSlices
 from .manager import Pass, PassManager, Pipeline, PipelineBuilder
 from .rewrite import Match, Pat, Rule, apply_rules
 from .simplify import CSE, DCE, Canonicalize, Decompose, FoldConstants, Simplify
@@ -19,6 +21,11 @@ def default_pipeline(target: str = "cpu", level: int = 2, passes: Iterable[Pass]
     pb.add(Canonicalize())
     if level >= 1:
         pb.add_fixpoint("cleanup", FoldConstants(), Simplify(), Canonicalize(), CSE(), DCE())
+    if target == "cpu":
+        from ..backends.cpu.backend import NATIVE_COMPOSITES
+        from ..backends.cpu.loops import LOOP_OPS, REDUCE_OPS
+
+        pb.add(Decompose(keep=NATIVE_COMPOSITES), SplitToSlices(), CSE(), DCE(), FuseOps(LOOP_OPS, REDUCE_OPS))
     for p in passes:
         pb.insert(p)
     return pb.build()
@@ -31,6 +38,6 @@ def run_pipeline(module, pipeline: Pipeline | None = None, **manager_options) ->
     return manager
 
 
-__all__ = ["CSE", "Canonicalize", "DCE", "Decompose", "FoldConstants", "Match", "Pass", "PassManager", "Pat",
-           "Pipeline", "PipelineBuilder", "Rule", "Simplify", "apply_rules", "decompose", "default_pipeline",
-           "run_pipeline"]
+__all__ = ["CSE", "Canonicalize", "DCE", "Decompose", "FoldConstants", "FuseOps", "Match", "Pass", "PassManager",
+           "Pat", "Pipeline", "PipelineBuilder", "Rule", "Simplify", "SplitToSlices", "apply_rules", "decompose",
+           "default_pipeline", "run_pipeline"]

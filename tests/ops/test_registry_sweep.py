@@ -21,7 +21,7 @@ from cuvil.passes import decompose
 from .cases import Case
 
 # Ops exercised by their own tests (they need regions or module constants).
-OWN_TESTS = {"constant", "yield", "return", "cond", "while"}
+OWN_TESTS = {"constant", "yield", "return", "cond", "while", "fused"}
 
 
 def _all_cases() -> list[Case]:

@@ -1,0 +1,47 @@
+"""The CPU backend's entry: what it implements (for the pipeline) and building a module into a callable.
+
+    fused, planned IR --codegen--> C --toolchain (cached by source, flags, compiler)--> .so --> CpuFunction
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+from importlib import resources
+from pathlib import Path
+
+from ...ir.core import Module
+from . import codegen, kernels, toolchain
+from .executable import CpuFunction
+from .library import EMITTERS
+from .loops import LOOP_OPS, REDUCE_OPS
+
+log = logging.getLogger("cuvil.backends.cpu")
+
+# Composite ops the loop kernels compute directly (everything else composite is decomposed first).
+NATIVE_COMPOSITES = frozenset({"leaky_relu", "elu", "selu", "gelu", "softplus", "hardsigmoid", "hardswish", "silu",
+                               "clip"})
+SUPPORTED = LOOP_OPS | REDUCE_OPS | frozenset(EMITTERS) | {"constant", "cond", "while", "fused", "yield", "return"}
+
+
+def runtime_dir() -> Path:
+    return Path(str(resources.files(__package__) / "runtime"))
+
+
+def opt_level() -> int:
+    """`CUVIL_OPT_LEVEL` (tests use 1 to compile faster), else 3."""
+    env = os.environ.get("CUVIL_OPT_LEVEL", "3")
+    return int(env) if env.isdigit() else 3
+
+
+def build(module: Module) -> CpuFunction:
+    """Generate, compile (or find in the cache) and load C for `module`'s main function."""
+    program = codegen.generate(module)
+    kernels.load(opt_level())  # RTLD_GLOBAL: the model library resolves the kernel ABI against it
+    folders = [runtime_dir(), kernels.include_dir()]
+    depends = [runtime_dir() / "cuvil_rt.h", kernels.include_dir() / "cuvil_kernels.h"]
+    lib = toolchain.load_library(program.source, name="model", opt_level=opt_level(), include_dirs=folders,
+                                 depends=depends, extra_flags=("-fno-math-errno",), mode=ctypes.RTLD_LOCAL)
+    log.debug("compiled %s: %d kernels, arena %s", module.main.name, program.source.count("static void k"),
+              program.plan.slots)
+    return CpuFunction(program, lib, module.constants)

@@ -1,0 +1,242 @@
+"""Lower a fused, planned IR function to one C translation unit with a plain C entry point:
+
+    int cuvil_main(void *const *args, void *const *outs, const int64_t *dims, uint8_t *arena,
+                   const void *const *consts);
+    int64_t cuvil_arena_bytes(const int64_t *dims);
+
+`dims` holds the values of the symbolic sizes (in `CProgram.symbols` order); `arena` is the workspace of
+`cuvil_arena_bytes(dims)` bytes, 64-byte aligned; `consts` the module constants in `CProgram.constants`
+order, used in place. Kernels are static functions named after the ops they fuse, each with its source
+location in a comment. `cond` and `while` become C branches and loops, so the whole function is one call.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ...errors import UnsupportedError
+from ...ir.core import Function, Module, Op, Region, Value
+from ...passes.memory import MemoryPlan, plan_memory
+from . import library
+from .c_exprs import STORAGE, c_dim
+from .loops import LoopKernel
+
+PRELUDE = """#include <stdint.h>
+#include <string.h>
+#include <math.h>
+#include "cuvil_rt.h"
+#include "cuvil_kernels.h"
+"""
+
+
+@dataclass
+class CProgram:
+    source: str
+    function: Function
+    symbols: list
+    constants: list
+    plan: MemoryPlan
+    direct_outputs: dict = field(default_factory=dict)  # output index -> value written in place
+
+
+def is_alias(op: Op) -> bool:
+    """A fused group that only reshapes its input is a view: it shares the input's buffer."""
+    body = op.regions[0].ops if op.name == "fused" else []
+    return len(body) == 2 and body[0].name == "reshape" and body[0].operands[0] is op.regions[0].args[0]
+
+
+class CodeGen:
+    def __init__(self, module: Module, fn: Function):
+        self.module, self.fn = module, fn
+        self.symbols = sorted(set().union(*(a.type.free_symbols for a in fn.args), *(
+            t.free_symbols for t in fn.result_types)) | _all_symbols(fn))
+        self.constants: list = []
+        self.ptr: dict = {}
+        self.kernels: list = []
+        self.helpers: dict = {}  # name -> C text of shared helper functions (library emitters add them)
+        self.body: list = []
+        self.counter = 0
+        ret = fn.body.terminator
+        counts = {}
+        for v in ret.operands:
+            counts[id(v)] = counts.get(id(v), 0) + 1
+        self.direct = {i: v for i, v in enumerate(ret.operands)
+                       if counts[id(v)] == 1 and _defines_buffer(v) and v.owner.parent is fn.body}
+        direct_ids = {id(v) for v in self.direct.values()}
+        self.plan = plan_memory(fn, lambda v: _defines_buffer(v) and id(v) not in direct_ids, self.alias_of)
+
+    def alias_of(self, v: Value):
+        if isinstance(v.owner, Op) and v.owner.name == "fused" and is_alias(v.owner):
+            return v.owner.operands[0]
+        if not isinstance(v.owner, Op) and v.owner.parent is not None and v.owner.parent.name == "while":
+            return v.owner.parent.results[v.index]
+        return None
+
+    # -- program -----------------------------------------------------------------------------------
+    def generate(self) -> CProgram:
+        for i, a in enumerate(self.fn.args):
+            self.ptr[id(a)] = f"(({STORAGE[a.type.dtype]} *)args[{i}])"
+        for i, v in self.direct.items():
+            self.ptr[id(v)] = f"(({STORAGE[v.type.dtype]} *)outs[{i}])"
+        self.region(self.fn.body, 1)
+        source = PRELUDE + "\n" + "\n".join(self.helpers.values()) + "\n" + "\n".join(self.kernels) + "\n"
+        source += self._entry()
+        return CProgram(source, self.fn, self.symbols, self.constants, self.plan, dict(self.direct))
+
+    def _entry(self) -> str:
+        sym = "".join(f"    const int64_t s_{s} = dims[{i}];\n" for i, s in enumerate(self.symbols))
+        unused = "    (void)dims; (void)arena; (void)consts; (void)args; (void)outs;\n"
+        offsets = self._offsets()
+        size_fn = (f"int64_t cuvil_arena_bytes(const int64_t *dims)\n{{\n    (void)dims;\n{sym}{offsets}"
+                   f"    return off{len(self.plan.slots)};\n}}\n\n")
+        entry = ("int cuvil_main(void *const *args, void *const *outs, const int64_t *dims, uint8_t *arena,\n"
+                 "               const void *const *consts)\n{\n" + unused + sym + offsets +
+                 "\n".join(self.body) + "\n    return 0;\n}\n")
+        return size_fn + entry
+
+    def _offsets(self) -> str:
+        lines = ["    const int64_t off0 = 0;"]
+        for k, sizes in enumerate(self.plan.slots):
+            size = c_dim(sizes[0])
+            for s in sizes[1:]:
+                size = f"CUVIL_MAX({size}, {c_dim(s)})"
+            lines.append(f"    const int64_t off{k + 1} = off{k} + {size};")
+        return "\n".join(lines) + "\n"
+
+    def line(self, depth: int, text: str) -> None:
+        self.body.append("    " * depth + text)
+
+    # -- regions and ops ---------------------------------------------------------------------------
+    def region(self, region: Region, depth: int) -> list:
+        """Emit `region`'s ops; returns the values its terminator passes on."""
+        for op in region.ops:
+            if op.name in ("yield", "return"):
+                if op.name == "return":
+                    self._return(op, depth)
+                return list(op.operands)
+            self.define_results(op, depth)
+            self.emit_op(op, depth)
+        return []
+
+    def define_results(self, op: Op, depth: int) -> None:
+        for r in op.results:
+            if id(r) in self.ptr:
+                continue
+            alias = self.alias_of(r)
+            if alias is not None:
+                self.ptr[id(r)] = self.ptr[id(alias)]
+            elif id(r) in self.plan.slot_of:
+                name = f"b{self.counter}"
+                self.counter += 1
+                self.line(depth, f"{STORAGE[r.type.dtype]} *{name} = ({STORAGE[r.type.dtype]} *)"
+                                 f"(arena + off{self.plan.slot_of[id(r)]});")
+                self.ptr[id(r)] = name
+
+    def emit_op(self, op: Op, depth: int) -> None:
+        if op.name == "constant":
+            k = len(self.constants)
+            self.constants.append(op.attrs["name"])
+            self.ptr[id(op.results[0])] = f"((const {STORAGE[op.results[0].type.dtype]} *)consts[{k}])"
+        elif op.name == "fused":
+            if not is_alias(op):
+                self._kernel(op, depth)
+        elif op.name == "cond":
+            self._cond(op, depth)
+        elif op.name == "while":
+            self._while(op, depth)
+        elif op.name in library.EMITTERS:
+            library.EMITTERS[op.name](self, op, depth)
+        else:
+            raise UnsupportedError(f"the CPU backend cannot compile '{op.name}'", op.loc)
+
+    def args_of(self, values) -> list:
+        return [self.ptr[id(v)] for v in values]
+
+    def symbol_args(self, names) -> list:
+        return [f"s_{s}" for s in names]
+
+    def _kernel(self, op: Op, depth: int) -> None:
+        name = f"k{len(self.kernels)}_{op.attrs['name']}"
+        kernel = LoopKernel(op, name)
+        locs = sorted({str(o.loc) for o in op.regions[0].ops if str(o.loc)})
+        comment = f"/* {', '.join(o.name for o in op.regions[0].ops[:-1])}" + (
+            f" at {', '.join(locs[:4])}" if locs else "") + " */\n"
+        self.kernels.append(comment + kernel.emit())
+        args = self.args_of(op.operands) + self.args_of(op.results) + self.symbol_args(kernel.symbols)
+        self.line(depth, f"{name}({', '.join(args)});")
+
+    def copy(self, depth: int, dst: Value, src: Value) -> None:
+        if self.ptr[id(dst)] != self.ptr[id(src)]:
+            self.line(depth, f"memcpy({self.ptr[id(dst)]}, {self.ptr[id(src)]}, {c_dim(_nbytes(src))});")
+
+    def _cond(self, op: Op, depth: int) -> None:
+        self.line(depth, f"if ({self.ptr[id(op.operands[0])]}[0]) {{")
+        for i, region in enumerate(op.regions):
+            if i == 1:
+                self.line(depth, "} else {")
+            for dst, src in zip(op.results, self.region(region, depth + 1)):
+                self.copy(depth + 1, dst, src)
+        self.line(depth, "}")
+
+    def _while(self, op: Op, depth: int) -> None:
+        for dst, src in zip(op.results, op.operands):
+            self.copy(depth, dst, src)
+        cond_region, body_region = op.regions
+        for region in op.regions:
+            for a, r in zip(region.args, op.results):
+                self.ptr[id(a)] = self.ptr[id(r)]
+        self.line(depth, "for (;;) {")
+        (pred,) = self.region(cond_region, depth + 1)
+        self.line(depth + 1, f"if (!{self.ptr[id(pred)]}[0]) break;")
+        nexts = self.region(body_region, depth + 1)
+        self._carry(op, body_region, nexts, depth + 1)
+        self.line(depth, "}")
+
+    def _carry(self, op: Op, body: Region, nexts: list, depth: int) -> None:
+        """Copy the body's results into the carried buffers, through temporaries when one of them is a
+        carried buffer at another position (a swap would otherwise read an overwritten value)."""
+        arg_pos = {id(a): i for i, a in enumerate(body.args)}
+        crossing = any(arg_pos.get(id(v), i) != i for i, v in enumerate(nexts))
+        if not crossing:
+            for dst, src in zip(op.results, nexts):
+                self.copy(depth, dst, src)
+            return
+        self.line(depth, "{")
+        for i, src in enumerate(nexts):
+            t = STORAGE[src.type.dtype]
+            self.line(depth + 1, f"{t} tmp{i}[{c_dim(src.type.numel)} > 0 ? {c_dim(src.type.numel)} : 1];")
+            self.line(depth + 1, f"memcpy(tmp{i}, {self.ptr[id(src)]}, {c_dim(_nbytes(src))});")
+        for i, dst in enumerate(op.results):
+            self.line(depth + 1, f"memcpy({self.ptr[id(dst)]}, tmp{i}, {c_dim(_nbytes(dst))});")
+        self.line(depth, "}")
+
+    def _return(self, op: Op, depth: int) -> None:
+        for i, v in enumerate(op.operands):
+            if i not in self.direct:
+                self.line(depth, f"memcpy(outs[{i}], {self.ptr[id(v)]}, {c_dim(_nbytes(v))});")
+
+
+def _nbytes(v: Value):
+    return v.type.numel * v.type.dtype.itemsize
+
+
+def _defines_buffer(v: Value) -> bool:
+    """Results of kernels, library ops and control flow own buffers; inputs, constants and views do not."""
+    op = v.owner
+    return isinstance(op, Op) and op.name not in ("constant",) and not (op.name == "fused" and is_alias(op))
+
+
+def _all_symbols(fn: Function) -> set:
+    out: set = set()
+    for op in fn.walk():
+        for r in op.results:
+            out |= r.type.free_symbols
+        for r in op.regions:
+            for a in r.args:
+                out |= a.type.free_symbols
+    return out
+
+
+def generate(module: Module, fn_name: str | None = None) -> CProgram:
+    fn = module.functions[fn_name] if fn_name else module.main
+    return CodeGen(module, fn).generate()
+

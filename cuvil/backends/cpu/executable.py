@@ -1,0 +1,133 @@
+"""Calling a compiled CPU function from Python: bind sizes, check and convert inputs, call the C entry.
+
+The per-call work is kept small: a binding table built once, preallocated ctypes pointer arrays, a
+per-thread arena reused across calls (so concurrent calls from several threads never share scratch).
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+
+import numpy as np
+
+from ...errors import CuvilError, ShapeError
+from ...ir.symbolic import SymExpr, evaluate
+from .codegen import CProgram
+from .kernels import aligned_empty
+
+log = logging.getLogger("cuvil.backends.cpu")
+
+
+def _plain_symbol(d):
+    if isinstance(d, SymExpr) and len(d.terms) == 1 and d.terms[0][1] == 1 and len(d.terms[0][0]) == 1 \
+            and isinstance(d.terms[0][0][0], str):
+        return d.terms[0][0][0]
+    return None
+
+
+class CpuFunction:
+    """The callable behind an Executable on the CPU target: NumPy arrays in, NumPy arrays out."""
+
+    def __init__(self, program: CProgram, lib: ctypes.CDLL, constants: dict):
+        self.program = program
+        fn = program.function
+        self.arg_types = [a.type for a in fn.args]
+        self.out_types = fn.result_types
+        self._entry = lib.cuvil_main
+        self._entry.argtypes = [ctypes.c_void_p] * 5
+        self._entry.restype = ctypes.c_int
+        self._arena_bytes = lib.cuvil_arena_bytes
+        self._arena_bytes.argtypes = [ctypes.c_void_p]
+        self._arena_bytes.restype = ctypes.c_int64
+        self._binders = self._binding_table()
+        self._constraints = list(fn.constraints)
+        self._consts = [np.ascontiguousarray(constants[name]) for name in program.constants]
+        self._const_ptrs = (ctypes.c_void_p * max(len(self._consts), 1))(*[c.ctypes.data for c in self._consts])
+        self._static = not program.symbols
+        self._local = threading.local()
+        self._sizes: dict = {}
+
+    def _binding_table(self) -> list:
+        table = []
+        for name in self.program.symbols:
+            site = next(((i, ax) for i, t in enumerate(self.arg_types) for ax, d in enumerate(t.shape)
+                         if _plain_symbol(d) == name), None)
+            if site is None:
+                raise CuvilError(f"symbolic size {name} is not a dimension of any input, so a call cannot bind it")
+            table.append(site)
+        return table
+
+    # -- a call ------------------------------------------------------------------------------------
+    def __call__(self, inputs: list) -> list:
+        if len(inputs) != len(self.arg_types):
+            raise ShapeError(f"the compiled function takes {len(self.arg_types)} inputs, got {len(inputs)}")
+        arrays = [self._prepare(i, x) for i, x in enumerate(inputs)]
+        dims = tuple(arrays[i].shape[ax] for i, ax in self._binders)
+        env = dict(zip(self.program.symbols, dims))
+        if not self._static:
+            self._check_sizes(arrays, env)
+        outs = [np.empty(tuple(evaluate(d, env) for d in t.shape), t.dtype.numpy) for t in self.out_types]
+        state = self._thread_state()
+        arena = self._arena(state, dims)
+        for k, a in enumerate(arrays):
+            state.args[k] = a.ctypes.data
+        for k, o in enumerate(outs):
+            state.outs[k] = o.ctypes.data
+        state.dims[:len(dims)] = dims
+        rc = self._entry(state.args, state.outs, state.dims, arena, self._const_ptrs)
+        if rc != 0:
+            raise CuvilError(f"compiled function failed with code {rc}")
+        return outs
+
+    def _prepare(self, i: int, x) -> np.ndarray:
+        t = self.arg_types[i]
+        a = np.asarray(x)
+        if a.dtype != t.dtype.numpy:
+            if not np.can_cast(a.dtype, t.dtype.numpy, "same_kind"):
+                raise ShapeError(f"input {i} must have element type {t.dtype}, got {a.dtype}")
+            log.debug("input %d: casting %s to %s", i, a.dtype, t.dtype)
+            a = a.astype(t.dtype.numpy)
+        if a.ndim != t.rank:
+            raise ShapeError(f"input {i} must have rank {t.rank} ({t}), got shape {a.shape}")
+        for ax, d in enumerate(t.shape):
+            if isinstance(d, int) and a.shape[ax] != d:
+                raise ShapeError(f"input {i} must have shape {t}, got {a.shape}")
+        if not a.flags.c_contiguous:
+            log.debug("input %d: copying a non-contiguous array", i)
+            a = np.ascontiguousarray(a)
+        return a
+
+    def _check_sizes(self, arrays: list, env: dict) -> None:
+        for i, (t, a) in enumerate(zip(self.arg_types, arrays)):
+            for ax, d in enumerate(t.shape):
+                if isinstance(d, SymExpr) and evaluate(d, env) != a.shape[ax]:
+                    raise ShapeError(f"input {i} must have shape {t} = "
+                                     f"{tuple(evaluate(e, env) for e in t.shape)}, got {a.shape}")
+        for lhs, rhs in self._constraints:
+            if evaluate(lhs, env) != evaluate(rhs, env):
+                raise ShapeError(f"the compiled function needs {lhs} == {rhs}, but the inputs give "
+                                 f"{evaluate(lhs, env)} != {evaluate(rhs, env)}")
+
+    def _thread_state(self):
+        state = self._local
+        if not hasattr(state, "args"):
+            state.args = (ctypes.c_void_p * max(len(self.arg_types), 1))()
+            state.outs = (ctypes.c_void_p * max(len(self.out_types), 1))()
+            state.dims = (ctypes.c_int64 * max(len(self.program.symbols), 1))()
+            state.arena = None
+        return state
+
+    def _arena(self, state, dims: tuple) -> int:
+        size = self._sizes.get(dims)
+        if size is None:
+            state.dims[:len(dims)] = dims
+            size = self._sizes[dims] = int(self._arena_bytes(state.dims))
+        if state.arena is None or state.arena.nbytes < size:
+            state.arena = aligned_empty(max(size, 64), np.uint8)
+        return state.arena.ctypes.data
+
+    def arena_bytes(self, *inputs) -> int:
+        """The arena size the plan needs for these inputs' sizes."""
+        env = {s: np.shape(inputs[i])[ax] for s, (i, ax) in zip(self.program.symbols, self._binders)}
+        return self.program.plan.arena_bytes(env)

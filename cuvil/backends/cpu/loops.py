@@ -1,0 +1,306 @@
+"""Loop kernels: one C function per `fused` group of elementwise, data-movement and reduction ops.
+
+Every value of the group is computed at an index of the iteration domain; data-movement ops only change
+the index (a broadcast drops coordinates, a transpose permutes them, a reshape keeps the flat offset), so
+the whole chain reads each input once and writes each output once. Loads that a select may discard
+(concat, pad, gather) read at a clamped index, so no input is read out of bounds for any input the
+signature accepts.
+
+Loop shapes: a flat `omp parallel for simd` loop when no op needs per-axis coordinates, else a nest whose
+outer axes are threaded and whose innermost axis is `omp simd`. A `reduce` group nests the reduced axes
+inside the kept ones and accumulates in a register.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from ...ir.core import Op, Value
+from ...ir.dtypes import DType
+from ...ir.symbolic import free_symbols
+from ...ops import registry
+from .c_exprs import ELEMENTWISE, STORAGE, CType, c_dim, elementwise_expr, load, store_value
+
+PARALLEL_MIN_ELEMENTS = 1 << 15  # below this a kernel runs on one thread: forking costs more than it saves
+INDEX_OPS = {"broadcast_to", "transpose", "slice", "pad", "concat", "gather", "iota"}
+REDUCE_INIT = {"reduce_sum": "0", "reduce_prod": "1", "reduce_max": "-INFINITY", "reduce_min": "INFINITY"}
+REDUCE_INT_INIT = {"reduce_max": "{t}_MIN", "reduce_min": "{t}_MAX"}
+REDUCE_COMBINE = {"reduce_sum": "{a} + {x}", "reduce_prod": "{a} * {x}", "reduce_max": "CUVIL_MAX({a}, {x})",
+                  "reduce_min": "CUVIL_MIN({a}, {x})"}
+_INT_LIMITS = {DType.i64: "INT64", DType.i32: "INT32", DType.i16: "INT16", DType.i8: "INT8", DType.u8: "UINT8"}
+
+
+@dataclass
+class Idx:
+    """An index into a tensor of `shape`: per-axis C expressions, a flat C offset, or both."""
+
+    shape: tuple
+    axes: Optional[tuple] = None
+    flat: Optional[str] = None
+
+    def get_flat(self) -> str:
+        if self.flat is None:
+            terms, stride = [], "1"
+            for axis, size in reversed(list(zip(self.axes, self.shape))):
+                if size != 1 and axis != "0":
+                    terms.append(axis if stride == "1" else f"{axis} * {stride}")
+                stride = c_dim(size) if stride == "1" else f"{stride} * {c_dim(size)}"
+            self.flat = " + ".join(reversed(terms)) or "0"
+        return self.flat
+
+    def get_axes(self) -> tuple:
+        if self.axes is None:
+            axes, stride = [], "1"
+            for size in reversed(self.shape):
+                axes.append(f"(({self.flat}) / ({stride}) % {c_dim(size)})" if stride != "1"
+                            else f"(({self.flat}) % {c_dim(size)})")
+                stride = c_dim(size) if stride == "1" else f"{stride} * {c_dim(size)}"
+            self.axes = tuple(reversed(axes))
+        return self.axes
+
+
+class LoopKernel:
+    """Emits the C function for one `fused` op of kind "loop" or "reduce"."""
+
+    def __init__(self, op: Op, name: str):
+        self.op, self.name = op, name
+        region = op.regions[0]
+        self.args = region.args
+        self.outputs = list(region.terminator.operands)
+        self.arg_index = {id(a): i for i, a in enumerate(self.args)}
+        self.lines: list[str] = []
+        self.memo: list[dict] = [{}]
+        self.counter = 0
+        self.reduce_op = next((o for o in region.ops if o.name in REDUCE_INIT), None) if op.attrs["kind"] == "reduce" \
+            else None
+        types = [a.type for a in self.args] + [v.type for v in self.outputs]
+        if self.reduce_op is not None:
+            types.append(self.reduce_op.operands[0].type)
+        self.symbols = sorted(set().union(*(t.free_symbols for t in types)) | self._attr_symbols())
+
+    def _attr_symbols(self) -> set:
+        out = set()
+        for o in self.op.regions[0].ops:
+            for k, v in o.attrs.items():
+                if registry.get_op(o.name).attrs[k].kind == "dims":
+                    for d in v:
+                        out |= free_symbols(d)
+        return out
+
+    # -- the C function ----------------------------------------------------------------------------
+    def emit(self) -> str:
+        params = [f"const {STORAGE[a.type.dtype]} *restrict in{i}" for i, a in enumerate(self.args)]
+        params += [f"{STORAGE[v.type.dtype]} *restrict out{i}" for i, v in enumerate(self.outputs)]
+        params += [f"int64_t s_{s}" for s in self.symbols]
+        head = f"static void {self.name}({', '.join(params) or 'void'})"
+        if self.reduce_op is not None:
+            self._emit_reduce()
+        else:
+            self._emit_pointwise()
+        return head + "\n{\n" + "\n".join(self.lines) + "\n}\n"
+
+    def _line(self, depth: int, text: str) -> None:
+        self.lines.append("    " * depth + text)
+
+    def _needs_axes(self) -> bool:
+        return any(o.name in INDEX_OPS for o in self.op.regions[0].ops)
+
+    def _emit_pointwise(self) -> None:
+        shape = self.outputs[0].type.shape
+        numel = c_dim(self.outputs[0].type.numel)
+        par = f"if({numel} >= {PARALLEL_MIN_ELEMENTS}) schedule(static)"
+        if not self._needs_axes() or len(shape) <= 1:
+            self._line(1, f"#pragma omp parallel for simd {par}")
+            self._line(1, f"for (int64_t i = 0; i < {numel}; i++) {{")
+            idx = Idx(shape, ("i",) if len(shape) == 1 else None, "i")
+            self._store_outputs(idx, 2)
+            self._line(1, "}")
+            return
+        axes = tuple(f"i{k}" for k in range(len(shape)))
+        depth = self._open_nest(axes, shape, par, outer_threaded=True)
+        self._store_outputs(Idx(shape, axes), depth)
+        self._close(depth)
+
+    def _open_nest(self, axes, shape, par: str, outer_threaded: bool, depth: int = 1) -> int:
+        for k, (a, size) in enumerate(zip(axes, shape)):
+            if k == 0 and outer_threaded:
+                collapse = " collapse(2)" if len(axes) > 2 else ""
+                self._line(depth, f"#pragma omp parallel for{collapse} {par}")
+            elif k == len(axes) - 1:
+                self._line(depth, "#pragma omp simd")
+            self._line(depth, f"for (int64_t {a} = 0; {a} < {c_dim(size)}; {a}++) {{")
+            depth += 1
+        return depth
+
+    def _close(self, depth: int, until: int = 1) -> None:
+        for d in range(depth - 1, until - 1, -1):
+            self._line(d, "}")
+
+    def _store_outputs(self, idx: Idx, depth: int) -> None:
+        for i, v in enumerate(self.outputs):
+            expr = self.value(v, idx, depth)
+            self._line(depth, f"out{i}[{idx.get_flat()}] = {store_value(v.type.dtype, expr)};")
+
+    def _emit_reduce(self) -> None:
+        red = self.reduce_op
+        src = red.operands[0].type
+        axes_reduced = set(red.attrs["axes"])
+        full_axes = [f"i{k}" for k in range(src.rank)]
+        kept = [k for k in range(src.rank) if k not in axes_reduced]
+        out_t = red.results[0].type
+        out_axes = tuple(full_axes[k] if k not in axes_reduced else "0" for k in range(src.rank)) \
+            if red.attrs["keepdims"] else tuple(full_axes[k] for k in kept)
+        par = f"if({c_dim(src.numel)} >= {PARALLEL_MIN_ELEMENTS}) schedule(static)"
+        depth = 1
+        for n, k in enumerate(kept):
+            if n == 0:
+                collapse = " collapse(2)" if len(kept) > 1 else ""
+                self._line(depth, f"#pragma omp parallel for{collapse} {par}")
+            self._line(depth, f"for (int64_t i{k} = 0; i{k} < {c_dim(src.shape[k])}; i{k}++) {{")
+            depth += 1
+        ct = CType(out_t.dtype)
+        acc = "acc"
+        init = REDUCE_INIT[red.name]
+        if not ct.is_float and red.name in REDUCE_INT_INIT:
+            init = REDUCE_INT_INIT[red.name].format(t=_INT_LIMITS[out_t.dtype])
+        self._line(depth, f"{ct.name} {acc} = {init};")
+        reduced = sorted(axes_reduced)
+        op_combine = REDUCE_COMBINE[red.name]
+        simd_reduction = {"reduce_sum": "+", "reduce_prod": "*"}.get(red.name)
+        inner_depth = depth
+        for n, k in enumerate(reduced):
+            if n == len(reduced) - 1:
+                clause = f" reduction({simd_reduction}:{acc})" if simd_reduction and ct.is_float else ""
+                self._line(inner_depth, f"#pragma omp simd{clause}")
+            self._line(inner_depth, f"for (int64_t i{k} = 0; i{k} < {c_dim(src.shape[k])}; i{k}++) {{")
+            inner_depth += 1
+        self.memo.append({})
+        x = self.value(red.operands[0], Idx(src.shape, tuple(full_axes)), inner_depth)
+        self.memo.pop()
+        self._line(inner_depth, f"{acc} = {op_combine.format(a=acc, x=x)};")
+        self._close(inner_depth, depth)
+        self.memo.append({(id(red.results[0]), out_axes): acc})
+        out_idx = Idx(out_t.shape, out_axes)
+        self._store_outputs(out_idx, depth)
+        self.memo.pop()
+        self._close(depth)
+
+    # -- values at an index ------------------------------------------------------------------------
+    def value(self, v: Value, idx: Idx, depth: int) -> str:
+        key = (id(v), idx.axes if idx.axes is not None else idx.flat)
+        for scope in reversed(self.memo):
+            if key in scope:
+                return scope[key]
+        expr = self._compute(v, idx, depth)
+        name = f"t{self.counter}"
+        self.counter += 1
+        self._line(depth, f"{CType(v.type.dtype).name} {name} = {expr};")
+        self.memo[-1][key] = name
+        return name
+
+    def _compute(self, v: Value, idx: Idx, depth: int) -> str:
+        if id(v) in self.arg_index:
+            return load(v.type.dtype, f"in{self.arg_index[id(v)]}", idx.get_flat())
+        op: Op = v.owner
+        rule = _INDEX_RULES.get(op.name)
+        if rule is not None:
+            return rule(self, op, v, idx, depth)
+        if op.name == "full":
+            return CType(op.attrs["dtype"]).lit(op.attrs["value"])
+        if op.name == "dim_size":
+            return f"({CType(op.attrs['dtype']).name}){c_dim(op.attrs['dim'][0])}"
+        operands = [self.value(x, Idx(x.type.shape, idx.axes, idx.flat), depth) for x in op.operands]
+        return elementwise_expr(op.name, operands, op.attrs, op.operands[-1].type.dtype)
+
+
+# -- index rules: how each data-movement op maps its output index to its operand's ------------------------
+def _broadcast(k: LoopKernel, op: Op, v: Value, idx: Idx, depth: int) -> str:
+    x = op.operands[0]
+    if x.type.numel == 1:
+        return k.value(x, Idx(x.type.shape, ("0",) * x.type.rank, "0"), depth)
+    axes = idx.get_axes()
+    lead = len(axes) - x.type.rank
+    sub = tuple("0" if d == 1 else axes[lead + i] for i, d in enumerate(x.type.shape))
+    return k.value(x, Idx(x.type.shape, sub), depth)
+
+
+def _reshape(k: LoopKernel, op: Op, v: Value, idx: Idx, depth: int) -> str:
+    x = op.operands[0]
+    return k.value(x, Idx(x.type.shape, None, idx.get_flat()), depth)
+
+
+def _transpose(k: LoopKernel, op: Op, v: Value, idx: Idx, depth: int) -> str:
+    x, perm, axes = op.operands[0], op.attrs["perm"], idx.get_axes()
+    sub = [None] * len(perm)
+    for i, p in enumerate(perm):
+        sub[p] = axes[i]
+    return k.value(x, Idx(x.type.shape, tuple(sub)), depth)
+
+
+def _slice(k: LoopKernel, op: Op, v: Value, idx: Idx, depth: int) -> str:
+    x, a = op.operands[0], op.attrs
+    sub = list(idx.get_axes())
+    for axis, start, step in zip(a["axes"], a["starts"], a["steps"]):
+        sub[axis] = f"({c_dim(start)} + {sub[axis]} * {step})"
+    return k.value(x, Idx(x.type.shape, tuple(sub)), depth)
+
+
+def _pad(k: LoopKernel, op: Op, v: Value, idx: Idx, depth: int) -> str:
+    x, a = op.operands[0], op.attrs
+    rank = x.type.rank
+    axes = idx.get_axes()
+    sub, inside = [], []
+    for i in range(rank):
+        size = c_dim(x.type.shape[i])
+        j = f"({axes[i]} - {c_dim(a['pads'][i])})"
+        if a["mode"] == "edge":
+            j = f"CUVIL_CLAMP({j}, 0, {size} - 1)"
+        elif a["mode"] == "reflect":
+            j = f"({j} < 0 ? -{j} : ({j} >= {size} ? 2 * ({size} - 1) - {j} : {j}))"
+            j = f"CUVIL_CLAMP({j}, 0, {size} - 1)"
+        else:
+            inside.append(f"({j} >= 0 && {j} < {size})")
+            j = f"CUVIL_CLAMP({j}, 0, {size} - 1)"
+        sub.append(j)
+    loaded = k.value(x, Idx(x.type.shape, tuple(sub)), depth)
+    if not inside:
+        return loaded
+    fill = CType(v.type.dtype).lit(a["value"])
+    return f"(({' && '.join(inside)}) ? {loaded} : {fill})"
+
+
+def _concat(k: LoopKernel, op: Op, v: Value, idx: Idx, depth: int) -> str:
+    axis = op.attrs["axis"]
+    axes = idx.get_axes()
+    offset, pieces = "0", []
+    for x in op.operands:
+        size = c_dim(x.type.shape[axis])
+        local = f"CUVIL_CLAMP({axes[axis]} - {offset}, 0, {size} - 1)"
+        sub = axes[:axis] + (local,) + axes[axis + 1:]
+        pieces.append((f"{axes[axis]} < {offset} + {size}", k.value(x, Idx(x.type.shape, sub), depth)))
+        offset = f"({offset} + {size})"
+    expr = pieces[-1][1]
+    for cond, val in reversed(pieces[:-1]):
+        expr = f"({cond} ? {val} : {expr})"
+    return expr
+
+
+def _gather(k: LoopKernel, op: Op, v: Value, idx: Idx, depth: int) -> str:
+    data, indices = op.operands
+    axis, q = op.attrs["axis"], indices.type.rank
+    axes = idx.get_axes()
+    raw = k.value(indices, Idx(indices.type.shape, axes[axis:axis + q]), depth)
+    size = c_dim(data.type.shape[axis])
+    j = f"CUVIL_CLAMP(({raw} < 0 ? {raw} + {size} : {raw}), 0, {size} - 1)"
+    sub = axes[:axis] + (j,) + axes[axis + q:]
+    return k.value(data, Idx(data.type.shape, sub), depth)
+
+
+def _iota(k: LoopKernel, op: Op, v: Value, idx: Idx, depth: int) -> str:
+    return f"({CType(op.attrs['dtype']).name}){idx.get_axes()[op.attrs['axis']]}"
+
+
+_INDEX_RULES = {"broadcast_to": _broadcast, "reshape": _reshape, "transpose": _transpose, "slice": _slice,
+                "pad": _pad, "concat": _concat, "gather": _gather, "iota": _iota}
+LOOP_OPS = frozenset(_INDEX_RULES) | {"full", "dim_size", "cast"} | frozenset(ELEMENTWISE)
+REDUCE_OPS = frozenset(REDUCE_INIT)

@@ -1,0 +1,196 @@
+"""Fusion grouping: decide which ops share one kernel and wrap each group in a `fused` op.
+
+The backend says which ops its loop kernels can compute (`loop_ops`) and which reductions can close a
+group (`reduce_ops`). Walking each region from its end, a producer joins its consumers' group when:
+- every user of the producer is in that group or comes after the group's root (so the group can run at
+  the root's position without a cycle), and the group has one consumer group (no duplicated work);
+- it does not multiply work: its element count equals the group's domain, or it only moves data
+  (broadcast of a constant, reshape...), which is free to recompute;
+- in a reduce group, a value at the reduction's input domain is never needed outside the group, and only
+  the reduction's output domain feeds the epilogue: a reduction's result is not re-read inside the loop
+  nest that computes it.
+Every remaining loop op becomes a group of its own, so the backend sees only `fused` ops, the ops it
+implements directly (matmul, conv, ...) and control flow.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..ir.core import Function, Op, Region
+from .manager import Pass
+
+CHEAP_OPS = frozenset({"broadcast_to", "reshape", "transpose", "slice", "full", "iota", "dim_size", "cast",
+                       "concat", "pad", "neg"})
+
+
+@dataclass
+class _Group:
+    root: Op
+    ops: list = field(default_factory=list)
+    reduce: Op = None
+
+    @property
+    def domain(self):
+        """Element count of the iteration space: the reduction's input, or the root's output."""
+        v = self.reduce.operands[0] if self.reduce is not None else self.root.results[0]
+        return v.type.numel
+
+    @property
+    def out_domain(self):
+        return (self.reduce or self.root).results[0].type.numel
+
+
+class FuseOps(Pass):
+    """Group loop-computable ops into `fused` kernels (see the module docstring for the rules)."""
+
+    name = "fuse"
+
+    def __init__(self, loop_ops: frozenset, reduce_ops: frozenset):
+        self.loop_ops = frozenset(loop_ops)
+        self.reduce_ops = frozenset(reduce_ops)
+
+    def run_on_operation(self, fn: Function) -> bool:
+        return self._region(fn, fn.body)
+
+    def _region(self, fn: Function, region: Region) -> bool:
+        changed = False
+        for op in region.ops:
+            if op.name != "fused":
+                for r in op.regions:
+                    changed |= self._region(fn, r)
+        groups = self._groups(region)
+        if groups:
+            _outline_all(fn, region, groups)
+        return changed or bool(groups)
+
+    def _groups(self, region: Region) -> list:
+        position = {id(op): i for i, op in enumerate(region.ops)}
+        users = _users(region)
+        group_of: dict = {}
+        groups: list = []
+        for op in reversed(region.ops):
+            if op.name not in self.loop_ops and op.name not in self.reduce_ops:
+                continue
+            if len(op.results) != 1:
+                continue
+            target = self._target_group(op, users, group_of, position)
+            if target is None:
+                target = _Group(op, reduce=op if op.name in self.reduce_ops else None)
+                groups.append(target)
+            elif op.name in self.reduce_ops:
+                target.reduce = op
+            target.ops.append(op)
+            group_of[id(op)] = target
+        return groups
+
+    def _target_group(self, op: Op, users: dict, group_of: dict, position: dict):
+        op_users = users.get(id(op.results[0]), [])
+        consumer_groups = {id(group_of[id(u)]): group_of[id(u)] for u in op_users if id(u) in group_of}
+        if len(consumer_groups) != 1:
+            return None
+        g = next(iter(consumer_groups.values()))
+        root_at = position[id(g.root)]
+        outside = [u for u in op_users if group_of.get(id(u)) is not g]
+        if any(u is None or position.get(id(u), -1) <= root_at for u in outside):
+            return None
+        numel = op.results[0].type.numel
+        if op.name in self.reduce_ops:
+            # a reduction closes a loop group whose domain is its output: it becomes the group's reduction
+            return g if g.reduce is None and numel == g.domain and not outside else None
+        if g.reduce is not None:
+            feeds_reduction = _reaches(op, g.reduce, g)
+            if feeds_reduction:
+                return g if numel == g.domain and not outside else None
+            return g if numel == g.out_domain else None
+        if outside and numel != g.domain:
+            return None
+        return g if numel == g.domain or op.name in CHEAP_OPS else None
+
+
+def _users(region: Region) -> dict:
+    """value id -> ops of this region that use it (an op holding a nested use counts as the user);
+    uses by the terminator map to None, which never joins a group."""
+    out: dict = {}
+    for op in region.ops:
+        for v in _operands_deep(op):
+            user = None if "terminator" in _traits(op) else op
+            out.setdefault(id(v), []).append(user)
+    return out
+
+
+def _operands_deep(op: Op):
+    yield from op.operands
+    for r in op.regions:
+        for inner in r.walk():
+            yield from inner.operands
+
+
+def _traits(op: Op):
+    from ..ops import registry
+
+    return registry.get_op(op.name).traits
+
+
+def _reaches(op: Op, target: Op, g: _Group) -> bool:
+    """Whether `op`'s result flows into `target` through ops of the group."""
+    members = {id(o) for o in g.ops}
+    stack, seen = [target], set()
+    while stack:
+        cur = stack.pop()
+        for v in cur.operands:
+            owner = v.owner
+            if owner is op:
+                return True
+            if isinstance(owner, Op) and id(owner) in members and id(owner) not in seen:
+                seen.add(id(owner))
+                stack.append(owner)
+    return False
+
+
+def _outline_all(fn: Function, region: Region, groups: list) -> None:
+    """Replace each group's ops with one `fused` op placed where its root was; remap uses once."""
+    users = _users(region)
+    position = {id(op): i for i, op in enumerate(region.ops)}
+    remap, fused_after = {}, {}
+    for g in groups:
+        members = sorted(g.ops, key=lambda o: position[id(o)])
+        fused, outputs = _outline(g, members, users)
+        remap.update({id(v): r for v, r in zip(outputs, fused.results)})
+        fused_after[id(members[-1])] = fused
+    member_ids = {id(o) for g in groups for o in g.ops}
+    new_ops = []
+    for op in region.ops:
+        if id(op) not in member_ids:
+            new_ops.append(op)
+        else:
+            op.parent = None
+        if id(op) in fused_after:
+            fused_after[id(op)].parent = region
+            new_ops.append(fused_after[id(op)])
+    region.ops = new_ops
+    fn.replace_uses(remap)
+
+
+def _outline(g: _Group, members: list, users: dict):
+    member_ids = {id(o) for o in members}
+    inputs, seen = [], set()
+    for o in members:
+        for v in o.operands:
+            if not (isinstance(v.owner, Op) and id(v.owner) in member_ids) and id(v) not in seen:
+                seen.add(id(v))
+                inputs.append(v)
+    outputs = [r for o in members for r in o.results
+               if any(u is None or id(u) not in member_ids for u in users.get(id(r), []))]
+    body = Region([v.type for v in inputs])
+    mapping = {id(v): a for v, a in zip(inputs, body.args)}
+    for o in members:
+        clone = Op(o.name, [mapping[id(v)] for v in o.operands], o.attrs, [r.type for r in o.results], (), o.loc)
+        for r, c in zip(o.results, clone.results):
+            mapping[id(r)] = c
+        body.append(clone)
+    body.append(Op("yield", [mapping[id(v)] for v in outputs], {}, [], (), g.root.loc))
+    kind = "reduce" if g.reduce is not None else "loop"
+    names = list(dict.fromkeys(o.name for o in members if o.name not in ("full", "dim_size")))
+    fused = Op("fused", inputs, {"kind": kind, "name": "_".join(names[:4]) or members[-1].name},
+               [v.type for v in outputs], [body], g.root.loc)
+    return fused, outputs
