@@ -54,6 +54,7 @@ class CodeGen:
         self.kernels: list = []
         self.helpers: dict = {}  # name -> C text of shared helper functions (library emitters add them)
         self.body: list = []
+        self.scratch_sizes: list = []  # C expressions (bytes) of per-op scratch, shared at the arena's end
         self.counter = 0
         ret = fn.body.terminator
         counts = {}
@@ -87,7 +88,7 @@ class CodeGen:
         unused = "    (void)dims; (void)arena; (void)consts; (void)args; (void)outs;\n"
         offsets = self._offsets()
         size_fn = (f"int64_t cuvil_arena_bytes(const int64_t *dims)\n{{\n    (void)dims;\n{sym}{offsets}"
-                   f"    return off{len(self.plan.slots)};\n}}\n\n")
+                   f"    return off_scratch + scratch_bytes;\n}}\n\n")
         entry = ("int cuvil_main(void *const *args, void *const *outs, const int64_t *dims, uint8_t *arena,\n"
                  "               const void *const *consts)\n{\n" + unused + sym + offsets +
                  "\n".join(self.body) + "\n    return 0;\n}\n")
@@ -100,7 +101,18 @@ class CodeGen:
             for s in sizes[1:]:
                 size = f"CUVIL_MAX({size}, {c_dim(s)})"
             lines.append(f"    const int64_t off{k + 1} = off{k} + {size};")
+        scratch = "0"
+        for size in self.scratch_sizes:
+            scratch = f"CUVIL_MAX({scratch}, ({size} + 63) / 64 * 64)"
+        lines.append(f"    const int64_t off_scratch = off{len(self.plan.slots)};")
+        lines.append(f"    const int64_t scratch_bytes = {scratch};")
+        lines.append("    (void)off_scratch; (void)scratch_bytes;")
         return "\n".join(lines) + "\n"
+
+    def scratch(self, nbytes: str, ctype: str = "float") -> str:
+        """Scratch memory for one op (an im2col buffer, say): valid only while that op runs."""
+        self.scratch_sizes.append(nbytes)
+        return f"(({ctype} *)(arena + off_scratch))"
 
     def line(self, depth: int, text: str) -> None:
         self.body.append("    " * depth + text)
