@@ -1,0 +1,143 @@
+"""Whole programs on the CPU backend: control flow, dynamic sizes, outputs, the cache, generated C."""
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import cuvil
+from cuvil.compiler import compile_module
+from cuvil.errors import ShapeError
+from cuvil.interpreter import interpret
+from cuvil.ir import Builder, Location, Module, TensorType, sym
+from tests.ir.programs import control_flow_program
+
+from .test_ops_compiled import assert_matches
+
+
+def test_control_flow_program_matches_interpreter_at_several_sizes():
+    m = control_flow_program()
+    exe = compile_module(m)
+    for n in (1, 5, 33):
+        x = np.linspace(-1, 1, n * 4, dtype=np.float32).reshape(n, 4)
+        assert_matches(exe(x), interpret(m, [x]))
+
+
+def _dynamic_inference():
+    """The seed's `relu(x) if x.mean() > threshold else sigmoid(x)`, built by hand."""
+    m = Module()
+    n, k = sym("n"), sym("k")
+    b = Builder.new_function(m, "main", [TensorType("f32", (n, k))], ["x"])
+    x = b.args[0]
+    mean = b.reduce_mean(x, axes=(0, 1), keepdims=False)
+    pred = b.gt(mean, b.full(0.5, ()), loc=Location("seed.py", 3))
+    (y,) = b.cond(pred, lambda t: t.relu(x), lambda e: e.sigmoid(x))
+    b.ret(y)
+    return m
+
+
+@pytest.mark.parametrize("shift", [0.0, 1.0])
+def test_data_dependent_branch_both_ways(shift):
+    m = _dynamic_inference()
+    exe = compile_module(m)
+    x = np.random.default_rng(1).random((64, 33), np.float32) - 0.5 + shift
+    assert_matches(exe(x), interpret(m, [x]))
+
+
+def test_data_dependent_while_loop():
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", (sym("n"),))], ["x"])
+    x = b.args[0]
+    limit = b.full(100.0, ())
+    (out,) = b.while_loop([x], lambda c, v: c.lt(c.reduce_sum(v, keepdims=False), limit),
+                          lambda c, v: c.mul(v, c.broadcast_to(c.full(2.0, ()), shape=v.type.shape)))
+    b.ret(out)
+    exe = compile_module(m)
+    for x in (np.ones(3, np.float32), np.full(7, 50, np.float32)):
+        assert_matches(exe(x), interpret(m, [x]))
+
+
+def test_loop_carried_swap():
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", (4,)), TensorType("f32", (4,))], ["a", "b"])
+    i0 = b.full(0, (), "i64")
+    _, p, q = b.while_loop([i0, *b.args], lambda c, i, u, v: c.lt(i, c.full(3, (), "i64")),
+                           lambda c, i, u, v: (c.add(i, c.full(1, (), "i64")), v, u))
+    b.ret(p, q)
+    a, bb = np.arange(4, dtype=np.float32), -np.arange(4, dtype=np.float32)
+    assert_matches(compile_module(m)(a, bb), [bb, a])
+
+
+def test_one_compilation_serves_every_size_and_checks_relations():
+    m = Module()
+    n, k = sym("n"), sym("k")
+    b = Builder.new_function(m, "main", [TensorType("f32", (n, 4)), TensorType("f32", (k, 4))], ["x", "y"])
+    b.ret(b.tanh(b.add(*b.args)))
+    exe = compile_module(m)
+    for rows in (1, 2, 100, 1000):
+        x = np.random.default_rng(rows).random((rows, 4), np.float32)
+        assert_matches(exe(x, x), interpret(m, [x, x]))
+    with pytest.raises(ShapeError, match="needs k == n"):
+        exe(np.zeros((2, 4), np.float32), np.zeros((3, 4), np.float32))
+    with pytest.raises(ShapeError, match="shape f32\\[n,4\\]"):
+        exe(np.zeros((2, 5), np.float32), np.zeros((2, 5), np.float32))
+
+
+def test_inputs_are_converted_as_a_user_expects():
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", (3, 4))], ["x"])
+    b.ret(b.exp(b.args[0]))
+    exe = compile_module(m)
+    base = np.random.default_rng(0).random((4, 3))
+    strided = base.astype(np.float32).T  # not C-contiguous
+    assert_matches(exe(strided), [np.exp(strided)])
+    assert_matches(exe(base.T), [np.exp(base.T).astype(np.float32)])  # float64 input cast to f32
+    with pytest.raises(ShapeError, match="element type f32"):
+        exe(np.zeros((3, 4), np.complex64))
+
+
+def test_outputs_may_be_inputs_constants_or_repeated():
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", (2,))], ["x"])
+    x = b.args[0]
+    w = b.constant(np.array([5, 6], np.float32), "w")
+    y = b.exp(x)
+    b.ret(x, w, y, y, b.reshape(y, shape=(2, 1)))
+    x_in = np.array([0.0, 1.0], np.float32)
+    got = compile_module(m)(x_in)
+    want = interpret(m, [x_in])
+    assert_matches(got, want)
+    assert got[0] is not x_in and got[2] is not got[3]
+
+
+def test_generated_c_names_kernels_and_source_lines():
+    m = _dynamic_inference()
+    exe = compile_module(m)
+    source = exe._run.program.source
+    assert "static void k0_reduce_sum" in source or "static void k0_" in source
+    assert "at seed.py:3" in source
+    assert "int cuvil_main(void *const *args" in source
+
+
+def test_second_process_hits_the_cache(tmp_path):
+    code = textwrap.dedent("""
+        import os, sys, logging, numpy as np
+        os.environ["CUVIL_OPT_LEVEL"] = "1"
+        sys.path.insert(0, {root!r})
+        logging.basicConfig(level=logging.INFO)
+        from tests.backends.cpu.test_compiled_programs import _dynamic_inference
+        from cuvil.compiler import compile_module
+        exe = compile_module(_dynamic_inference())
+        print(float(exe(np.ones((2, 2), np.float32))[0].sum()))
+    """).format(root=str(__import__("pathlib").Path(__file__).parents[3]))
+    env = {**__import__("os").environ, "CUVIL_CACHE_DIR": str(tmp_path)}
+    first = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    second = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert "compiled model" in first.stderr and "compiled model" not in second.stderr
+    assert first.stdout == second.stdout == "4.0\n"
+
+
+def test_inspect_shows_fused_ir():
+    exe = compile_module(_dynamic_inference())
+    assert "= fused" in cuvil.inspect_ir(exe)
