@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from .decompose import decompose
-from .fuse import FuseOps
+from .fuse import FuseGemmEpilogue, FuseOps
 from .lower import SplitToSlices
 from .manager import Pass, PassManager, Pipeline, PipelineBuilder
 from .rewrite import Match, Pat, Rule, apply_rules
@@ -25,7 +25,8 @@ def default_pipeline(target: str = "cpu", level: int = 2, passes: Iterable[Pass]
         from ..backends.cpu.backend import NATIVE_COMPOSITES
         from ..backends.cpu.loops import LOOP_OPS, REDUCE_OPS
 
-        pb.add(Decompose(keep=NATIVE_COMPOSITES), SplitToSlices(), CSE(), DCE(), FuseOps(LOOP_OPS, REDUCE_OPS))
+        pb.add(Decompose(keep=NATIVE_COMPOSITES), SplitToSlices(), CSE(), DCE(), FuseGemmEpilogue(),
+               FuseOps(LOOP_OPS, REDUCE_OPS))
     for p in passes:
         pb.insert(p)
     return pb.build()
@@ -38,6 +39,6 @@ def run_pipeline(module, pipeline: Pipeline | None = None, **manager_options) ->
     return manager
 
 
-__all__ = ["CSE", "Canonicalize", "DCE", "Decompose", "FoldConstants", "FuseOps", "Match", "Pass", "PassManager",
-           "Pat", "Pipeline", "PipelineBuilder", "Rule", "Simplify", "SplitToSlices", "apply_rules", "decompose",
-           "default_pipeline", "run_pipeline"]
+__all__ = ["CSE", "Canonicalize", "DCE", "Decompose", "FoldConstants", "FuseGemmEpilogue", "FuseOps", "Match",
+           "Pass", "PassManager", "Pat", "Pipeline", "PipelineBuilder", "Rule", "Simplify", "SplitToSlices",
+           "apply_rules", "decompose", "default_pipeline", "run_pipeline"]

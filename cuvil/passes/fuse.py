@@ -28,6 +28,7 @@ class _Group:
     root: Op
     ops: list = field(default_factory=list)
     reduce: Op = None
+    kind: str = ""
 
     @property
     def domain(self):
@@ -189,8 +190,55 @@ def _outline(g: _Group, members: list, users: dict):
             mapping[id(r)] = c
         body.append(clone)
     body.append(Op("yield", [mapping[id(v)] for v in outputs], {}, [], (), g.root.loc))
-    kind = "reduce" if g.reduce is not None else "loop"
+    kind = g.kind or ("reduce" if g.reduce is not None else "loop")
     names = list(dict.fromkeys(o.name for o in members if o.name not in ("full", "dim_size")))
     fused = Op("fused", inputs, {"kind": kind, "name": "_".join(names[:4]) or members[-1].name},
                [v.type for v in outputs], [body], g.root.loc)
     return fused, outputs
+
+
+GEMM_ACTIVATIONS = {"relu", "gelu", "sigmoid", "tanh"}
+
+
+class FuseGemmEpilogue(Pass):
+    """matmul -> (+ bias broadcast along rows) -> (activation): one `fused` op of kind "library", which a
+    GEMM kernel computes with the epilogue applied while its output tile is in registers."""
+
+    name = "fuse-gemm-epilogue"
+
+    def run_on_operation(self, fn: Function) -> bool:
+        changed = False
+        regions = [fn.body] + [r for op in fn.walk() if op.name in ("cond", "while") for r in op.regions]
+        for region in regions:
+            users = _users(region)
+            for op in list(region.ops):
+                if op.name == "matmul" and op.results[0].type.dtype.value == "f32":
+                    chain = _epilogue_chain(op, users)
+                    if len(chain) > 1:
+                        _outline_all(fn, region, [_Group(chain[-1], chain, kind="library")])
+                        users = _users(region)
+                        changed = True
+        return changed
+
+
+def _only_user(v, users: dict):
+    us = users.get(id(v), [])
+    return us[0] if len(us) == 1 and us[0] is not None else None
+
+
+def _epilogue_chain(mm: Op, users: dict) -> list:
+    """[matmul, broadcast_to, add, act] as far as the pattern holds (the bias is a vector along the rows)."""
+    chain = [mm]
+    out = mm.results[0]
+    add = _only_user(out, users)
+    if add is not None and add.name == "add":
+        other = add.operands[1] if add.operands[0] is out else add.operands[0]
+        bc = other.owner if isinstance(other.owner, Op) else None
+        if (bc is not None and bc.name == "broadcast_to" and bc.operands[0].type.rank == 1
+                and bc.operands[0].type.shape[0] == out.type.shape[-1] and _only_user(other, users) is add):
+            chain += [bc, add]
+            out = add.results[0]
+    act = _only_user(out, users)
+    if act is not None and act.name in GEMM_ACTIVATIONS:
+        chain.append(act)
+    return chain

@@ -134,12 +134,11 @@ class Simplify(Pass):
 class FoldConstants(Pass):
     """Evaluate ops whose operands are all constants with their reference implementations.
 
-    A result is folded only when it is not much bigger than its inputs (so a broadcast of a bias is not
-    materialised), unless it is a splat, which becomes a `full`.
+    A result is folded only when it is no bigger than its inputs (a broadcast bias stays a broadcast, which
+    kernels read in place), unless it is a splat, which becomes a `full`.
     """
 
     name = "fold-constants"
-    max_growth_elements = 4096
 
     def run_on_operation(self, fn: Function) -> bool:
         changed = False
@@ -167,7 +166,7 @@ class FoldConstants(Pass):
             splat = _splat(out)
             if splat is not None and r.type.dtype is not DType.bf16:
                 new.append(b.full(splat, r.type.shape, r.type.dtype))
-            elif out.size <= max(in_size, self.max_growth_elements):
+            elif out.size <= in_size:
                 new.append(b.constant(out, "folded"))
             else:
                 return False

@@ -55,6 +55,7 @@ class CodeGen:
         self.helpers: dict = {}  # name -> C text of shared helper functions (library emitters add them)
         self.body: list = []
         self.scratch_sizes: list = []  # C expressions (bytes) of per-op scratch, shared at the arena's end
+        self.packed: list = []  # (constant slot, K, N) of weights packed once by cuvil_prepare
         self.counter = 0
         ret = fn.body.terminator
         counts = {}
@@ -79,7 +80,8 @@ class CodeGen:
         for i, v in self.direct.items():
             self.ptr[id(v)] = f"(({STORAGE[v.type.dtype]} *)outs[{i}])"
         self.region(self.fn.body, 1)
-        source = PRELUDE + "\n" + "\n".join(self.helpers.values()) + "\n" + "\n".join(self.kernels) + "\n"
+        source = PRELUDE + f"#define CUVIL_NCONST {len(self.constants)}\n\n" + "\n".join(self.helpers.values())
+        source += "\n" + "\n".join(self.kernels) + "\n"
         source += self._entry()
         return CProgram(source, self.fn, self.symbols, self.constants, self.plan, dict(self.direct))
 
@@ -92,7 +94,7 @@ class CodeGen:
         entry = ("int cuvil_main(void *const *args, void *const *outs, const int64_t *dims, uint8_t *arena,\n"
                  "               const void *const *consts)\n{\n" + unused + sym + offsets +
                  "\n".join(self.body) + "\n    return 0;\n}\n")
-        return size_fn + entry
+        return self._prepare() + size_fn + entry
 
     def _offsets(self) -> str:
         lines = ["    const int64_t off0 = 0;"]
@@ -108,6 +110,29 @@ class CodeGen:
         lines.append(f"    const int64_t scratch_bytes = {scratch};")
         lines.append("    (void)off_scratch; (void)scratch_bytes;")
         return "\n".join(lines) + "\n"
+
+    def packed_weight(self, b: Value):
+        """A GEMM-packed copy of constant `b` (K x N), made once by `cuvil_prepare`; None if `b` is not a
+        module constant."""
+        op = b.owner
+        if not (isinstance(op, Op) and op.name == "constant"):
+            return None
+        k, n = b.type.shape
+        slot = self.ptr[id(b)].split("consts[")[1].split("]")[0]
+        self.packed.append((int(slot), k, n))
+        return f"((const float *)consts[CUVIL_NCONST + {len(self.packed) - 1}])"
+
+    def _prepare(self) -> str:
+        """cuvil_prepare fills consts[n_constants + j] with packed weights; the caller allocates each buffer
+        with cuvil_packed_bytes(j) bytes (64-byte aligned)."""
+        sizes = "".join(f"    case {j}: return cuvil_sgemm_packed_size({k}, {n}) * 4;\n"
+                        for j, (_, k, n) in enumerate(self.packed))
+        packs = "".join(f"    cuvil_sgemm_pack_b({k}, {n}, (const float *)consts[{slot}], {n}, 1, "
+                        f"(float *)consts[CUVIL_NCONST + {j}]);\n" for j, (slot, k, n) in enumerate(self.packed))
+        count = f"int64_t cuvil_packed_count(void) {{ return {len(self.packed)}; }}\n\n"
+        size = (f"int64_t cuvil_packed_bytes(int64_t j)\n{{\n    switch (j) {{\n{sizes}"
+                "    default: return 0;\n    }\n}\n\n")
+        return count + size + f"void cuvil_prepare(void *const *consts)\n{{\n    (void)consts;\n{packs}}}\n\n"
 
     def scratch(self, nbytes: str, ctype: str = "float") -> str:
         """Scratch memory for one op (an im2col buffer, say): valid only while that op runs."""
@@ -148,6 +173,8 @@ class CodeGen:
             k = len(self.constants)
             self.constants.append(op.attrs["name"])
             self.ptr[id(op.results[0])] = f"((const {STORAGE[op.results[0].type.dtype]} *)consts[{k}])"
+        elif op.name == "fused" and op.attrs["kind"] == "library":
+            library.emit_fused(self, op, depth)
         elif op.name == "fused":
             if not is_alias(op):
                 self._kernel(op, depth)

@@ -43,10 +43,23 @@ class CpuFunction:
         self._binders = self._binding_table()
         self._constraints = list(fn.constraints)
         self._consts = [np.ascontiguousarray(constants[name]) for name in program.constants]
+        self._consts += self._packed_weights(lib)
         self._const_ptrs = (ctypes.c_void_p * max(len(self._consts), 1))(*[c.ctypes.data for c in self._consts])
+        if len(self._consts) > len(program.constants):
+            lib.cuvil_prepare.argtypes = [ctypes.c_void_p]
+            lib.cuvil_prepare(self._const_ptrs)
         self._static = not program.symbols
         self._local = threading.local()
         self._sizes: dict = {}
+
+    @staticmethod
+    def _packed_weights(lib) -> list:
+        """Buffers for the weights the library packs once (GEMM panels), filled by cuvil_prepare."""
+        lib.cuvil_packed_bytes.argtypes = [ctypes.c_int64]
+        lib.cuvil_packed_bytes.restype = ctypes.c_int64
+        lib.cuvil_packed_count.restype = ctypes.c_int64
+        return [aligned_empty(max(int(lib.cuvil_packed_bytes(j)), 64), np.uint8)
+                for j in range(int(lib.cuvil_packed_count()))]
 
     def _binding_table(self) -> list:
         table = []

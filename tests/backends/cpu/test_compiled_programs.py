@@ -141,3 +141,24 @@ def test_second_process_hits_the_cache(tmp_path):
 def test_inspect_shows_fused_ir():
     exe = compile_module(_dynamic_inference())
     assert "= fused" in cuvil.inspect_ir(exe)
+
+
+@pytest.mark.parametrize("batch", [1, 3, 64])
+def test_mlp_with_packed_weights_and_gemm_epilogues(batch):
+    """Constants before and after each weight, bias + relu/gelu/no activation epilogues, a 3-d input."""
+    rng = np.random.default_rng(0)
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", (2, batch, 48))], ["x"])
+    h = b.args[0]
+    for i, act in enumerate(["relu", "gelu", None]):
+        scale = b.constant(np.full((1,), 0.5, np.float32), f"s{i}")
+        w = b.constant((rng.standard_normal((48, 48)) / 7).astype(np.float32), f"w{i}")
+        bias = b.constant(rng.standard_normal(48).astype(np.float32), f"b{i}")
+        y = b.add(b.matmul(h, w), b.broadcast_to(bias, shape=(2, batch, 48)))
+        y = b.emit(act, y) if act else y
+        h = b.mul(y, b.broadcast_to(scale, shape=(2, batch, 48)))
+    b.ret(h)
+    exe = compile_module(m)
+    assert "library" in cuvil.inspect_ir(exe) and "cuvil_sgemm_packed" in exe._run.program.source
+    x = rng.standard_normal((2, batch, 48)).astype(np.float32)
+    assert_matches(exe(x), interpret(m, [x]))
