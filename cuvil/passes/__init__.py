@@ -22,10 +22,10 @@ def default_pipeline(target: str = "cpu", level: int = 2, passes: Iterable[Pass]
     if level >= 1:
         pb.add_fixpoint("cleanup", FoldConstants(), Simplify(), Canonicalize(), CSE(), DCE())
     if target == "cpu":
-        from ..backends.cpu.backend import NATIVE_COMPOSITES
+        from ..backends.cpu.backend import keeps_composite
         from ..backends.cpu.loops import LOOP_OPS, REDUCE_OPS
 
-        pb.add(Decompose(keep=NATIVE_COMPOSITES), SplitToSlices(), CSE(), DCE(), FuseGemmEpilogue(),
+        pb.add(Decompose(keep=keeps_composite), SplitToSlices(), CSE(), DCE(), FuseGemmEpilogue(),
                FuseOps(LOOP_OPS, REDUCE_OPS))
     for p in passes:
         pb.insert(p)

@@ -5,13 +5,13 @@ from typing import Callable, Optional
 
 from ..errors import VerificationError
 from ..ir.builder import Builder
-from ..ir.core import Function, Module, Region
+from ..ir.core import Function, Module, Op, Region
 from ..ops import registry
 from .rewrite import replace_op
 
 
-def decompose(module: Module, should_decompose: Optional[Callable[[str], bool]] = None) -> bool:
-    """Replace every composite op (or those `should_decompose(name)` selects) until none is left.
+def decompose(module: Module, should_decompose: Optional[Callable[[Op], bool]] = None) -> bool:
+    """Replace every composite op (or those `should_decompose(op)` selects) until none is left.
 
     Returns whether anything changed. Decompositions may produce other composites; they are expanded too.
     """
@@ -21,8 +21,8 @@ def decompose(module: Module, should_decompose: Optional[Callable[[str], bool]] 
     return changed
 
 
-def decompose_function(fn: Function, should_decompose: Optional[Callable[[str], bool]] = None) -> bool:
-    select = should_decompose or (lambda name: True)
+def decompose_function(fn: Function, should_decompose: Optional[Callable[[Op], bool]] = None) -> bool:
+    select = should_decompose or (lambda op: True)
     changed = False
     while _decompose_once(fn.module, fn, select):
         changed = True
@@ -32,7 +32,7 @@ def decompose_function(fn: Function, should_decompose: Optional[Callable[[str], 
 def _decompose_once(module: Module, fn: Function, select) -> bool:
     for op in list(fn.walk()):
         opdef = registry.get_op(op.name)
-        if opdef.decompose is None or not select(op.name):
+        if opdef.decompose is None or not select(op):
             continue
         scratch = Region()
         b = Builder(module, fn, scratch, op.loc)

@@ -264,14 +264,16 @@ class DCE(Pass):
 
 
 class Decompose(Pass):
-    """Expand composite ops into primitives: all of them, or those a backend does not implement."""
+    """Expand composite ops into primitives: all of them, or those a backend does not implement.
+
+    `keep` is a set of op names, or a predicate on the op (a backend may keep `softmax` only in f32)."""
 
     name = "decompose"
 
-    def __init__(self, keep: frozenset = frozenset()):
-        self.keep = frozenset(keep)
+    def __init__(self, keep=frozenset()):
+        self.keep = keep if callable(keep) else (lambda op, names=frozenset(keep): op.name in names)
 
     def run_on_operation(self, fn: Function) -> bool:
         from .decompose import decompose_function
 
-        return decompose_function(fn, lambda name: name not in self.keep)
+        return decompose_function(fn, lambda op: not self.keep(op))

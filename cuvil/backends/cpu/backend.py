@@ -11,7 +11,7 @@ from importlib import resources
 from pathlib import Path
 
 from ...ir.core import Module
-from . import codegen, kernels, toolchain
+from . import codegen, kernels, library_rows, toolchain
 from .executable import CpuFunction
 from .library import EMITTERS
 from .loops import LOOP_OPS, REDUCE_OPS
@@ -21,6 +21,11 @@ log = logging.getLogger("cuvil.backends.cpu")
 # Composite ops the loop kernels compute directly (everything else composite is decomposed first).
 NATIVE_COMPOSITES = frozenset({"leaky_relu", "elu", "selu", "gelu", "softplus", "hardsigmoid", "hardswish", "silu",
                                "clip"})
+
+
+def keeps_composite(op) -> bool:
+    """Whether the backend computes composite `op` itself (the decompose pass leaves it alone)."""
+    return op.name in NATIVE_COMPOSITES or library_rows.keeps(op)
 SUPPORTED = LOOP_OPS | REDUCE_OPS | frozenset(EMITTERS) | {"constant", "cond", "while", "fused", "yield", "return"}
 
 

@@ -5,6 +5,7 @@ Each emitter gets the code generator, the op and the indentation depth, and appe
 from __future__ import annotations
 
 from ...ir.dtypes import DType
+from . import library_rows
 from .c_exprs import STORAGE, CType, c_dim
 
 
@@ -100,6 +101,7 @@ def _prod(dims):
 
 
 EMITTERS = {"matmul": _matmul, "shape_of": _shape_of}
+EMITTERS.update(library_rows.EMITTERS)
 
 from . import library_misc  # noqa: E402  (emitters in their own files; imported last, after EMITTERS exists)
 EMITTERS.update(library_misc.EMITTERS)

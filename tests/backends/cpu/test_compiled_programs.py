@@ -162,3 +162,21 @@ def test_mlp_with_packed_weights_and_gemm_epilogues(batch):
     assert "library" in cuvil.inspect_ir(exe) and "cuvil_sgemm_packed" in exe._run.program.source
     x = rng.standard_normal((2, batch, 48)).astype(np.float32)
     assert_matches(exe(x), interpret(m, [x]))
+
+
+@pytest.mark.parametrize("op, attrs, n_params", [("softmax", {"axis": -1}, 0), ("log_softmax", {"axis": 1}, 0),
+                                                 ("layer_norm", {"axis": 1}, 2), ("layer_norm", {"axis": 2}, 1)])
+def test_row_kernels(op, attrs, n_params):
+    """f32 softmax/log_softmax/layer_norm over trailing axes use row kernels, with symbolic rows."""
+    rng = np.random.default_rng(0)
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", (sym("n"), 6, 40))], ["x"])
+    x = b.args[0]
+    trailing = x.type.shape[attrs["axis"]:] if op == "layer_norm" else ()
+    params = [b.constant(rng.standard_normal(trailing).astype(np.float32), f"p{i}") for i in range(n_params)]
+    b.ret(b.emit(op, x, *params, **attrs))
+    exe = compile_module(m)
+    assert f"{op}_f32(" in exe._run.program.source
+    for rows in (1, 9):
+        x_in = (rng.standard_normal((rows, 6, 40)) * 5).astype(np.float32)
+        assert_matches(exe(x_in), interpret(m, [x_in]))
