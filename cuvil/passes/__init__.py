@@ -9,6 +9,7 @@ from typing import Iterable
 
 from .decompose import decompose
 from .fuse import FuseGemmEpilogue, FuseOps
+from .inference import FoldBatchNorm
 from .lower import SplitToSlices
 from .manager import Pass, PassManager, Pipeline, PipelineBuilder
 from .rewrite import Match, Pat, Rule, apply_rules
@@ -21,6 +22,7 @@ def default_pipeline(target: str = "cpu", level: int = 2, passes: Iterable[Pass]
     pb.add(Canonicalize())
     if level >= 1:
         pb.add_fixpoint("cleanup", FoldConstants(), Simplify(), Canonicalize(), CSE(), DCE())
+        pb.add(FoldBatchNorm(), DCE())
     if target == "cpu":
         from ..backends.cpu.backend import keeps_composite
         from ..backends.cpu.loops import LOOP_OPS, REDUCE_OPS
@@ -39,6 +41,6 @@ def run_pipeline(module, pipeline: Pipeline | None = None, **manager_options) ->
     return manager
 
 
-__all__ = ["CSE", "Canonicalize", "DCE", "Decompose", "FoldConstants", "FuseGemmEpilogue", "FuseOps", "Match",
-           "Pass", "PassManager", "Pat", "Pipeline", "PipelineBuilder", "Rule", "Simplify", "SplitToSlices",
-           "apply_rules", "decompose", "default_pipeline", "run_pipeline"]
+__all__ = ["CSE", "Canonicalize", "DCE", "Decompose", "FoldBatchNorm", "FoldConstants", "FuseGemmEpilogue",
+           "FuseOps", "Match", "Pass", "PassManager", "Pat", "Pipeline", "PipelineBuilder", "Rule", "Simplify",
+           "SplitToSlices", "apply_rules", "decompose", "default_pipeline", "run_pipeline"]
