@@ -1,0 +1,298 @@
+"""Elementwise ONNX ops: unary math and activations, broadcasting binary and variadic ops, comparisons,
+logic, `Where`, `Cast`/`CastLike`, `Clip`, bit shifts and bitwise ops (spelled with integer arithmetic)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...ir.dtypes import DType
+from .registry import converter
+from .tensors import ir_dtype
+
+# ONNX op -> IR op, for unary ops that map one to one.
+UNARY = {"Abs": "abs", "Neg": "neg", "Exp": "exp", "Log": "log", "Sqrt": "sqrt", "Reciprocal": "reciprocal",
+         "Tanh": "tanh", "Sigmoid": "sigmoid", "Relu": "relu", "Erf": "erf", "Sin": "sin", "Cos": "cos", "Tan": "tan",
+         "Floor": "floor", "Ceil": "ceil", "Round": "round", "Sign": "sign", "Not": "not", "IsNaN": "isnan",
+         "Softplus": "softplus", "HardSwish": "hardswish"}
+# ONNX op -> (IR op, {ONNX attribute: (IR attribute, ONNX default)}).
+UNARY_ATTRS = {"Elu": ("elu", {"alpha": ("alpha", 1.0)}),
+               "LeakyRelu": ("leaky_relu", {"alpha": ("alpha", 0.01)}),
+               "Selu": ("selu", {"alpha": ("alpha", 1.67326319217681884765625),
+                                 "gamma": ("gamma", 1.05070102214813232421875)}),
+               "HardSigmoid": ("hardsigmoid", {"alpha": ("alpha", 0.2), "beta": ("beta", 0.5)}),
+               "Gelu": ("gelu", {"approximate": ("approximate", "none")})}
+BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "And": "and", "Or": "or", "Xor": "xor",
+          "Equal": "eq", "Greater": "gt", "Less": "lt", "GreaterOrEqual": "ge", "LessOrEqual": "le"}
+VARIADIC = {"Max": "max", "Min": "min", "Sum": "add", "Mean": "add"}
+
+
+def _unary(ir_op):
+    return lambda ctx: [ctx.b.emit(ir_op, ctx.x(0))]
+
+
+def _unary_attrs(ir_op, spec):
+    def convert(ctx):
+        attrs = {ir_name: ctx.attr(name, default) for name, (ir_name, default) in spec.items()}
+        return [ctx.b.emit(ir_op, ctx.x(0), **attrs)]
+    return convert
+
+
+def _binary(ir_op):
+    def convert(ctx):
+        x, y = ctx.broadcast(ctx.x(0), ctx.x(1))
+        return [ctx.b.emit(ir_op, x, y)]
+    return convert
+
+
+def _variadic(ir_op, mean=False):
+    def convert(ctx):
+        values = ctx.broadcast(*[ctx.x(i) for i in range(len(ctx.inputs)) if ctx.has(i)])
+        out = values[0]
+        for v in values[1:]:
+            out = ctx.b.emit(ir_op, out, v)
+        return [ctx.b.div(out, ctx.scalar_like(len(values), out)) if mean else out]
+    return convert
+
+
+for _onnx, _ir in UNARY.items():
+    converter(_onnx)(_unary(_ir))
+for _onnx, (_ir, _spec) in UNARY_ATTRS.items():
+    converter(_onnx)(_unary_attrs(_ir, _spec))
+for _onnx, _ir in BINARY.items():
+    converter(_onnx)(_binary(_ir))
+for _onnx, _ir in VARIADIC.items():
+    converter(_onnx)(_variadic(_ir, _onnx == "Mean"))
+
+
+# -- activations spelled with other ops ------------------------------------------------------------------
+@converter("Identity")
+def identity(ctx):
+    return [ctx.tensor(0)]
+
+
+@converter("Softsign")
+def softsign(ctx):
+    x = ctx.x(0)
+    return [ctx.b.div(x, ctx.b.add(ctx.b.abs(x), ctx.scalar_like(1, x)))]
+
+
+@converter("ThresholdedRelu")
+def thresholded_relu(ctx):
+    x = ctx.x(0)
+    return [ctx.b.where(ctx.b.gt(x, ctx.scalar_like(ctx.attr("alpha", 1.0), x)), x, ctx.scalar_like(0, x))]
+
+
+@converter("Celu")
+def celu(ctx):
+    x, alpha = ctx.x(0), ctx.attr("alpha", 1.0)
+    neg = ctx.b.mul(ctx.b.elu(ctx.b.div(x, ctx.scalar_like(alpha, x)), alpha=1.0), ctx.scalar_like(alpha, x))
+    return [ctx.b.where(ctx.b.gt(x, ctx.scalar_like(0, x)), x, neg)]
+
+
+@converter("Shrink")
+def shrink(ctx):
+    x, lambd, bias = ctx.x(0), ctx.attr("lambd", 0.5), ctx.attr("bias", 0.0)
+    b = ctx.b
+    low = b.where(b.lt(x, ctx.scalar_like(-lambd, x)), b.add(x, ctx.scalar_like(bias, x)), ctx.scalar_like(0, x))
+    return [b.where(b.gt(x, ctx.scalar_like(lambd, x)), b.sub(x, ctx.scalar_like(bias, x)), low)]
+
+
+@converter("PRelu")
+def prelu(ctx):
+    x, slope = ctx.broadcast(ctx.x(0), ctx.x(1))
+    return [ctx.b.where(ctx.b.lt(x, ctx.scalar_like(0, x)), ctx.b.mul(x, slope), x)]
+
+
+@converter("Mish")
+def mish(ctx):
+    x = ctx.x(0)
+    return [ctx.b.mul(x, ctx.b.tanh(ctx.b.softplus(x)))]
+
+
+@converter("Swish")
+def swish(ctx):
+    x = ctx.x(0)
+    return [ctx.b.mul(x, ctx.b.sigmoid(ctx.b.mul(x, ctx.scalar_like(ctx.attr("alpha", 1.0), x))))]
+
+
+@converter("IsInf")
+def is_inf(ctx):
+    x, b = ctx.x(0), ctx.b
+    inf = b.isinf(x)
+    if not ctx.attr("detect_positive", 1):
+        inf = b.emit("and", inf, b.lt(x, ctx.scalar_like(0, x)))
+    if not ctx.attr("detect_negative", 1):
+        inf = b.emit("and", inf, b.gt(x, ctx.scalar_like(0, x)))
+    return [inf]
+
+
+# -- hyperbolic and inverse functions through exp, log and sqrt -------------------------------------------------
+def _f64(ctx, x):
+    """Compute in float64 (then round once), as the IR's own float references do."""
+    return ctx.cast(x, DType.f64)
+
+
+def _exp_pair(ctx, x):
+    return ctx.b.exp(x), ctx.b.exp(ctx.b.neg(x))
+
+
+def _sinh(ctx, x):
+    p, n = _exp_pair(ctx, x)
+    return ctx.b.mul(ctx.b.sub(p, n), ctx.scalar_like(0.5, x))
+
+
+def _cosh(ctx, x):
+    p, n = _exp_pair(ctx, x)
+    return ctx.b.mul(ctx.b.add(p, n), ctx.scalar_like(0.5, x))
+
+
+def _asinh(ctx, x):
+    b = ctx.b
+    return b.log(b.add(x, b.sqrt(b.add(b.mul(x, x), ctx.scalar_like(1, x)))))
+
+
+def _acosh(ctx, x):
+    b = ctx.b
+    return b.log(b.add(x, b.sqrt(b.sub(b.mul(x, x), ctx.scalar_like(1, x)))))
+
+
+def _atanh(ctx, x):
+    b = ctx.b
+    ratio = b.div(b.add(ctx.scalar_like(1, x), x), b.sub(ctx.scalar_like(1, x), x))
+    return b.mul(b.log(ratio), ctx.scalar_like(0.5, x))
+
+
+def _atan(ctx, x):
+    """atan by argument halving (twice: |x| <= tan(pi/8) after one, then a short odd series) and reflection
+    for |x| > 1, accurate to float64 rounding in the reduced range."""
+    b = ctx.b
+    big = b.gt(b.abs(x), ctx.scalar_like(1, x))
+    safe = b.where(big, x, ctx.scalar_like(1, x))
+    t = b.where(big, b.reciprocal(safe), x)
+    for _ in range(3):  # atan(t) = 2 atan(t / (1 + sqrt(1 + t^2)))
+        t = b.div(t, b.add(ctx.scalar_like(1, t), b.sqrt(b.add(ctx.scalar_like(1, t), b.mul(t, t)))))
+    t2, term, total = b.mul(t, t), t, t
+    for k in range(1, 12):
+        term = b.mul(b.neg(term), t2)
+        total = b.add(total, b.div(term, ctx.scalar_like(2 * k + 1, t)))
+    small = b.mul(total, ctx.scalar_like(8, t))
+    reflected = b.sub(b.mul(b.sign(x), ctx.scalar_like(math.pi / 2, x)), small)
+    return b.where(big, reflected, small)
+
+
+def _asin(ctx, x):
+    b = ctx.b
+    return _atan(ctx, b.div(x, b.sqrt(b.sub(ctx.scalar_like(1, x), b.mul(x, x)))))
+
+
+def _acos(ctx, x):
+    return ctx.b.sub(ctx.scalar_like(math.pi / 2, x), _asin(ctx, x))
+
+
+def _via_f64(fn):
+    def convert(ctx):
+        x = ctx.x(0)
+        return [ctx.cast(fn(ctx, _f64(ctx, x)), x.type.dtype)]
+    return convert
+
+
+for _onnx, _fn in {"Sinh": _sinh, "Cosh": _cosh, "Asinh": _asinh, "Acosh": _acosh, "Atanh": _atanh,
+                   "Atan": _atan, "Asin": _asin, "Acos": _acos}.items():
+    converter(_onnx)(_via_f64(_fn))
+
+
+# -- binary ops with their own rules ------------------------------------------------------------------------
+@converter("Pow")
+def pow_(ctx):
+    x, y = ctx.x(0), ctx.x(1)
+    if x.type.dtype.is_float:
+        x, y = ctx.broadcast(x, ctx.cast(y, x.type.dtype))
+        return [ctx.b.pow(x, y)]
+    x64, y64 = ctx.broadcast(_f64(ctx, x), _f64(ctx, y))  # integer base, any exponent: exact in float64
+    return [ctx.cast(ctx.b.pow(x64, y64), x.type.dtype)]
+
+
+@converter("Mod")
+def mod(ctx):
+    x, y = ctx.broadcast(ctx.x(0), ctx.x(1))
+    return [ctx.b.mod(x, y, fmod=bool(ctx.attr("fmod", 0)))]
+
+
+@converter("Where")
+def where(ctx):
+    c, x, y = ctx.broadcast(ctx.x(0), ctx.x(1), ctx.x(2))
+    return [ctx.b.where(c, x, y)]
+
+
+@converter("Clip")
+def clip(ctx):
+    x = ctx.x(0)
+    if ctx.opset < 11:
+        return [ctx.b.clip(x, min=ctx.attr("min", -math.inf), max=ctx.attr("max", math.inf))]
+    for i, op in ((1, "max"), (2, "min")):
+        if ctx.has(i):
+            x = ctx.b.emit(op, x, ctx.expand(ctx.x(i), x.type.shape))
+    return [x]
+
+
+@converter("Cast")
+def cast(ctx):
+    return [ctx.cast(ctx.x(0), ir_dtype(ctx.attr("to"), f"{ctx.where}: target type"))]
+
+
+@converter("CastLike")
+def cast_like(ctx):
+    return [ctx.cast(ctx.x(0), ctx.type(1).dtype)]
+
+
+# -- bits: shifts and bitwise ops through integer arithmetic --------------------------------------------------
+@converter("BitShift")
+def bit_shift(ctx):
+    x, y = ctx.broadcast(ctx.x(0), ctx.x(1))
+    factor = ctx.b.pow(ctx.scalar_like(2, y), y)
+    if ctx.attr("direction") == "LEFT":
+        return [ctx.b.mul(x, factor)]
+    return [ctx.b.floordiv(x, factor)]
+
+
+def _bits(ctx, v):
+    """The bits of an integer tensor, low first: floor division is an arithmetic shift, so two's complement
+    bits of negative values come out right."""
+    width = v.type.dtype.itemsize * 8
+    bits = []
+    for k in range(width):
+        if k == width - 1 and v.type.dtype.is_signed:
+            bits.append(ctx.b.lt(v, ctx.scalar_like(0, v)))
+            continue
+        shifted = v if k == 0 else ctx.b.floordiv(v, ctx.scalar_like(2 ** k, v))
+        bits.append(ctx.b.ne(ctx.b.mod(shifted, ctx.scalar_like(2, v)), ctx.scalar_like(0, v)))
+    return bits
+
+
+def _from_bits(ctx, bits, like):
+    dtype = like.type.dtype
+    total = ctx.scalar_like(0, like)
+    for k, bit in enumerate(bits):
+        weight = np.array(1, dtype.numpy) << np.array(k, dtype.numpy)
+        total = ctx.b.add(total, ctx.b.where(bit, ctx.scalar_like(weight, like), ctx.scalar_like(0, like)))
+    return total
+
+
+def _bitwise(logic):
+    def convert(ctx):
+        x, y = ctx.broadcast(ctx.x(0), ctx.x(1))
+        return [_from_bits(ctx, [ctx.b.emit(logic, p, q) for p, q in zip(_bits(ctx, x), _bits(ctx, y))], x)]
+    return convert
+
+
+for _onnx, _logic in {"BitwiseAnd": "and", "BitwiseOr": "or", "BitwiseXor": "xor"}.items():
+    converter(_onnx)(_bitwise(_logic))
+
+
+@converter("BitwiseNot")
+def bitwise_not(ctx):
+    x = ctx.x(0)
+    if x.type.dtype.is_signed:
+        return [ctx.b.sub(ctx.b.neg(x), ctx.scalar_like(1, x))]
+    return [ctx.b.sub(ctx.scalar_like(np.iinfo(x.type.dtype.numpy).max, x), x)]

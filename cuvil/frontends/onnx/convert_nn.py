@@ -1,0 +1,269 @@
+"""Neural-network ops: MatMul, Gemm, Conv, ConvTranspose, pooling (auto_pad resolved here), LRN, Dropout,
+Resize/Upsample (every opset's inputs and defaults) and Einsum."""
+from __future__ import annotations
+
+import math
+
+from ...ir.dtypes import DType
+from .context import broadcast_dims
+from .registry import converter
+
+
+# -- matmul, gemm ---------------------------------------------------------------------------------------------
+@converter("MatMul")
+def matmul(ctx):
+    """NumPy matmul: a 1-D side gets a unit dim that is dropped again; batch dims broadcast."""
+    a, b = ctx.x(0), ctx.x(1)
+    a2 = ctx.b.reshape(a, shape=(1,) + a.type.shape) if a.type.rank == 1 else a
+    b2 = ctx.b.reshape(b, shape=b.type.shape + (1,)) if b.type.rank == 1 else b
+    if a2.type.rank > 2 and b2.type.rank > 2 or a2.type.rank > 2 and b.type.rank == 1:
+        batch = broadcast_dims(a2.type.shape[:-2], b2.type.shape[:-2], ctx)
+        a2 = ctx.expand(a2, batch + a2.type.shape[-2:])
+        b2 = ctx.expand(b2, batch + b2.type.shape[-2:]) if b2.type.rank > 2 else b2
+    y = ctx.b.matmul(a2, b2)
+    shape = y.type.shape
+    if a.type.rank == 1:
+        shape = shape[:-2] + shape[-1:]
+    if b.type.rank == 1:
+        shape = shape[:-1]
+    return [ctx.reshape(y, shape)]
+
+
+@converter("Gemm")
+def gemm(ctx):
+    a, b = ctx.x(0), ctx.x(1)
+    a = ctx.b.transpose(a, perm=(1, 0)) if ctx.attr("transA", 0) else a
+    b = ctx.b.transpose(b, perm=(1, 0)) if ctx.attr("transB", 0) else b
+    y = ctx.b.matmul(a, b)
+    alpha, beta = ctx.attr("alpha", 1.0), ctx.attr("beta", 1.0)
+    if alpha != 1.0:
+        y = ctx.b.mul(y, ctx.scalar_like(alpha, y))
+    if ctx.has(2) and beta != 0.0:
+        c = ctx.expand(ctx.x(2), y.type.shape)
+        y = ctx.b.add(y, c if beta == 1.0 else ctx.b.mul(c, ctx.scalar_like(beta, c)))
+    return [y]
+
+
+# -- windows --------------------------------------------------------------------------------------------------
+def window_pads(ctx, in_sizes: tuple, kernel: tuple, strides: tuple, dilations: tuple) -> tuple:
+    """Explicit pads (begins, then ends) from `pads` or `auto_pad` (SAME_* keep ceil(in / stride) outputs)."""
+    auto = ctx.attr("auto_pad", "NOTSET")
+    s = len(kernel)
+    if auto in ("NOTSET", ""):
+        return tuple(ctx.attr("pads", [0] * (2 * s)))
+    if auto == "VALID":
+        return (0,) * (2 * s)
+    begins, ends = [], []
+    for n, k, st, d in zip(in_sizes, kernel, strides, dilations):
+        span = (k - 1) * d + 1
+        if st == 1:
+            total = span - 1
+        elif isinstance(n, int):
+            total = max((-(-n // st) - 1) * st + span - n, 0)
+        else:
+            raise ctx.unsupported(f"auto_pad {auto} with stride {st} needs static spatial sizes")
+        small, big = total // 2, total - total // 2
+        begins.append(small if auto == "SAME_UPPER" else big)
+        ends.append(big if auto == "SAME_UPPER" else small)
+    return tuple(begins + ends)
+
+
+def _window_attrs(ctx, x, kernel: tuple) -> dict:
+    s = len(kernel)
+    strides = tuple(ctx.attr("strides", [1] * s))
+    dilations = tuple(ctx.attr("dilations", [1] * s))
+    pads = window_pads(ctx, x.type.shape[2:], kernel, strides, dilations)
+    return {"strides": strides, "dilations": dilations, "pads": pads}
+
+
+@converter("Conv")
+def conv(ctx):
+    x, w = ctx.x(0), ctx.x(1)
+    kernel = tuple(ctx.attr("kernel_shape", w.type.shape[2:]))
+    attrs = _window_attrs(ctx, x, kernel)
+    operands = [x, w] + ([ctx.x(2)] if ctx.has(2) else [])
+    return [ctx.b.conv(*operands, groups=ctx.attr("group", 1), **attrs)]
+
+
+@converter("ConvTranspose")
+def conv_transpose(ctx):
+    x, w = ctx.x(0), ctx.x(1)
+    s = x.type.rank - 2
+    kernel = tuple(ctx.attr("kernel_shape", w.type.shape[2:]))
+    strides = tuple(ctx.attr("strides", [1] * s))
+    dil = tuple(ctx.attr("dilations", [1] * s))
+    out_pad = list(ctx.attr("output_padding", [0] * s))
+    out_shape = ctx.attr("output_shape")
+    auto = ctx.attr("auto_pad", "NOTSET")
+    if out_shape is None and auto in ("SAME_UPPER", "SAME_LOWER"):
+        out_shape = [n * st for n, st in zip(x.type.shape[2:], strides)]
+    if out_shape is None:
+        pads = tuple(ctx.attr("pads", [0] * (2 * s))) if auto != "VALID" else (0,) * (2 * s)
+    else:
+        pads = _transpose_pads(ctx, x.type.shape[2:], kernel, strides, dil, out_pad, list(out_shape)[-s:], auto)
+    operands = [x, w] + ([ctx.x(2)] if ctx.has(2) else [])
+    return [ctx.b.conv_transpose(*operands, strides=strides, dilations=dil, pads=pads, output_padding=tuple(out_pad),
+                                 groups=ctx.attr("group", 1))]
+
+
+def _transpose_pads(ctx, sizes, kernel, strides, dil, out_pad: list, out_shape: list, auto: str) -> tuple:
+    """Pads that give the requested output_shape (the spec's total_padding split); a negative total grows
+    output_padding instead."""
+    begins, ends = [], []
+    for i, (n, k, st, d, want) in enumerate(zip(sizes, kernel, strides, dil, out_shape)):
+        total = st * (n - 1) + out_pad[i] + (k - 1) * d + 1 - want
+        if not isinstance(total, int):
+            raise ctx.unsupported("output_shape with symbolic input sizes is not supported")
+        if total < 0:
+            out_pad[i], total = out_pad[i] - total, 0
+        half = total // 2
+        begins.append(half if auto == "SAME_UPPER" else total - half)
+        ends.append(total - half if auto == "SAME_UPPER" else half)
+    return tuple(begins + ends)
+
+
+def _pool_attrs(ctx, x) -> dict:
+    kernel = tuple(ctx.attr("kernel_shape"))
+    attrs = _window_attrs(ctx, x, kernel)
+    return {"kernel": kernel, "ceil_mode": bool(ctx.attr("ceil_mode", 0)), **attrs}
+
+
+@converter("MaxPool")
+def max_pool(ctx):
+    if len(ctx.node.output) > 1 and ctx.node.output[1]:
+        raise ctx.unsupported("the Indices output of MaxPool is not supported")
+    x = ctx.x(0)
+    return [ctx.b.max_pool(x, **_pool_attrs(ctx, x))]
+
+
+@converter("AveragePool")
+def avg_pool(ctx):
+    x = ctx.x(0)
+    attrs = _pool_attrs(ctx, x)
+    if any(d != 1 for d in attrs.pop("dilations")):
+        raise ctx.unsupported("dilated average pooling is not supported")
+    return [ctx.b.avg_pool(x, count_include_pad=bool(ctx.attr("count_include_pad", 0)), **attrs)]
+
+
+@converter("LpPool")
+def lp_pool(ctx):
+    x, p = ctx.x(0), ctx.attr("p", 2)
+    attrs = _pool_attrs(ctx, x)
+    if any(d != 1 for d in attrs.pop("dilations")):
+        raise ctx.unsupported("dilated Lp pooling is not supported")
+    powered = ctx.b.pow(ctx.b.abs(x), ctx.scalar_like(p, x))
+    mean = ctx.b.avg_pool(powered, count_include_pad=True, **attrs)
+    total = ctx.b.mul(mean, ctx.scalar_like(math.prod(attrs["kernel"]), mean))
+    return [ctx.b.pow(total, ctx.scalar_like(1.0 / p, total))]
+
+
+@converter("GlobalAveragePool")
+def global_avg_pool(ctx):
+    return [ctx.b.global_avg_pool(ctx.x(0))]
+
+
+@converter("GlobalMaxPool")
+def global_max_pool(ctx):
+    return [ctx.b.global_max_pool(ctx.x(0))]
+
+
+@converter("GlobalLpPool")
+def global_lp_pool(ctx):
+    x, p = ctx.x(0), ctx.attr("p", 2)
+    total = ctx.b.reduce_sum(ctx.b.pow(ctx.b.abs(x), ctx.scalar_like(p, x)), axes=tuple(range(2, x.type.rank)))
+    return [ctx.b.pow(total, ctx.scalar_like(1.0 / p, total))]
+
+
+@converter("LRN")
+def lrn(ctx):
+    """Sum of squares over a window of channels: an average pool over [N, 1, C, rest], times its size."""
+    x, size = ctx.x(0), ctx.attr("size")
+    n, c = x.type.shape[:2]
+    rest = math.prod(x.type.shape[2:], start=1)
+    sq = ctx.b.reshape(ctx.b.mul(x, x), shape=(n, 1, c, rest))
+    before = (size - 1) // 2
+    window = ctx.b.avg_pool(sq, kernel=(size, 1), pads=(before, 0, size - 1 - before, 0), count_include_pad=True)
+    total = ctx.b.reshape(window, shape=x.type.shape)
+    scale = ctx.b.add(ctx.scalar_like(ctx.attr("bias", 1.0), x),
+                      ctx.b.mul(total, ctx.scalar_like(ctx.attr("alpha", 1e-4), x)))
+    return [ctx.b.div(x, ctx.b.pow(scale, ctx.scalar_like(ctx.attr("beta", 0.75), x)))]
+
+
+@converter("Dropout")
+def dropout(ctx):
+    """Inference: the identity, and an all-true mask. Training mode with a ratio above 0 is random."""
+    x = ctx.x(0)
+    training = ctx.known_scalar(2, "training_mode", 0) if ctx.opset >= 12 else 0
+    ratio = ctx.known_scalar(1, "ratio", 0.5) if ctx.opset >= 12 else ctx.attr("ratio", 0.5)
+    if training and ratio:
+        raise ctx.unsupported("dropout in training mode is random; Cuvil converts inference graphs")
+    return [x, ctx.b.full(1.0, x.type.shape, DType.bool)]
+
+
+@converter("Einsum")
+def einsum(ctx):
+    return [ctx.b.einsum(*[ctx.x(i) for i in range(len(ctx.inputs)) if ctx.has(i)], equation=ctx.attr("equation"))]
+
+
+# -- resize ---------------------------------------------------------------------------------------------------
+_RESIZE_DEFAULTS = {"coordinate_transformation_mode": "half_pixel", "nearest_mode": "round_prefer_floor",
+                    "cubic_coeff_a": -0.75, "exclude_outside": 0}
+
+
+def _resize_inputs(ctx) -> tuple:
+    """(scales, sizes) as given, each None when absent; Upsample and Resize-10 give scales only."""
+    if ctx.op_type == "Upsample" and ctx.opset < 9:
+        return tuple(ctx.attr("scales")), None
+    if ctx.op_type == "Upsample" or ctx.opset < 11:
+        return ctx.floats(1, "scales"), None
+    scales = ctx.floats(2, "scales") if ctx.has(2) and ctx.type(2).numel != 0 else None
+    sizes = ctx.dims(3, "sizes") if ctx.has(3) and ctx.type(3).numel != 0 else None
+    return scales, sizes
+
+
+def _out_sizes(ctx, shape: tuple, scales, sizes, axes: list) -> tuple:
+    """Full output sizes and the scales the coordinate formulas use (None: sizes / input sizes)."""
+    if sizes is not None:
+        wanted = dict(zip(axes, sizes))
+        policy = ctx.attr("keep_aspect_ratio_policy", "stretch")
+        if policy == "stretch":
+            return tuple(wanted.get(i, d) for i, d in enumerate(shape)), None
+        pick = min if policy == "not_larger" else max
+        scale = pick(wanted[a] / shape[a] for a in axes)
+        full = [scale if i in wanted else 1.0 for i in range(len(shape))]
+        return tuple(int(math.floor(d * s + 0.5)) if i in wanted else d for i, (d, s) in enumerate(zip(shape, full))), \
+            tuple(full)
+    given = dict(zip(axes, scales))
+    full = tuple(given.get(i, 1.0) for i in range(len(shape)))
+    out = []
+    for d, s in zip(shape, full):
+        if isinstance(d, int):
+            out.append(int(math.floor(d * s)))
+        elif float(s).is_integer():
+            out.append(d * int(s))
+        else:
+            raise ctx.unsupported(f"scale {s} of a symbolic size does not give a size Cuvil can express")
+    return tuple(out), full
+
+
+@converter("Resize", "Upsample")
+def resize(ctx):
+    x = ctx.x(0)
+    mode = ctx.attr("mode", "nearest")
+    if ctx.attr("antialias", 0) and mode != "nearest":
+        raise ctx.unsupported("antialiased resizing is not supported")
+    ctm = ctx.attr("coordinate_transformation_mode", "half_pixel")
+    if ctx.op_type == "Upsample" or ctx.opset < 11:
+        ctm = "asymmetric"
+    if ctm == "tf_crop_and_resize":
+        raise ctx.unsupported("coordinate_transformation_mode tf_crop_and_resize is not supported")
+    scales, sizes = _resize_inputs(ctx)
+    if scales is None and sizes is None:
+        raise ctx.error("needs scales or sizes")
+    rank = x.type.rank
+    axes = [a + rank if a < 0 else a for a in ctx.attr("axes", list(range(rank)))]
+    out, used_scales = _out_sizes(ctx, x.type.shape, scales, sizes, axes)
+    attrs = {k: ctx.attr(k, v) for k, v in _RESIZE_DEFAULTS.items()}
+    attrs.update(coordinate_transformation_mode=ctm, mode={"bilinear": "linear", "trilinear": "linear"}.get(mode, mode),
+                 exclude_outside=bool(attrs["exclude_outside"]))
+    return [ctx.b.resize(x, sizes=out, scales=used_scales or (), **attrs)]

@@ -1,0 +1,168 @@
+"""`load_onnx`: read a model (path, bytes or ModelProto), check what Cuvil needs of it, and convert its main
+graph into an IR module whose constants are the initializers."""
+from __future__ import annotations
+
+import os
+
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import defs
+
+from ...errors import CuvilError, SerializationError, ShapeError, UnsupportedError, VerificationError
+from ...ir.builder import Builder
+from ...ir.core import Module
+from ...ir.symbolic import SymExpr
+from ...ir.types import TensorType
+from ...ir.verifier import verify
+from .graph import DEFAULT_DOMAINS, MIN_OPSET, GraphConverter, Scope
+from .context import NeedsValue
+from .model import OnnxModel, SpecializingModel, TensorSpec
+from .tensors import Tensor, ir_dtype, sanitize, type_name
+
+
+def load_onnx(model) -> OnnxModel:
+    """Convert an ONNX model (a file path, its bytes, or an `onnx.ModelProto`) into a callable `OnnxModel`.
+
+    Inputs' `dim_param` sizes become symbolic dims; initializers become module constants without copying
+    (external data files are memory-mapped). Errors are Cuvil errors naming the node, op type and opset.
+    """
+    proto, base_dir = read_model(model)
+    try:
+        return _convert(proto, base_dir, {})
+    except NeedsValue as e:
+        return SpecializingModel(_input_specs(proto), _output_specs(proto),
+                                 lambda values: _convert(proto, base_dir, values), e)
+
+
+def _convert(proto, base_dir, values: dict) -> OnnxModel:
+    try:
+        return convert_model(proto, base_dir, values)
+    except CuvilError:
+        raise
+    except (ValueError, TypeError, IndexError, KeyError, AttributeError, ArithmeticError, RecursionError) as e:
+        raise SerializationError(f"malformed ONNX model: {type(e).__name__}: {e}") from None
+
+
+def read_model(model) -> tuple:
+    """(ModelProto, folder for external data or None)."""
+    if isinstance(model, onnx.ModelProto):
+        return model, None
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        return _parse(bytes(model), "the given bytes"), None
+    if isinstance(model, (str, os.PathLike)):
+        path = os.fspath(model)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise SerializationError(f"cannot read ONNX model {path!r}: {e.strerror or e}") from None
+        return _parse(data, repr(path)), os.path.dirname(os.path.abspath(path))
+    raise TypeError(f"load_onnx takes a path, bytes or an onnx.ModelProto, not {type(model).__name__}")
+
+
+def _parse(data: bytes, what: str):
+    proto = onnx.ModelProto()
+    try:
+        proto.ParseFromString(data)
+    except (DecodeError, RuntimeError, ValueError) as e:
+        raise SerializationError(f"{what} is not a valid ONNX model (truncated or corrupt protobuf: {e})") from None
+    if not proto.HasField("graph") or not proto.opset_import:
+        raise SerializationError(f"{what} is not an ONNX model: it has no graph or no opset_import")
+    return proto
+
+
+def model_opsets(proto) -> dict:
+    opsets = {}
+    for o in proto.opset_import:
+        opsets["" if o.domain in DEFAULT_DOMAINS else o.domain] = o.version
+    newest = defs.onnx_opset_version()
+    v = opsets.get("")
+    if v is None or not MIN_OPSET <= v <= newest:
+        raise UnsupportedError(f"the model imports opset {v} of the default ONNX domain; Cuvil reads opsets "
+                               f"{MIN_OPSET} to {newest}")
+    return opsets
+
+
+def convert_model(proto, base_dir: str | None, values: dict) -> OnnxModel:
+    """The model as IR; `values` maps input names to arrays whose contents the conversion may use (the
+    inputs a model is specialized on), the others are known by type only."""
+    opsets = model_opsets(proto)
+    graph = proto.graph
+    inputs = _input_specs(proto)
+    module = Module()
+    module.metadata.update({"source": "onnx", "graph": graph.name, "opset": str(opsets[""]),
+                            "producer": f"{proto.producer_name} {proto.producer_version}".strip()})
+    b = Builder.new_function(module, "main", [TensorType(s.dtype, s.shape) for s in inputs],
+                             [sanitize(s.name) for s in inputs])
+    conv = GraphConverter(module, b.function, {(f.domain, f.name): f for f in proto.functions}, base_dir)
+    scope = Scope()
+    for spec, arg in zip(inputs, b.args):
+        scope.define(spec.name, Tensor(value=arg, known=values.get(spec.name), deps=frozenset({spec.name})))
+    outs = conv.run_graph(graph, scope, b, opsets)
+    if not outs:
+        raise VerificationError("the ONNX graph has no outputs")
+    b.ret(*[conv.materialize(t) for t in outs])
+    verify(module)
+    outputs = [TensorSpec(o.name, t.dtype, tuple(t.type.shape)) for o, t in zip(graph.output, outs)]
+    return OnnxModel(module, inputs, outputs)
+
+
+def _input_specs(proto) -> list:
+    initialized = {i.name for i in proto.graph.initializer}
+    symbols = _Symbols()
+    return [_input_spec(v, symbols) for v in proto.graph.input if v.name not in initialized]
+
+
+def _output_specs(proto) -> list:
+    """The outputs as the graph declares them (for a model converted only once input values are known)."""
+    symbols, out = _Symbols(), []
+    for v in proto.graph.output:
+        tt = v.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") else symbols.named(d.dim_param or f"{v.name}_{i}")
+                for i, d in enumerate(tt.shape.dim)]
+        out.append(TensorSpec(v.name, ir_dtype(tt.elem_type, f"graph output {v.name!r}"), tuple(dims)))
+    return out
+
+
+class _Symbols:
+    """dim_param names -> symbolic dims (as identifiers, distinct params kept distinct); fresh ones for
+    dims that have neither a value nor a name."""
+
+    def __init__(self):
+        self.by_param: dict = {}
+        self.used: set = set()
+
+    def named(self, param: str) -> SymExpr:
+        if param not in self.by_param:
+            self.by_param[param] = self._fresh(sanitize(param, "d"))
+        return self.by_param[param]
+
+    def _fresh(self, base: str) -> SymExpr:
+        name, i = base, 0
+        while name in self.used:
+            i += 1
+            name = f"{base}_{i}"
+        self.used.add(name)
+        return SymExpr.symbol(name)
+
+    def anonymous(self, input_name: str, axis: int) -> SymExpr:
+        return self._fresh(f"{sanitize(input_name, 'd')}_{axis}")
+
+
+def _input_spec(v, symbols: _Symbols) -> TensorSpec:
+    kind = v.type.WhichOneof("value")
+    if kind != "tensor_type":
+        raise UnsupportedError(f"graph input {v.name!r} is a {kind or 'value without type'}; Cuvil takes tensors")
+    tt = v.type.tensor_type
+    dtype = ir_dtype(tt.elem_type, f"graph input {v.name!r}")
+    if not tt.HasField("shape"):
+        raise UnsupportedError(f"graph input {v.name!r} ({type_name(tt.elem_type)}) has no shape, not even a rank")
+    shape = []
+    for axis, d in enumerate(tt.shape.dim):
+        if d.HasField("dim_value"):
+            if d.dim_value < 0:
+                raise ShapeError(f"graph input {v.name!r} has the negative size {d.dim_value} in dim {axis}")
+            shape.append(d.dim_value)
+        else:
+            shape.append(symbols.named(d.dim_param) if d.dim_param else symbols.anonymous(v.name, axis))
+    return TensorSpec(v.name, dtype, tuple(shape))

@@ -1,0 +1,179 @@
+"""`OnnxModel`: a loaded ONNX model. Calling it runs the reference interpreter; `.optimize()` runs the
+default pass pipeline on a copy of the module and returns a callable with the same calling convention."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...errors import ShapeError, UnsupportedError
+from ...interpreter import interpret
+from ...ir.core import Module
+from ...ir.dtypes import DType
+from ...ir.symbolic import SymExpr
+from ...ir.types import TensorType
+
+_BACKEND = "interpreter"  # what .optimize() runs on; becomes the requested target once the CPU backend is proven
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A model input or output: its ONNX name, element type and shape (ints and symbolic dims)."""
+
+    name: str
+    dtype: DType
+    shape: tuple
+
+    @property
+    def numpy_dtype(self) -> np.dtype:
+        return self.dtype.numpy
+
+    def __str__(self) -> str:
+        return f"{self.name}: {TensorType(self.dtype, self.shape)}"
+
+
+class OnnxModel:
+    """An ONNX model as a Cuvil IR module. Call it with NumPy arrays, positionally or by input name; it returns
+    the outputs as a list in the graph's order, like ONNX Runtime's `run`.
+
+        >>> import numpy as np, onnx, cuvil
+        >>> from onnx import helper, TensorProto as T
+        >>> g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+        ...                       [helper.make_tensor_value_info("x", T.FLOAT, ["n"])],
+        ...                       [helper.make_tensor_value_info("y", T.FLOAT, ["n"])])
+        >>> model = cuvil.load_onnx(helper.make_model(g))
+        >>> model(np.array([-1.0, 2.0], np.float32))[0].tolist()
+        [0.0, 2.0]
+        >>> [str(s) for s in model.inputs]
+        ['x: f32[n]']
+    """
+
+    def __init__(self, module: Module, inputs: list, outputs: list, runner=None):
+        self.module = module
+        self.inputs = list(inputs)
+        self.outputs = list(outputs)
+        self._run = runner or (lambda arrays: interpret(module, arrays))
+
+    @property
+    def weights(self) -> dict:
+        """The model's constants (initializers), by name; NumPy arrays shared with the module, not copies."""
+        return self.module.constants
+
+    def __call__(self, *args, **kwargs) -> list:
+        return [np.asarray(o) for o in self._run(bind_inputs(self.inputs, args, kwargs))]
+
+    def optimize(self, target: str = "cpu", precision: str = "fp32", enable_fuse: bool = True,
+                 calibrate_dataset=None, passes=None) -> "OnnxModel":
+        """A callable for `target`: the default pipeline (plus `passes`) on a copy of the module, then for now
+        the interpreter. `enable_fuse` and `calibrate_dataset` take effect with the CPU backend."""
+        from ...compiler import TARGETS, compile_module
+
+        if target not in TARGETS:
+            raise UnsupportedError(f"optimize: unknown target {target!r} (supported: {', '.join(TARGETS)})")
+        if precision != "fp32":
+            raise UnsupportedError(f"optimize: precision {precision!r} is not supported yet (only 'fp32')")
+        exe = compile_module(self.module, target=_BACKEND, passes=passes or ())
+        return OnnxModel(exe.module, self.inputs, self.outputs, lambda arrays: exe(*arrays))
+
+    def __repr__(self) -> str:
+        ins = ", ".join(map(str, self.inputs))
+        outs = ", ".join(map(str, self.outputs))
+        return f"OnnxModel(({ins}) -> ({outs}))"
+
+
+def bind_inputs(specs: list, args: tuple, kwargs: dict) -> list:
+    """The call's arrays in input order, checked against the specs (count, names, element types, ranks)."""
+    if len(args) > len(specs):
+        raise ShapeError(f"the model takes {len(specs)} inputs, got {len(args)} positional arrays")
+    given = dict(zip((s.name for s in specs), args))
+    for name, x in kwargs.items():
+        if name not in {s.name for s in specs}:
+            raise ShapeError(f"the model has no input {name!r} (inputs: {', '.join(s.name for s in specs)})")
+        if name in given:
+            raise ShapeError(f"input {name!r} is given both by position and by name")
+        given[name] = x
+    missing = [s.name for s in specs if s.name not in given]
+    if missing:
+        raise ShapeError(f"missing model inputs: {', '.join(missing)}")
+    return [_check_input(s, given[s.name]) for s in specs]
+
+
+def _check_input(spec: TensorSpec, x) -> np.ndarray:
+    arr = x if isinstance(x, np.ndarray) else np.asarray(x, spec.numpy_dtype)
+    if arr.dtype != spec.numpy_dtype:
+        raise ShapeError(f"input {spec.name!r} must have element type {spec.dtype} ({spec.numpy_dtype}), "
+                         f"got {arr.dtype}")
+    if arr.ndim != len(spec.shape):
+        raise ShapeError(f"input {spec.name!r} must have rank {len(spec.shape)} ({spec}), got shape {arr.shape}")
+    for axis, (d, n) in enumerate(zip(spec.shape, arr.shape)):
+        if not isinstance(d, SymExpr) and d != n:
+            raise ShapeError(f"input {spec.name!r} must have size {d} in dim {axis} ({spec}), got shape {arr.shape}")
+    return arr
+
+
+class SpecializingModel(OnnxModel):
+    """A model whose shapes depend on the values of some small inputs (a Reshape shape or Reduce axes given
+    as a graph input). It is converted at call time, once per distinct value of those inputs, with the values
+    known; `value_inputs` names them. `.module` is the most recent specialization."""
+
+    MAX_CACHED = 16
+    MAX_ELEMENTS = 64  # inputs this small may key a specialization; larger ones are data
+
+    def __init__(self, inputs: list, outputs: list, convert, first: UnsupportedError):
+        self.inputs, self.outputs, self._convert = list(inputs), list(outputs), convert
+        self.value_inputs: set = set()
+        self._cache: dict = {}
+        self._latest = None
+        self._add_value_inputs(first)
+
+    def _add_value_inputs(self, e) -> None:
+        specs = {s.name: s for s in self.inputs}
+        names = set(getattr(e, "inputs", ())) - self.value_inputs
+        if not names or any(n not in specs or not _small_static(specs[n], self.MAX_ELEMENTS) for n in names):
+            raise e
+        self.value_inputs |= names
+
+    @property
+    def module(self) -> Module:
+        if self._latest is None:
+            raise UnsupportedError(f"this model is converted per value of its inputs {sorted(self.value_inputs)}; "
+                                   f"call it once before asking for its module")
+        return self._latest.module
+
+    def specialize(self, arrays: list) -> OnnxModel:
+        """The model converted for these inputs' values (cached)."""
+        while True:
+            named = {s.name: x for s, x in zip(self.inputs, arrays)}
+            key = tuple((n, named[n].dtype.str, named[n].shape, named[n].tobytes()) for n in sorted(self.value_inputs))
+            if key in self._cache:
+                self._latest = self._cache[key]
+                return self._latest
+            try:
+                model = self._convert({n: named[n] for n in self.value_inputs})
+            except UnsupportedError as e:
+                self._add_value_inputs(e)
+                continue
+            if len(self._cache) >= self.MAX_CACHED:
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[key] = self._latest = model
+            return model
+
+    def __call__(self, *args, **kwargs) -> list:
+        arrays = bind_inputs(self.inputs, args, kwargs)
+        return self.specialize(arrays)._run(arrays)
+
+    def optimize(self, target: str = "cpu", precision: str = "fp32", enable_fuse: bool = True,
+                 calibrate_dataset=None, passes=None):
+        compiled: dict = {}
+
+        def run(*args, **kwargs):
+            arrays = bind_inputs(self.inputs, args, kwargs)
+            model = self.specialize(arrays)
+            if id(model) not in compiled:
+                compiled[id(model)] = model.optimize(target, precision, enable_fuse, calibrate_dataset, passes)
+            return compiled[id(model)](*arrays)
+        return run
+
+
+def _small_static(spec: TensorSpec, limit: int) -> bool:
+    return all(isinstance(d, int) for d in spec.shape) and int(np.prod(spec.shape)) <= limit
