@@ -1,0 +1,16 @@
+"""The Python examples in the docs run as written (```python blocks; ```py marks a fragment)."""
+import os
+import pathlib
+import re
+
+import pytest
+
+DOCS = pathlib.Path(__file__).parents[1] / "docs"
+EXAMPLES = [(path.name, i, block) for path in sorted(DOCS.glob("*.md"))
+            for i, block in enumerate(re.findall(r"```python\n(.*?)```", path.read_text(), re.S))]
+
+
+@pytest.mark.parametrize("name, index, code", EXAMPLES, ids=[f"{n}-{i}" for n, i, _ in EXAMPLES])
+def test_doc_example_runs(name, index, code, monkeypatch):
+    monkeypatch.setenv("CUVIL_OPT_LEVEL", os.environ.get("CUVIL_OPT_LEVEL", "1"))
+    exec(compile(code, f"{name}[{index}]", "exec"), {})
