@@ -5,8 +5,8 @@ import re
 
 import pytest
 
-DOCS = pathlib.Path(__file__).parents[1] / "docs"
-EXAMPLES = [(path.name, i, block) for path in sorted(DOCS.glob("*.md"))
+ROOT = pathlib.Path(__file__).parents[1]
+EXAMPLES = [(path.name, i, block) for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
             for i, block in enumerate(re.findall(r"```python\n(.*?)```", path.read_text(), re.S))]
 
 
