@@ -25,6 +25,8 @@ PARALLEL_MIN_ELEMENTS = 1 << 15  # below this a kernel runs on one thread: forki
 INDEX_OPS = {"broadcast_to", "transpose", "slice", "pad", "concat", "gather", "iota"}
 REDUCE_INIT = {"reduce_sum": "0", "reduce_prod": "1", "reduce_max": "-INFINITY", "reduce_min": "INFINITY"}
 REDUCE_INT_INIT = {"reduce_max": "{t}_MIN", "reduce_min": "{t}_MAX"}
+# Within a thread max/min propagate NaN as the reference does; OpenMP's combination of per-thread partial
+# results (full reductions over many threads) uses plain max/min, which may drop a NaN.
 REDUCE_COMBINE = {"reduce_sum": "{a} + {x}", "reduce_prod": "{a} * {x}", "reduce_max": "CUVIL_MAX({a}, {x})",
                   "reduce_min": "CUVIL_MIN({a}, {x})"}
 _INT_LIMITS = {DType.i64: "INT64", DType.i32: "INT32", DType.i16: "INT16", DType.i8: "INT8", DType.u8: "UINT8"}
@@ -165,19 +167,20 @@ class LoopKernel:
             init = REDUCE_INT_INIT[red.name].format(t=_INT_LIMITS[out_t.dtype])
         self._line(depth, f"{ct.name} {acc} = {init};")
         reduced = sorted(axes_reduced)
-        op_combine = REDUCE_COMBINE[red.name]
-        simd_reduction = {"reduce_sum": "+", "reduce_prod": "*"}.get(red.name)
+        omp_op = {"reduce_sum": "+", "reduce_prod": "*", "reduce_max": "max", "reduce_min": "min"}[red.name]
         inner_depth = depth
         for n, k in enumerate(reduced):
-            if n == len(reduced) - 1:
-                clause = f" reduction({simd_reduction}:{acc})" if simd_reduction and ct.is_float else ""
-                self._line(inner_depth, f"#pragma omp simd{clause}")
+            if not kept and n == 0:  # a full reduction: threads split it, each with its own partial result
+                collapse = f" collapse({len(reduced)})" if len(reduced) > 1 else ""
+                self._line(inner_depth, f"#pragma omp parallel for simd reduction({omp_op}:{acc}){collapse} {par}")
+            elif kept and n == len(reduced) - 1:
+                self._line(inner_depth, f"#pragma omp simd reduction({omp_op}:{acc})")
             self._line(inner_depth, f"for (int64_t i{k} = 0; i{k} < {c_dim(src.shape[k])}; i{k}++) {{")
             inner_depth += 1
         self.memo.append({})
         x = self.value(red.operands[0], Idx(src.shape, tuple(full_axes)), inner_depth)
         self.memo.pop()
-        self._line(inner_depth, f"{acc} = {op_combine.format(a=acc, x=x)};")
+        self._line(inner_depth, f"{acc} = {REDUCE_COMBINE[red.name].format(a=acc, x=x)};")
         self._close(inner_depth, depth)
         self.memo.append({(id(red.results[0]), out_axes): acc})
         out_idx = Idx(out_t.shape, out_axes)
