@@ -1,0 +1,46 @@
+"""The Python-source frontend: `@cuvil.jit` reads a function's own source and translates it to IR.
+
+Like a typed compiler (not a tracer), it sees every branch: types come from the first call's arguments
+(NumPy arrays, torch CPU tensors, Python scalars), then the source is translated statement by statement.
+
+    >>> import numpy as np, cuvil
+    >>> @cuvil.jit
+    ... def gated(x, threshold=0.5):
+    ...     if x.mean() > threshold:          # a tensor condition: a `cond` in the IR
+    ...         return np.maximum(x, 0.0)
+    ...     return 1.0 / (1.0 + np.exp(-x))
+    >>> gated(np.array([1.0, 2.0], np.float32)).tolist()
+    [1.0, 2.0]
+
+Semantics worth knowing:
+- Python scalar arguments are compile-time constants: `if threshold > 0:` is decided when compiling, and
+  each value gets its own compilation. Name them in `runtime_args=("threshold",)` to pass them at run time.
+- `if` on a tensor becomes `cond`; a name assigned on one path only fails where it is used. `for i in
+  range(n)` unrolls up to `unroll` (16) iterations, longer or run-time ranges and `while` on a tensor become
+  a `while` loop. `and`/`or`/`not` on tensors give booleans.
+- Python scalars are weakly typed (NumPy 2 / torch): `x * 2.0` keeps f32. Result dtypes are taken from the
+  framework itself, so `int / int`, `np.mean` of ints and mixed dtypes promote exactly as the original.
+- `x += y` rebinds x; tensors are never modified in place (`x[i] = v` is an error).
+- Globals and closure variables (arrays become constants) are read when a signature is compiled.
+
+Options: `target` ("cpu"), `enable_fusion`, `dynamic` (all sizes but 0 and 1 symbolic), `dynamic_dims`
+(`{"x": {0: "batch"}}`), `fallback` ("python": run the original with a warning when compilation fails),
+`passes` (extra passes for `compile_module`), `runtime_args`, `unroll`, `level`.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+from .jitfunction import JitFunction
+
+
+def jit(fn: Optional[Callable] = None, **options):
+    """Compile `fn` from its source on first call; usable bare or as `@jit(**options)`."""
+    if fn is None:
+        return lambda f: jit(f, **options)
+    if isinstance(fn, JitFunction):
+        return JitFunction(fn.python_function, **{**fn.options, **options})
+    return JitFunction(fn, **options)
+
+
+__all__ = ["JitFunction", "jit"]

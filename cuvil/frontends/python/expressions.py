@@ -1,0 +1,421 @@
+"""Expressions: names, attributes, calls, operators, subscripts and comprehensions, evaluated either at compile
+time (Python values) or into IR (tensors). Every op is emitted at the location of its expression."""
+from __future__ import annotations
+
+import ast
+import builtins
+import inspect
+import operator
+from typing import NamedTuple
+
+import numpy as np
+
+from ...errors import CuvilError, UnsupportedError
+from ...ir.symbolic import SymExpr
+from . import emit as E
+from .calls import lookup, method_table, supported_names
+from .indexing import getitem
+from .source import Source, describe
+from .values import TV, BoundMethod, Undefined, is_torch_tensor, to_dtype
+
+MAX_INLINE_DEPTH = 32
+MAX_ITEMS = 4096  # a comprehension or Python loop longer than this is surely a mistake
+
+_ARITH = {ast.Add: ("add", "add"), ast.Sub: ("sub", "subtract"), ast.Mult: ("mul", "multiply"),
+          ast.Div: ("div", "true_divide"), ast.FloorDiv: ("floordiv", "floor_divide"), ast.Mod: ("mod", "remainder"),
+          ast.Pow: ("pow", "power")}
+_BITWISE = {ast.BitAnd: "and", ast.BitOr: "or", ast.BitXor: "xor"}
+_PY_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+              ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
+              ast.MatMult: operator.matmul, ast.BitAnd: operator.and_, ast.BitOr: operator.or_,
+              ast.BitXor: operator.xor, ast.LShift: operator.lshift, ast.RShift: operator.rshift}
+_SYMBOLIC_OK = (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod)  # what symbolic sizes compute exactly
+_COMPARE = {ast.Eq: "eq", ast.NotEq: "ne", ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge"}
+_PY_COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
+               ast.Gt: operator.gt, ast.GtE: operator.ge}
+
+
+class RuntimeRange(NamedTuple):
+    """`range(n)` whose bounds are tensors or symbolic sizes: a loop at run time."""
+
+    start: object
+    stop: object
+    step: int
+
+
+def is_dynamic(v) -> bool:
+    """Values only known at run time (or symbolically), anywhere inside tuples and lists."""
+    if isinstance(v, (tuple, list)):
+        return any(is_dynamic(x) for x in v)
+    if isinstance(v, dict):
+        return any(is_dynamic(x) for x in v.values())
+    return isinstance(v, (TV, SymExpr, BoundMethod, Undefined, RuntimeRange))
+
+
+class ExpressionTranslator:
+    """Evaluates expressions of one function (its globals, closure and source) in an environment."""
+
+    def __init__(self, cx: E.Context, source: Source, depth: int = 0):
+        self.cx, self.src, self.depth = cx, source, depth
+        fn = source.fn
+        self.globals = fn.__globals__
+        self.closure = {}
+        for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+            try:
+                self.closure[name] = cell.cell_contents
+            except ValueError:  # a cell not filled yet
+                pass
+
+    # -- dispatch ---------------------------------------------------------------------------------------------
+    def expr(self, node: ast.AST, env: dict):
+        outer = self.cx.loc
+        self.cx.at(self.src.location(node))
+        try:
+            handler = _EXPRS.get(type(node))
+            if handler is None:
+                raise UnsupportedError(f"the expression `{type(node).__name__}` is not supported here (supported: "
+                                       "operators, calls, attributes, subscripts, tuples, lists, comprehensions)")
+            return handler(self, node, env)
+        except CuvilError as e:
+            raise self.src.error(e, node) from None
+        except RecursionError:
+            raise
+        except Exception as e:  # the original would raise this too: say so at the line
+            err = CuvilError(f"evaluating this at compile time raised {type(e).__name__}: {e}")
+            raise self.src.error(err, node) from e
+        finally:
+            self.cx.at(outer)
+
+    def lift(self, v):
+        """Arrays and tensors from globals, closures or compile-time calls become constants."""
+        if isinstance(v, np.ndarray):
+            return self.cx.constant(v)
+        if is_torch_tensor(v):
+            if v.device.type != "cpu":
+                raise UnsupportedError(f"a torch tensor on {v.device} cannot be a constant; move it to the CPU")
+            return self.cx.constant(v.detach().numpy())
+        return v
+
+    # -- leaves ------------------------------------------------------------------------------------------------
+    def e_constant(self, node, env):
+        return node.value
+
+    def e_name(self, node, env):
+        if node.id in env:
+            v = env[node.id]
+            if isinstance(v, Undefined):
+                raise CuvilError(v.why)
+            return v
+        for scope in (self.closure, self.globals, builtins.__dict__):
+            if node.id in scope:
+                return self.lift(scope[node.id])
+        raise CuvilError(f"name '{node.id}' is not defined (or not assigned on this path)")
+
+    def e_tuple(self, node, env):
+        return tuple(self.items(node.elts, env))
+
+    def e_list(self, node, env):
+        return self.items(node.elts, env)
+
+    def e_dict(self, node, env):
+        if any(k is None for k in node.keys):
+            raise UnsupportedError("**mapping in a dict literal is not supported")
+        return {self.expr(k, env): self.expr(v, env) for k, v in zip(node.keys, node.values)}
+
+    def items(self, nodes, env) -> list:
+        out = []
+        for n in nodes:
+            if isinstance(n, ast.Starred):
+                out.extend(self.iterate(self.expr(n.value, env)))
+            else:
+                out.append(self.expr(n, env))
+        return out
+
+    def e_joined_str(self, node, env):
+        parts = []
+        for v in node.values:
+            if isinstance(v, ast.FormattedValue):
+                value = self.expr(v.value, env)
+                if is_dynamic(value) and not isinstance(value, SymExpr):
+                    raise UnsupportedError("f-strings can only format values known at compile time")
+                spec = self.expr(v.format_spec, env) if v.format_spec else ""
+                parts.append(format({115: str, 114: repr, 97: ascii}.get(v.conversion, lambda x: x)(value), spec))
+            else:
+                parts.append(v.value)
+        return "".join(parts)
+
+    # -- attributes and subscripts -------------------------------------------------------------------------------
+    def e_attribute(self, node, env):
+        return self.attribute(self.expr(node.value, env), node.attr)
+
+    def attribute(self, base, attr: str):
+        if isinstance(base, TV):
+            methods, attrs = method_table(self.cx.mode)
+            if attr in attrs:
+                return attrs[attr](self.cx, base)
+            if attr in methods:
+                return BoundMethod(base, attr)
+            raise UnsupportedError(f"tensor attribute or method '.{attr}' is not supported; supported: "
+                                   f"{', '.join(sorted({*attrs, *methods}))}")
+        if isinstance(base, (SymExpr, RuntimeRange)):
+            raise UnsupportedError(f"'.{attr}' of a size known only at run time is not supported")
+        return self.lift(getattr(base, attr))
+
+    def e_subscript(self, node, env):
+        base = self.expr(node.value, env)
+        index = self.index(node.slice, env)
+        if isinstance(base, TV):
+            return getitem(self.cx, base, index)
+        if is_dynamic(index):
+            raise UnsupportedError(f"indexing a Python {type(base).__name__} needs an index known at compile time")
+        return base[index]
+
+    def index(self, node, env):
+        if isinstance(node, ast.Slice):
+            return slice(*(self.expr(p, env) if p is not None else None for p in (node.lower, node.upper, node.step)))
+        if isinstance(node, ast.Tuple):
+            return tuple(self.index(e, env) for e in node.elts)
+        return self.expr(node, env)
+
+    # -- operators ----------------------------------------------------------------------------------------------------
+    def e_binop(self, node, env):
+        return self.binop(type(node.op), self.expr(node.left, env), self.expr(node.right, env))
+
+    def binop(self, op, a, b):
+        tensors = isinstance(a, TV) or isinstance(b, TV)
+        symbolic = isinstance(a, SymExpr) or isinstance(b, SymExpr)
+        if not tensors and (not symbolic or op in _SYMBOLIC_OK):
+            return _PY_BINOPS[op](a, b)
+        if op is ast.MatMult:
+            return E.matmul(self.cx, a, b)
+        if op in _BITWISE:
+            if any(isinstance(v, TV) and v.dtype.value != "bool" or isinstance(v, (int, float)) and
+                   not isinstance(v, bool) for v in (a, b)):
+                raise UnsupportedError("bitwise operators on integer tensors are not supported; &, | and ^ work on "
+                                       "boolean tensors (comparisons)")
+            return E.binary(self.cx, _BITWISE[op], None, a, b)
+        if op not in _ARITH:
+            raise UnsupportedError(f"the operator {op.__name__} is not supported on tensors")
+        return E.binary(self.cx, *_ARITH[op], a, b)
+
+    def e_unaryop(self, node, env):
+        v = self.expr(node.operand, env)
+        op = type(node.op)
+        if not isinstance(v, (TV, SymExpr)):
+            return {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Not: operator.not_,
+                    ast.Invert: operator.invert}[op](v)
+        if op is ast.UAdd:
+            return v
+        if op is ast.USub:
+            if isinstance(v, SymExpr):
+                return -v
+            if v.dtype.value == "bool":
+                raise UnsupportedError("negating a boolean tensor is not supported (NumPy and torch refuse it too)")
+            return TV(self.cx.b.neg(v.value), v.weak)
+        if op is ast.Not:
+            return E.logical_not(self.cx, E.truth(self.cx, v))
+        if v.dtype.value != "bool":
+            raise UnsupportedError("~ on integer tensors is not supported; it works on boolean tensors")
+        return E.logical_not(self.cx, v)
+
+    def e_boolop(self, node, env):
+        """`and`/`or` short-circuit on Python values; on tensors both sides become one boolean."""
+        is_and = isinstance(node.op, ast.And)
+        v = self.expr(node.values[0], env)
+        for nxt in node.values[1:]:
+            if not isinstance(v, (TV, SymExpr)):
+                if bool(v) != is_and:
+                    return v
+                v = self.expr(nxt, env)
+                continue
+            w = self.expr(nxt, env)
+            v = E.binary(self.cx, "and" if is_and else "or", None, E.truth(self.cx, v), E.truth(self.cx, w))
+        return v
+
+    def e_compare(self, node, env):
+        """Chained comparisons: `a < b < c` is `a < b and b < c`."""
+        left, result = self.expr(node.left, env), None
+        for op, right_node in zip(node.ops, node.comparators):
+            right = self.expr(right_node, env)
+            r = self.compare(type(op), left, right)
+            if result is None:
+                result = r
+            elif isinstance(result, TV) or isinstance(r, TV):
+                result = E.binary(self.cx, "and", None, result, r)
+            else:
+                result = result and r
+            if not isinstance(result, TV) and not result:
+                return result
+            left = right
+        return result
+
+    def compare(self, op, a, b):
+        if op in (ast.Is, ast.IsNot):
+            return (a is b) == (op is ast.Is)
+        if op in (ast.In, ast.NotIn):
+            if is_dynamic(b):
+                raise UnsupportedError("`in` needs a container known at compile time")
+            return (a in b) == (op is ast.In)
+        if not isinstance(a, (TV, SymExpr)) and not isinstance(b, (TV, SymExpr)):
+            return _PY_COMPARE[op](a, b)
+        if a is None or b is None:
+            raise UnsupportedError("compare tensors with None using `is None` / `is not None`")
+        return E.binary(self.cx, _COMPARE[op], None, a, b)
+
+    def e_ifexp(self, node, env):
+        c = E.truth(self.cx, self.expr(node.test, env))
+        if not isinstance(c, TV):
+            return self.expr(node.body if c else node.orelse, env)
+        return E.where(self.cx, c, self.expr(node.body, env), self.expr(node.orelse, env))
+
+    # -- comprehensions ------------------------------------------------------------------------------------------------
+    def e_listcomp(self, node, env):
+        out: list = []
+        self._comprehend(node, node.generators, dict(env), out)
+        return tuple(out) if isinstance(node, ast.GeneratorExp) else out
+
+    def _comprehend(self, node, gens, env, out):
+        if not gens:
+            out.append(self.expr(node.elt, env))
+            return
+        g = gens[0]
+        for item in self.iterate(self.expr(g.iter, env)):
+            local = dict(env)
+            self.assign(g.target, item, local)
+            conds = [E.truth(self.cx, self.expr(c, local)) for c in g.ifs]
+            if any(isinstance(c, TV) for c in conds):
+                raise UnsupportedError("comprehension conditions must be known at compile time")
+            if all(conds):
+                self._comprehend(node, gens[1:], local, out)
+
+    def iterate(self, v) -> list:
+        """The items of something a Python loop runs over at compile time."""
+        if isinstance(v, TV):
+            if v.rank == 0 or not isinstance(v.shape[0], int):
+                raise UnsupportedError(f"iterating over a tensor of shape {list(v.shape)} needs a static first dim")
+            return [getitem(self.cx, v, i) for i in range(v.shape[0])]
+        if isinstance(v, RuntimeRange):
+            raise UnsupportedError("only `for` loops can run over a range known at run time")
+        if isinstance(v, (SymExpr, BoundMethod)):
+            raise UnsupportedError(f"a {type(v).__name__} is not iterable")
+        items = list(v)
+        if len(items) > MAX_ITEMS:
+            raise UnsupportedError(f"iterating over {len(items)} items at compile time is too many")
+        return items
+
+    def assign(self, target, value, env: dict) -> None:
+        if isinstance(target, ast.Name):
+            env[target.id] = value
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            self._unpack(target.elts, self.iterate(value), env)
+        elif isinstance(target, (ast.Subscript, ast.Attribute)):
+            raise UnsupportedError("assigning into a tensor or an object is not supported (tensors are immutable "
+                                   "here); build the new value with np.where / torch.where, concatenation or "
+                                   "arithmetic and bind it to a name")
+        else:
+            raise UnsupportedError(f"cannot assign to `{describe(target)}`")
+
+    def _unpack(self, targets, items: list, env: dict) -> None:
+        stars = [i for i, t in enumerate(targets) if isinstance(t, ast.Starred)]
+        if not stars and len(items) != len(targets):
+            raise CuvilError(f"cannot unpack {len(items)} values into {len(targets)} names")
+        if stars:
+            k, after = stars[0], len(targets) - stars[0] - 1
+            if len(items) < len(targets) - 1:
+                raise CuvilError(f"not enough values to unpack ({len(items)})")
+            items = items[:k] + [list(items[k:len(items) - after])] + items[len(items) - after:]
+            targets = [t.value if isinstance(t, ast.Starred) else t for t in targets]
+        for t, v in zip(targets, items):
+            self.assign(t, v, env)
+
+    # -- calls -------------------------------------------------------------------------------------------------------
+    def e_call(self, node, env):
+        fn = self.expr(node.func, env)
+        args = self.items(node.args, env)
+        kwargs = {}
+        for kw in node.keywords:
+            value = self.expr(kw.value, env)
+            if kw.arg is None:
+                if not isinstance(value, dict):
+                    raise UnsupportedError("**kwargs must be a dict known at compile time")
+                kwargs.update(value)
+            else:
+                kwargs[kw.arg] = value
+        return self.call(fn, args, kwargs, describe(node.func))
+
+    def call(self, fn, args, kwargs, label: str):
+        if isinstance(fn, BoundMethod):
+            methods, _ = method_table(self.cx.mode)
+            return self.invoke(methods[fn.name], [fn.tensor, *args], kwargs, label)
+        if getattr(fn, "_cuvil_jit", False):
+            return self.inline(fn, args, kwargs)
+        if _is_hashable(fn) and fn in BUILTINS:
+            return BUILTINS[fn](self, *args, **kwargs)
+        if isinstance(fn, type) and issubclass(fn, np.generic) and any(is_dynamic(a) for a in args):
+            return E.cast(self.cx, args[0], to_dtype(fn))
+        hit = lookup(fn)
+        if hit is None:
+            raise UnsupportedError(_unsupported_call(fn, label))
+        ns, name, conv = hit
+        if not is_dynamic(args) and not is_dynamic(kwargs):
+            return self.lift(fn(*args, **kwargs))  # a library call on constants runs now
+        if conv is None:
+            raise UnsupportedError(f"{label} is supported with arguments known at compile time only")
+        return self.invoke(conv, args, kwargs, label)
+
+    def invoke(self, conv, args, kwargs, label: str):
+        try:
+            inspect.signature(conv).bind(self.cx, *args, **kwargs)
+        except TypeError as e:
+            raise UnsupportedError(f"{label}(): {e} (these arguments are not supported)") from None
+        return conv(self.cx, *args, **kwargs)
+
+    def inline(self, jit_fn, args, kwargs):
+        """A call to another @cuvil.jit function: translate its body here, with these arguments."""
+        if self.depth >= MAX_INLINE_DEPTH:
+            raise UnsupportedError("@cuvil.jit calls nest too deep (recursion is not supported)")
+        from .translator import FunctionTranslator
+
+        src = jit_fn.source
+        try:
+            bound = inspect.signature(src.fn).bind(*args, **kwargs)
+        except TypeError as e:
+            raise CuvilError(f"calling {src.name}: {e}") from None
+        bound.apply_defaults()
+        return FunctionTranslator(self.cx, src, self.depth + 1).run(dict(bound.arguments))
+
+
+def _is_hashable(fn) -> bool:
+    try:
+        hash(fn)
+        return True
+    except TypeError:
+        return False
+
+
+def _unsupported_call(fn, label: str) -> str:
+    module = getattr(fn, "__module__", None) or ""
+    if isinstance(fn, np.ufunc) or module.startswith("numpy"):
+        return f"{label} is not supported; supported numpy functions: {supported_names('numpy')}"
+    if module.startswith("torch.nn.functional"):
+        return f"{label} is not supported; supported torch.nn.functional functions: {supported_names('F')}"
+    if module.startswith("torch"):
+        return f"{label} is not supported; supported torch functions: {supported_names('torch')}"
+    if inspect.isfunction(fn):
+        return (f"calling the Python function {label} is not supported inside compiled code; decorate it with "
+                "@cuvil.jit and it is inlined")
+    return f"calling {label} ({type(fn).__name__}) is not supported inside compiled code"
+
+
+from .builtin_calls import BUILTINS  # noqa: E402  (the builtins need RuntimeRange from this module)
+
+_EXPRS = {
+    ast.Constant: ExpressionTranslator.e_constant, ast.Name: ExpressionTranslator.e_name,
+    ast.Tuple: ExpressionTranslator.e_tuple, ast.List: ExpressionTranslator.e_list,
+    ast.Dict: ExpressionTranslator.e_dict, ast.JoinedStr: ExpressionTranslator.e_joined_str,
+    ast.Attribute: ExpressionTranslator.e_attribute, ast.Subscript: ExpressionTranslator.e_subscript,
+    ast.BinOp: ExpressionTranslator.e_binop, ast.UnaryOp: ExpressionTranslator.e_unaryop,
+    ast.BoolOp: ExpressionTranslator.e_boolop, ast.Compare: ExpressionTranslator.e_compare,
+    ast.IfExp: ExpressionTranslator.e_ifexp, ast.Call: ExpressionTranslator.e_call,
+    ast.ListComp: ExpressionTranslator.e_listcomp, ast.GeneratorExp: ExpressionTranslator.e_listcomp,
+}

@@ -1,0 +1,205 @@
+"""`JitFunction`: the object `@cuvil.jit` returns. It translates the function's source for each new call
+signature, compiles the module once per signature, and converts arguments and results at the boundary."""
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from ...compiler import TARGETS, Executable, compile_module
+from ...errors import CuvilError, UnsupportedError
+from ...ir.builder import Builder
+from ...ir.core import Module
+from . import emit as E
+from .merge import flatten, unflatten
+from .signature import CallSpec, Leaf, numpy_to_torch, take_apart
+from .source import Source
+from .translator import FunctionTranslator
+from .values import TV, Undefined
+
+log = logging.getLogger("cuvil.frontends.python")
+
+OPTIONS = {
+    "target": "cpu", "enable_fusion": True, "dynamic": False, "dynamic_dims": None, "fallback": None,
+    "passes": (), "runtime_args": (), "unroll": 16, "level": 2,
+}
+
+
+@dataclass
+class Compiled:
+    """One signature's compilation: the translated module, its executable and how to rebuild the result."""
+
+    module: Module
+    executable: Executable
+    structure: Any
+    static: list  # per output leaf: a Python value, or None where a tensor output goes
+    mode: str
+
+
+_FALLBACK = "python"
+
+
+class JitFunction:
+    """A Python function compiled from its source, once per input signature.
+
+    Python scalar arguments are compile-time constants (an `if` on them is decided when compiling, and
+    each value is its own signature) unless named in `runtime_args`. Globals and closure variables are
+    read when a signature is compiled.
+    """
+
+    _cuvil_jit = True
+
+    def __init__(self, fn: Callable, **options):
+        if not callable(fn):
+            raise TypeError(f"cuvil.jit needs a function, got {type(fn).__name__}")
+        functools.update_wrapper(self, fn)
+        self.python_function = fn
+        self.options = _check_options(fn, options)
+        self.compile_count = 0
+        self._source: Optional[Source] = None
+        self._cache: dict = {}
+        self._last: Optional[Compiled] = None
+
+    # -- introspection -------------------------------------------------------------------------------------------
+    @property
+    def source(self) -> Source:
+        if self._source is None:
+            self._source = Source(self.python_function)
+        return self._source
+
+    @property
+    def signatures(self) -> list:
+        """The keys compiled so far (one per distinct input signature)."""
+        return [k for k, v in self._cache.items() if v is not _FALLBACK]
+
+    @property
+    def module(self) -> Optional[Module]:
+        """The optimised module of the most recent compilation (what `cuvil.inspect_ir` prints)."""
+        return self._last.executable.module if self._last is not None else None
+
+    def lower(self, *args, **kwargs) -> Module:
+        """The module the source translates to for these arguments, before any pass runs."""
+        return self._translate(self._bind(args, kwargs))[0]
+
+    def inspect(self, *args, **kwargs) -> str:
+        """The optimised IR text for these arguments (compiling them if needed)."""
+        from ... import inspect_ir
+
+        compiled = self._compiled(self._bind(args, kwargs))
+        return inspect_ir(compiled.executable if compiled is not _FALLBACK else self.lower(*args, **kwargs))
+
+    def __repr__(self) -> str:
+        return f"<cuvil.jit {self.__wrapped__.__qualname__}: {len(self.signatures)} signature(s)>"
+
+    # -- calling --------------------------------------------------------------------------------------------------
+    def __call__(self, *args, **kwargs):
+        try:
+            spec = self._bind(args, kwargs)
+            compiled = self._compiled(spec)
+        except Exception as e:  # noqa: BLE001 (with fallback='python', anything that stops compiling falls back)
+            if self.options["fallback"] != "python":
+                raise
+            warnings.warn(f"cuvil.jit: running {self.__wrapped__.__qualname__} as plain Python: {e}", stacklevel=2)
+            compiled = _FALLBACK
+        if compiled is _FALLBACK:
+            return self.python_function(*args, **kwargs)
+        outs = iter(compiled.executable(*spec.inputs))
+        leaves = [next(outs) if s is None else s for s in compiled.static]
+        return unflatten(compiled.structure, [_to_caller(x, compiled.mode) for x in leaves])
+
+    def _bind(self, args, kwargs) -> CallSpec:
+        try:
+            bound = inspect.signature(self.python_function).bind(*args, **kwargs)
+        except TypeError as e:
+            raise TypeError(f"{self.__wrapped__.__qualname__}(): {e}") from None
+        bound.apply_defaults()
+        return take_apart(dict(bound.arguments), self.options)
+
+    def _compiled(self, spec: CallSpec):
+        hit = self._cache.get(spec.key)
+        if hit is not None:
+            return hit
+        if self.options["fallback"] == "python":
+            self._cache[spec.key] = _FALLBACK  # if this compilation fails, later calls go straight to Python
+        module, structure, static = self._translate(spec)
+        executable = compile_module(module, target=self.options["target"], passes=self.options["passes"],
+                                    level=self.options["level"])
+        self.compile_count += 1
+        self._last = self._cache[spec.key] = Compiled(module, executable, structure, static, spec.mode)
+        log.debug("compiled %s for %s", self.__wrapped__.__qualname__, spec.key)
+        return self._last
+
+    def _translate(self, spec: CallSpec):
+        module = Module()
+        src = self.source
+        module.metadata.update({"source": f"{src.file}:{src.first_line}", "function": src.name,
+                                "enable_fusion": str(bool(self.options["enable_fusion"])).lower()})
+        b = Builder.new_function(module, "main", [leaf.type for leaf in spec.leaves],
+                                 [leaf.name for leaf in spec.leaves])
+        args = iter(b.args)
+        env = {name: _fill(v, args) for name, v in spec.template.items()}
+        cx = E.Context(module, b, spec.mode, self.options)
+        result = FunctionTranslator(cx, src).run(env)
+        leaves, structure = flatten(result)
+        cx.at(src.location(src.tree))
+        outputs, static = [], []
+        for leaf in leaves:
+            if isinstance(leaf, Undefined):
+                raise CuvilError(leaf.why)
+            tensor = _is_output_tensor(leaf)
+            if tensor:
+                outputs.append(E.tensor(cx, leaf).value)
+            static.append(None if tensor else leaf)
+        b.ret(*outputs)
+        return module, structure, static
+
+
+def _fill(value, args):
+    """The argument template with IR arguments where the run-time inputs go."""
+    if isinstance(value, Leaf):
+        return TV(next(args), value.weak)
+    if isinstance(value, (tuple, list)) and not hasattr(value, "_fields"):
+        return type(value)(_fill(v, args) for v in value)
+    return value
+
+
+def _is_output_tensor(leaf) -> bool:
+    from ...ir.symbolic import SymExpr
+
+    if isinstance(leaf, (TV, SymExpr, np.ndarray, np.generic)):
+        return True
+    if leaf is None or isinstance(leaf, (bool, int, float, str)):
+        return False
+    raise UnsupportedError(f"a {type(leaf).__name__} cannot be returned from compiled code")
+
+
+def _to_caller(x, mode: str):
+    if not isinstance(x, np.ndarray):
+        return x
+    return numpy_to_torch(x) if mode == "torch" else x
+
+
+def _check_options(fn, options: dict) -> dict:
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise TypeError(f"cuvil.jit got unknown option(s) {', '.join(unknown)}; accepted: {', '.join(OPTIONS)}")
+    out = {**OPTIONS, **options}
+    if out["target"] not in TARGETS:
+        raise ValueError(f"cuvil.jit target must be one of {', '.join(TARGETS)}, got {out['target']!r}")
+    if out["fallback"] not in (None, "error", "python"):
+        raise ValueError(f"cuvil.jit fallback must be 'python' or None, got {out['fallback']!r}")
+    params = set(inspect.signature(fn).parameters)
+    for what in ("dynamic_dims", "runtime_args"):
+        names = set(out[what] or ())
+        if names - params:
+            raise ValueError(f"cuvil.jit {what} names {', '.join(sorted(names - params))}, which "
+                             f"{fn.__qualname__} has no parameter for")
+    out["dynamic_dims"] = {k: dict(v) for k, v in (out["dynamic_dims"] or {}).items()}
+    out["runtime_args"] = tuple(out["runtime_args"])
+    out["passes"] = tuple(out["passes"])
+    return out
