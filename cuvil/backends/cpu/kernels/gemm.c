@@ -43,6 +43,12 @@ typedef cuvil_vf vf;
 #ifndef CUVIL_NC
 #define CUVIL_NC 512
 #endif
+#ifndef CUVIL_MC
+#define CUVIL_MC 240 /* rows of A per block (with CUVIL_PANEL_OUTER: the A block that stays in L2) */
+#endif
+#ifndef CUVIL_PANEL_OUTER
+#define CUVIL_PANEL_OUTER 0
+#endif
 #if CUVIL_MR < 1 || CUVIL_MR > 12
 #error "CUVIL_MR must be in 1..12"
 #endif
@@ -52,6 +58,7 @@ typedef cuvil_vf vf;
 #define NR (NV * VL)
 #define KC CUVIL_KC
 #define NC_PANELS ((CUVIL_NC + NR - 1) / NR)
+#define MC_BLOCKS ((CUVIL_MC + MR - 1) / MR)
 #define MIN_WORK_PER_THREAD (1 << 17) /* multiply-adds: below this an extra thread costs more than it gives */
 #define GEMV_COLS 512                 /* columns a thread accumulates at once on the M = 1 path */
 
@@ -280,36 +287,54 @@ void cuvil_sgemm_pack_b(int64_t K, int64_t N, const float *B, int64_t rsb, int64
 
 /* ---- one thread's rectangle: rows [m0, m1) x panels [p0, p1) ---- */
 
+typedef struct {
+    int64_t m0, rows, nrb; /* the thread's rows, split into nrb near-equal row blocks of at most MR */
+    int64_t k0, kc, q0;    /* the K block and the first panel of the current NC chunk */
+    float *bp;             /* the chunk's packed panels */
+    int first, last;       /* first and last K block: where the epilogue reads C and applies bias/act */
+} block_t;
+
+/* One micro-tile: row block rb x panel p. `packs`: the first visit of this panel in this block of B, which
+ * packs it (while computing, when B's rows are contiguous and the panel is whole). */
+static void tile_at(const gemm_t *g, const block_t *b, int64_t rb, int64_t p, int packs)
+{
+    int64_t i = b->m0 + split_at(b->rows, b->nrb, rb), j = p * NR;
+    int mr = (int)(b->m0 + split_at(b->rows, b->nrb, rb + 1) - i), nr = (int)min64(NR, g->N - j);
+    const float *a = g->A + i * g->rsa + b->k0, *bsrc = g->B + b->k0 * g->rsb + j;
+    float *panel = b->bp + (p - b->q0) * b->kc * NR;
+    vf acc[MR][NV];
+    if (g->packed || !packs) {
+        run_kernel(FROM_PACKED, mr, b->kc, a, g->rsa, panel, NR, NULL, acc);
+    } else if (g->csb == 1 && nr == NR) { /* a lone row block reads B in place and packs nothing */
+        run_kernel(b->nrb == 1 ? FROM_B : FROM_B_PACKING, mr, b->kc, a, g->rsa, bsrc, g->rsb, panel, acc);
+    } else {
+        pack_panel(g->B, g->rsb, g->csb, b->k0, b->kc, j, nr, panel);
+        run_kernel(FROM_PACKED, mr, b->kc, a, g->rsa, panel, NR, NULL, acc);
+    }
+    store_tile(g, acc, mr, nr, i, j, b->first, b->last);
+}
+
 static void gemm_rect(const gemm_t *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1)
 {
-    int64_t nk = ceil_div(g->K, KC), rows = m1 - m0, nrb = ceil_div(rows, MR);
-    int64_t nch = ceil_div(p1 - p0, NC_PANELS);
+    block_t b = {m0, m1 - m0, ceil_div(m1 - m0, MR), 0, 0, 0, NULL, 0, 0};
+    int64_t nk = ceil_div(g->K, KC), nch = ceil_div(p1 - p0, NC_PANELS), group = MC_BLOCKS;
     float *buf = g->packed ? NULL : pack_buffer();
     for (int64_t ch = 0; ch < nch; ch++) {
-        int64_t q0 = p0 + split_at(p1 - p0, nch, ch), q1 = p0 + split_at(p1 - p0, nch, ch + 1);
+        int64_t q1 = p0 + split_at(p1 - p0, nch, ch + 1);
+        b.q0 = p0 + split_at(p1 - p0, nch, ch);
         for (int64_t kb = 0; kb < nk; kb++) {
-            int64_t k0 = split_at(g->K, nk, kb), kc = split_at(g->K, nk, kb + 1) - k0;
-            float *bp = g->packed ? (float *)g->packed + k0 * padded_n(g->N) + q0 * kc * NR : buf;
-            for (int64_t rb = 0; rb < nrb; rb++) {
-                int64_t i = m0 + split_at(rows, nrb, rb);
-                int mr = (int)(m0 + split_at(rows, nrb, rb + 1) - i);
-                const float *a = g->A + i * g->rsa + k0;
-                for (int64_t p = q0; p < q1; p++) {
-                    int64_t j = p * NR;
-                    int nr = (int)min64(NR, g->N - j);
-                    float *panel = bp + (p - q0) * kc * NR;
-                    const float *bsrc = g->B + k0 * g->rsb + j;
-                    vf acc[MR][NV];
-                    if (g->packed || rb > 0) {
-                        run_kernel(FROM_PACKED, mr, kc, a, g->rsa, panel, NR, NULL, acc);
-                    } else if (g->csb == 1 && nr == NR) { /* first row block: stream B, pack unless alone */
-                        run_kernel(nrb == 1 ? FROM_B : FROM_B_PACKING, mr, kc, a, g->rsa, bsrc, g->rsb, panel, acc);
-                    } else {
-                        pack_panel(g->B, g->rsb, g->csb, k0, kc, j, nr, panel);
-                        run_kernel(FROM_PACKED, mr, kc, a, g->rsa, panel, NR, NULL, acc);
-                    }
-                    store_tile(g, acc, mr, nr, i, j, kb == 0, kb == nk - 1);
-                }
+            b.k0 = split_at(g->K, nk, kb), b.kc = split_at(g->K, nk, kb + 1) - b.k0;
+            b.first = kb == 0, b.last = kb == nk - 1;
+            b.bp = g->packed ? (float *)g->packed + b.k0 * padded_n(g->N) + b.q0 * b.kc * NR : buf;
+            for (int64_t r0 = 0; r0 < b.nrb; r0 += group) {
+                int64_t r1 = min64(b.nrb, r0 + group);
+#if CUVIL_PANEL_OUTER /* the panel stays in L1 while the row blocks of A stream from L2 */
+                for (int64_t p = b.q0; p < q1; p++)
+                    for (int64_t rb = r0; rb < r1; rb++) tile_at(g, &b, rb, p, rb == 0);
+#else /* the row block of A stays in L1 while the panels stream from L2 */
+                for (int64_t rb = r0; rb < r1; rb++)
+                    for (int64_t p = b.q0; p < q1; p++) tile_at(g, &b, rb, p, rb == 0);
+#endif
             }
         }
     }
@@ -354,17 +379,21 @@ static void gemv_cols(const gemm_t *g, int64_t j0, int64_t j1)
 
 /* ---- the drivers ---- */
 
-/* Split nt threads into a tm x tn grid over (rows, panels), trading padding against duplicated packing. */
-static void choose_grid(const gemm_t *g, int nt, int *tm, int *tn)
+/* Work items for nt threads: row groups x column chunks, handed out dynamically so that a thread the OS
+ * preempts (shared machines) delays the call by one item, not by its whole share. About four items per thread;
+ * a row group packs its own copy of B, so groups stay above MIN_GROUP_ROWS rows (packing costs about two rows
+ * of multiply-adds). Every C element still sums its K blocks in the same order: results don't depend on nt. */
+#define ITEMS_PER_THREAD 4
+#define MIN_GROUP_ROWS (16 * MR)
+
+static void plan_items(const gemm_t *g, int nt, int64_t *row_groups, int64_t *col_chunks)
 {
-    int64_t panels = ceil_div(g->N, NR), best = -1;
-    int pack_rows = g->packed ? 0 : 2; /* packing a panel costs about two rows of multiply-adds */
-    *tm = *tn = 1;
-    for (int a = 1; a <= nt; a++) {
-        if (nt % a || a > g->M || nt / a > panels) continue;
-        int64_t cost = (ceil_div(g->M, a) + pack_rows) * ceil_div(panels, nt / a);
-        if (best < 0 || cost < best) best = cost, *tm = a, *tn = nt / a;
-    }
+    int64_t panels = ceil_div(g->N, NR), want = nt > 1 ? ITEMS_PER_THREAD * nt : 1;
+    int64_t min_rows = g->packed ? MR : MIN_GROUP_ROWS;
+    int64_t chunks = ceil_div(panels, NC_PANELS), most_groups = g->M / min_rows > 1 ? g->M / min_rows : 1;
+    int64_t groups = min64(most_groups, ceil_div(want, chunks));
+    if (groups * chunks < want) chunks = min64(panels, ceil_div(want, groups));
+    *row_groups = groups, *col_chunks = chunks;
 }
 
 static void gemm_run(const gemm_t *g, int max_threads)
@@ -382,17 +411,13 @@ static void gemm_run(const gemm_t *g, int max_threads)
         }
         return;
     }
-    int tm, tn;
-    choose_grid(g, nt, &tm, &tn);
-    int64_t panels = ceil_div(N, NR);
-#pragma omp parallel num_threads(tm * tn) if (tm * tn > 1)
-    {
-        int team = omp_get_num_threads();
-        for (int w = omp_get_thread_num(); w < tm * tn; w += team) {
-            int r = w / tn, c = w % tn;
-            gemm_rect(g, split_at(M, tm, r), split_at(M, tm, r + 1), split_at(panels, tn, c),
-                      split_at(panels, tn, c + 1));
-        }
+    int64_t groups, chunks, panels = ceil_div(N, NR);
+    plan_items(g, nt, &groups, &chunks);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1)
+    for (int64_t w = 0; w < groups * chunks; w++) {
+        int64_t r = w / chunks, c = w % chunks;
+        gemm_rect(g, split_at(M, groups, r), split_at(M, groups, r + 1), split_at(panels, chunks, c),
+                  split_at(panels, chunks, c + 1));
     }
 }
 
