@@ -49,6 +49,7 @@ class CpuFunction:
             lib.cuvil_prepare.argtypes = [ctypes.c_void_p]
             lib.cuvil_prepare(self._const_ptrs)
         self._static = not program.symbols
+        self._fast_path_tables()
         self._local = threading.local()
         self._sizes: dict = {}
 
@@ -72,23 +73,43 @@ class CpuFunction:
         return table
 
     # -- a call ------------------------------------------------------------------------------------
+    def _fast_path_tables(self) -> None:
+        """What the per-call checks compare against, computed once."""
+        self._np_dtypes = [t.dtype.numpy for t in self.arg_types]
+        self._static_shapes = [tuple(t.shape) if t.is_static else None for t in self.arg_types]
+        self._out_dtypes = [t.dtype.numpy for t in self.out_types]
+        self._out_static = [tuple(t.shape) if t.is_static else None for t in self.out_types]
+
     def __call__(self, inputs: list) -> list:
         if len(inputs) != len(self.arg_types):
             raise ShapeError(f"the compiled function takes {len(self.arg_types)} inputs, got {len(inputs)}")
-        arrays = [self._prepare(i, x) for i, x in enumerate(inputs)]
+        arrays = []
+        for i, x in enumerate(inputs):
+            a = x if type(x) is np.ndarray else np.asarray(x)
+            want = self._static_shapes[i]
+            if a.dtype is not self._np_dtypes[i] or not a.flags.c_contiguous or (
+                    a.shape != want if want is not None else a.ndim != self.arg_types[i].rank):
+                a = self._prepare(i, a)
+            arrays.append(a)
         dims = tuple(arrays[i].shape[ax] for i, ax in self._binders)
-        env = dict(zip(self.program.symbols, dims))
-        if not self._static:
+        if self._static:
+            shapes = self._out_static
+        else:
+            env = dict(zip(self.program.symbols, dims))
             self._check_sizes(arrays, env)
-        outs = [np.empty(tuple(evaluate(d, env) for d in t.shape), t.dtype.numpy) for t in self.out_types]
+            shapes = [s if s is not None else tuple(evaluate(d, env) for d in t.shape)
+                      for s, t in zip(self._out_static, self.out_types)]
+        outs = [np.empty(s, dt) for s, dt in zip(shapes, self._out_dtypes)]
         state = self._thread_state()
         arena = self._arena(state, dims)
+        args, out_ptrs = state.args, state.outs
         for k, a in enumerate(arrays):
-            state.args[k] = a.ctypes.data
+            args[k] = a.ctypes.data
         for k, o in enumerate(outs):
-            state.outs[k] = o.ctypes.data
-        state.dims[:len(dims)] = dims
-        rc = self._entry(state.args, state.outs, state.dims, arena, self._const_ptrs)
+            out_ptrs[k] = o.ctypes.data
+        if dims:
+            state.dims[:len(dims)] = dims
+        rc = self._entry(args, out_ptrs, state.dims, arena, self._const_ptrs)
         if rc != 0:
             raise CuvilError(f"compiled function failed with code {rc}")
         return outs
@@ -114,7 +135,7 @@ class CpuFunction:
     def _check_sizes(self, arrays: list, env: dict) -> None:
         for i, (t, a) in enumerate(zip(self.arg_types, arrays)):
             for ax, d in enumerate(t.shape):
-                if isinstance(d, SymExpr) and evaluate(d, env) != a.shape[ax]:
+                if evaluate(d, env) != a.shape[ax]:
                     raise ShapeError(f"input {i} must have shape {t} = "
                                      f"{tuple(evaluate(e, env) for e in t.shape)}, got {a.shape}")
         for lhs, rhs in self._constraints:
@@ -128,17 +149,21 @@ class CpuFunction:
             state.args = (ctypes.c_void_p * max(len(self.arg_types), 1))()
             state.outs = (ctypes.c_void_p * max(len(self.out_types), 1))()
             state.dims = (ctypes.c_int64 * max(len(self.program.symbols), 1))()
-            state.arena = None
+            state.arena, state.arena_ptr, state.arena_dims = None, None, None
         return state
 
     def _arena(self, state, dims: tuple) -> int:
+        if state.arena is not None and state.arena_dims == dims:
+            return state.arena_ptr
         size = self._sizes.get(dims)
         if size is None:
             state.dims[:len(dims)] = dims
             size = self._sizes[dims] = int(self._arena_bytes(state.dims))
         if state.arena is None or state.arena.nbytes < size:
             state.arena = aligned_empty(max(size, 64), np.uint8)
-        return state.arena.ctypes.data
+            state.arena_ptr = state.arena.ctypes.data
+        state.arena_dims = dims
+        return state.arena_ptr
 
     def arena_bytes(self, *inputs) -> int:
         """The arena size the plan needs for these inputs' sizes."""
