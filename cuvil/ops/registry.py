@@ -46,6 +46,7 @@ class OpDef:
     regions: int = 0
     traits: frozenset = frozenset()
     doc: str = ""
+    c_expr: Optional[str] = None  # elementwise user ops: C for one element, operands as {0}, {1}, ...
 
     @property
     def is_composite(self) -> bool:
@@ -83,8 +84,10 @@ _REGISTRY: dict[str, OpDef] = {}
 
 
 def register_op(name: str, *, operands=1, results=1, attrs=None, shape=None, reference=None, decompose=None,
-                normalize=None, regions=0, traits=(), doc="", replace=False) -> OpDef:
-    """Declare an op. Users add custom ops the same way (a C kernel arrives with the CPU backend).
+                normalize=None, regions=0, traits=(), doc="", c_expr=None, replace=False) -> OpDef:
+    """Declare an op. Users add custom ops the same way; an elementwise op with a `c_expr` (C for one
+    element, operands as `{0}`, `{1}`, computed in float for float types) joins the CPU backend's fused
+    loop kernels.
 
     >>> import numpy as np, cuvil
     >>> from cuvil.ops import same_as_operand
@@ -96,7 +99,7 @@ def register_op(name: str, *, operands=1, results=1, attrs=None, shape=None, ref
     if shape is None:
         raise ValueError(f"op '{name}' needs a shape rule")
     op = OpDef(name, operands, results, dict(attrs or {}), shape, reference, decompose, normalize, regions,
-               frozenset(traits), doc)
+               frozenset(traits), doc, c_expr)
     _REGISTRY[name] = op
     return op
 

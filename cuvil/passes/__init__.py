@@ -25,10 +25,10 @@ def default_pipeline(target: str = "cpu", level: int = 2, passes: Iterable[Pass]
         pb.add(FoldBatchNorm(), DCE())
     if target == "cpu":
         from ..backends.cpu.backend import keeps_composite
-        from ..backends.cpu.loops import LOOP_OPS, REDUCE_OPS
+        from ..backends.cpu.loops import REDUCE_OPS, is_loop_op
 
         pb.add(Decompose(keep=keeps_composite), SplitToSlices(), CSE(), DCE(), FuseGemmEpilogue(),
-               FuseOps(LOOP_OPS, REDUCE_OPS))
+               FuseOps(is_loop_op, REDUCE_OPS))
     for p in passes:
         pb.insert(p)
     return pb.build()

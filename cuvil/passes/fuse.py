@@ -46,8 +46,9 @@ class FuseOps(Pass):
 
     name = "fuse"
 
-    def __init__(self, loop_ops: frozenset, reduce_ops: frozenset):
-        self.loop_ops = frozenset(loop_ops)
+    def __init__(self, loop_ops, reduce_ops: frozenset):
+        """`loop_ops`: a set of op names, or a predicate on the name (user ops may join at any time)."""
+        self.is_loop = loop_ops if callable(loop_ops) else frozenset(loop_ops).__contains__
         self.reduce_ops = frozenset(reduce_ops)
 
     def run_on_operation(self, fn: Function) -> bool:
@@ -70,7 +71,7 @@ class FuseOps(Pass):
         group_of: dict = {}
         groups: list = []
         for op in reversed(region.ops):
-            if op.name not in self.loop_ops and op.name not in self.reduce_ops:
+            if not self.is_loop(op.name) and op.name not in self.reduce_ops:
                 continue
             if len(op.results) != 1:
                 continue

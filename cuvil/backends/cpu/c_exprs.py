@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from ...ir.dtypes import DType
 from ...ir.symbolic import SymExpr
+from ...ops import registry
 
 STORAGE = {DType.f64: "double", DType.f32: "float", DType.f16: "_Float16", DType.bf16: "uint16_t",
            DType.i64: "int64_t", DType.i32: "int32_t", DType.i16: "int16_t", DType.i8: "int8_t",
@@ -207,4 +208,13 @@ ELEMENTWISE = {
 def elementwise_expr(name: str, operands: list, attrs: dict, operand_dtype: DType) -> str:
     if name == "cast":
         return _cast(operands, attrs, CType(operand_dtype), operand_dtype)
+    if name not in ELEMENTWISE:  # a user op that brought its own C
+        return "(" + registry.get_op(name).c_expr.format(*operands) + ")"
     return ELEMENTWISE[name](operands, attrs, CType(operand_dtype))
+
+
+def is_user_elementwise(name: str) -> bool:
+    if not registry.has_op(name):
+        return False
+    opdef = registry.get_op(name)
+    return opdef.c_expr is not None and "elementwise" in opdef.traits

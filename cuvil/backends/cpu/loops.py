@@ -19,7 +19,7 @@ from ...ir.core import Op, Value
 from ...ir.dtypes import DType
 from ...ir.symbolic import free_symbols
 from ...ops import registry
-from .c_exprs import ELEMENTWISE, STORAGE, CType, c_dim, elementwise_expr, load, store_value
+from .c_exprs import ELEMENTWISE, STORAGE, CType, c_dim, elementwise_expr, is_user_elementwise, load, store_value
 
 PARALLEL_MIN_ELEMENTS = 1 << 15  # below this a kernel runs on one thread: forking costs more than it saves
 INDEX_OPS = {"broadcast_to", "transpose", "slice", "pad", "concat", "gather", "iota"}
@@ -306,4 +306,9 @@ def _iota(k: LoopKernel, op: Op, v: Value, idx: Idx, depth: int) -> str:
 _INDEX_RULES = {"broadcast_to": _broadcast, "reshape": _reshape, "transpose": _transpose, "slice": _slice,
                 "pad": _pad, "concat": _concat, "gather": _gather, "iota": _iota}
 LOOP_OPS = frozenset(_INDEX_RULES) | {"full", "dim_size", "cast"} | frozenset(ELEMENTWISE)
+
+
+def is_loop_op(name: str) -> bool:
+    """Built-in loop ops, and user elementwise ops that brought a C expression."""
+    return name in LOOP_OPS or is_user_elementwise(name)
 REDUCE_OPS = frozenset(REDUCE_INIT)
