@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -143,8 +144,9 @@ def physical_cores() -> int:
 
 
 def compile_flags(opt_level: int = 3, extra=()) -> tuple[str, ...]:
-    """The default flags: `-O<level> -march=native -fopenmp -fPIC -shared`, then `extra`."""
-    return (f"-O{opt_level}", *BASE_FLAGS, *extra)
+    """The default flags: `-O<level> -march=native -fopenmp -fPIC -shared`, then `extra`, then the user's
+    `CUVIL_EXTRA_CFLAGS` (for example `-fsanitize=address` to check generated code)."""
+    return (f"-O{opt_level}", *BASE_FLAGS, *extra, *shlex.split(os.environ.get("CUVIL_EXTRA_CFLAGS", "")))
 
 
 def cache_dir() -> Path:
