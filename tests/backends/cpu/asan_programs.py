@@ -1,0 +1,68 @@
+"""Programs compiled and run under AddressSanitizer by test_asan.py (in a subprocess with libasan preloaded).
+
+Each is run at several sizes, including 0 and 1 where the signature allows, and with out-of-range gather
+indices, which the generated code must clamp instead of reading out of bounds."""
+import sys
+
+import numpy as np
+
+from cuvil.compiler import compile_module
+from cuvil.interpreter import interpret
+from cuvil.ir import Builder, Module, TensorType, sym
+from tests.ir.programs import control_flow_program
+
+
+def movement_program() -> Module:
+    m = Module()
+    n = sym("n")
+    b = Builder.new_function(m, "main", [TensorType("f32", (n, 6)), TensorType("i64", (n,))], ["x", "idx"])
+    x, idx = b.args
+    g = b.gather(x, idx, axis=0)
+    p = b.pad(g, pads=(0, 1, 0, 2), mode="reflect")
+    c = b.concat(p, b.exp(p), axis=1)
+    s = b.slice(c, starts=(1,), ends=(1000,), axes=(1,), steps=(2,))
+    t = b.transpose(s, perm=(1, 0))
+    b.ret(b.softmax(b.reshape(t, shape=(-1,)), axis=0), b.reduce_max(t, axes=(1,), keepdims=False))
+    return m
+
+
+def mlp_program() -> Module:
+    rng = np.random.default_rng(0)
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", (sym("n"), 33))], ["x"])
+    h = b.args[0]
+    for i in range(2):
+        w = b.constant(rng.standard_normal((h.type.shape[1], 17)).astype(np.float32), f"w{i}")
+        bias = b.constant(rng.standard_normal(17).astype(np.float32), f"b{i}")
+        y = b.matmul(h, w)
+        h = b.gelu(b.add(y, b.broadcast_to(bias, shape=y.type.shape)))
+    b.ret(b.layer_norm(h, b.constant(np.ones(17, np.float32), "g"), axis=1))
+    return m
+
+
+def check(m: Module, inputs) -> None:
+    exe = compile_module(m)
+    for got, want in zip(exe(*inputs), interpret(m, inputs)):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def main() -> int:
+    rng = np.random.default_rng(0)
+    for n in (1, 3, 40):
+        check(control_flow_program(), [rng.standard_normal((n, 4)).astype(np.float32)])
+        check(mlp_program(), [rng.standard_normal((n, 33)).astype(np.float32)])
+    mp = movement_program()
+    exe = compile_module(mp)
+    for n in (1, 5):
+        x = rng.standard_normal((n, 6)).astype(np.float32)
+        idx = rng.integers(-n, n, n)
+        for got, want in zip(exe(x, idx), interpret(mp, [x, idx])):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+        exe(x, np.full(n, 10 ** 9, np.int64))  # out of range: clamped, never read out of bounds
+        exe(x, np.full(n, -10 ** 9, np.int64))
+    print("asan programs ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
