@@ -105,3 +105,6 @@ EMITTERS.update(library_rows.EMITTERS)
 
 from . import library_misc  # noqa: E402  (emitters in their own files; imported last, after EMITTERS exists)
 EMITTERS.update(library_misc.EMITTERS)
+
+from . import library_conv  # noqa: E402
+EMITTERS.update(library_conv.EMITTERS)

@@ -89,9 +89,13 @@ def _scatter_elements(gen, op, depth: int) -> None:
 
 
 # -- argmax / argmin -----------------------------------------------------------------------------------
+def _isnan(dt: DType):
+    return (lambda v: f"({v} != {v})") if dt.is_float else (lambda v: "0")
+
+
 def _arg_helper(name: str, dt: DType, cmp: str) -> str:
     """NaN counts as the extreme (NumPy): the first NaN wins, or the last one with select_last_index."""
-    s, t = storage(dt), compute(dt)
+    s, t, nan = storage(dt), compute(dt), _isnan(dt)
     return f"""static void {name}(const {s} *x, int64_t *y, int64_t outer, int64_t n, int64_t inner, int last)
 {{
     #pragma omp parallel for collapse(2) {par_if("outer * n * inner")}
@@ -102,8 +106,8 @@ def _arg_helper(name: str, dt: DType, cmp: str) -> str:
             int64_t at = 0;
             for (int64_t j = 1; j < n; j++) {{
                 {t} v = {load(dt, "p", "j * inner")};
-                int take = last ? (v != v || (best == best && v {cmp}= best))
-                                : (best == best && (v != v || v {cmp} best));
+                int take = last ? ({nan("v")} || (!{nan("best")} && v {cmp}= best))
+                                : (!{nan("best")} && ({nan("v")} || v {cmp} best));
                 if (take) {{ best = v; at = j; }}
             }}
             y[o * inner + i] = at;
@@ -168,10 +172,10 @@ def _topk_helper(name: str, dt: DType) -> str:
     """A heap of the k best kept in the index output itself (worst at the root): n log k per row, then a
     heap sort leaves them best first. The order is total (NaN above every number, ties by lower index), so
     the result is the stable sort's whatever the heap does."""
-    s, t = storage(dt), compute(dt)
+    s, t, nan = storage(dt), compute(dt), _isnan(dt)
     return f"""static inline int {name}_before({t} va, int64_t a, {t} vb, int64_t b, int largest)
 {{
-    int na = va != va, nb = vb != vb;
+    int na = {nan("va")}, nb = {nan("vb")};
     if (na || nb) return na && nb ? a < b : (largest ? na : nb);
     if (va == vb) return a < b;
     return largest ? va > vb : va < vb;

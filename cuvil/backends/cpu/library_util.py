@@ -81,3 +81,17 @@ def open_block(gen, depth: int, op, pointers: dict, note: str = "") -> int:
         t = STORAGE[v.type.dtype]
         gen.line(depth + 1, f"{const}{t} *restrict {name} = ({const}{t} *){gen.args_of([v])[0]};")
     return depth + 1
+
+
+def scratch_parts(gen, depth: int, parts: list) -> None:
+    """Declare one pointer per part into a single scratch request (an op gets one scratch region): parts are
+    (C name, C type, element count as C); each part starts on a 64-byte boundary."""
+    if not parts:
+        return
+    offsets, total = [], "0"
+    for _, ctype, count in parts:
+        offsets.append(total)
+        total = f"{total} + ({count} * (int64_t)sizeof({ctype}) + 63) / 64 * 64"
+    base = gen.scratch(total, "uint8_t")
+    for (name, ctype, _), off in zip(parts, offsets):
+        gen.line(depth, f"{ctype} *restrict {name} = ({ctype} *)({base} + {off});")

@@ -1,0 +1,393 @@
+"""Library emitters for window ops: conv, conv_transpose, max_pool, avg_pool (NCHW, 1 to 3 spatial dims).
+
+Every window op sees its spatial dims as three (missing leading dims have size 1), so one C helper per op
+and dtype serves 1-D, 2-D and 3-D and stays shared by all layers of a model. Convolutions:
+- f32 runs on the kernel library's GEMM: a 1x1 stride-1 unpadded conv is W[O,C] @ X[C,H*W] straight on the
+  NCHW buffers; any other conv copies each image's windows into an im2col scratch buffer first. The bias is
+  written into the output before the GEMM, which then accumulates (beta = 1): the GEMM's own bias is per
+  column, and rows are output channels here.
+- convs with one input channel per group (depthwise) use a direct loop that threads over channel planes
+  and vectorises along output rows; this beats a GEMM whose K is only the kernel's taps.
+- f64 takes the same paths with a plain double GEMM; f16 and bf16 convert to f32 scratch and back.
+conv_transpose is the adjoint: cols = W^T @ X per image and group, then col2im adds them into the output.
+"""
+from __future__ import annotations
+
+from ...ir.dtypes import DType
+from .c_exprs import load, store_value
+from .library_util import c_dim, compute, open_block, par_if, prod, scratch_parts, storage, tag
+
+WIN_STRUCT = """/* Window geometry over three spatial dims: in/out sizes, kernel, stride, dilation, begin/end pads. */
+typedef struct { int64_t in[3], out[3], k[3], s[3], d[3], p[3], pe[3]; } cuvil_win;
+
+/* The steps t in [*lo, *hi) of `start + t * step` (0 <= t < count) that land in [0, n). */
+static inline void cuvil_taps(int64_t start, int64_t step, int64_t count, int64_t n, int64_t *lo, int64_t *hi)
+{
+    int64_t a = start < 0 ? (-start + step - 1) / step : 0;
+    int64_t b = n - start <= 0 ? 0 : (n - start + step - 1) / step;
+    *lo = a < count ? a : count;
+    *hi = b < count ? b : count;
+    if (*hi < *lo) *hi = *lo;
+}
+"""
+
+# im2col: row (c, tz, ty, tx) of col holds, for every output position, the input it multiplies (0 in pads).
+IM2COL = """static void cuvil_im2col_{T}(const {T} *restrict x, {T} *restrict col, int64_t channels, const cuvil_win *g)
+{{
+    const int64_t taps = g->k[0] * g->k[1] * g->k[2];
+    const int64_t in_plane = g->in[0] * g->in[1] * g->in[2], out_plane = g->out[0] * g->out[1] * g->out[2];
+    #pragma omp parallel for {par}
+    for (int64_t r = 0; r < channels * taps; r++) {{
+        const int64_t c = r / taps, t = r % taps;
+        const int64_t tz = t / (g->k[1] * g->k[2]), ty = t / g->k[2] % g->k[1], tx = t % g->k[2];
+        const int64_t off = tx * g->d[2] - g->p[2];
+        int64_t lo, hi;
+        cuvil_taps(off, g->s[2], g->out[2], g->in[2], &lo, &hi);
+        {T} *dst = col + r * out_plane;
+        for (int64_t oz = 0; oz < g->out[0]; oz++) {{
+            const int64_t iz = oz * g->s[0] - g->p[0] + tz * g->d[0];
+            for (int64_t oy = 0; oy < g->out[1]; oy++, dst += g->out[2]) {{
+                const int64_t iy = oy * g->s[1] - g->p[1] + ty * g->d[1];
+                if (iz < 0 || iz >= g->in[0] || iy < 0 || iy >= g->in[1]) {{
+                    memset(dst, 0, sizeof({T}) * g->out[2]);
+                    continue;
+                }}
+                const {T} *src = x + c * in_plane + (iz * g->in[1] + iy) * g->in[2];
+                for (int64_t ox = 0; ox < lo; ox++) dst[ox] = 0;
+                if (g->s[2] == 1)
+                    memcpy(dst + lo, src + lo + off, sizeof({T}) * (hi - lo));
+                else
+                    for (int64_t ox = lo; ox < hi; ox++) dst[ox] = src[ox * g->s[2] + off];
+                for (int64_t ox = hi; ox < g->out[2]; ox++) dst[ox] = 0;
+            }}
+        }}
+    }}
+}}
+"""
+
+# col2im, the adjoint: adds col's rows into y; here g->in is y's spatial size and g->out the positions'.
+COL2IM = """static void cuvil_col2im_{T}(const {T} *restrict col, {T} *restrict y, int64_t channels, const cuvil_win *g)
+{{
+    const int64_t taps = g->k[0] * g->k[1] * g->k[2];
+    const int64_t y_plane = g->in[0] * g->in[1] * g->in[2], out_plane = g->out[0] * g->out[1] * g->out[2];
+    #pragma omp parallel for {par}
+    for (int64_t c = 0; c < channels; c++)  /* a thread owns whole channels: no two write one element */
+        for (int64_t t = 0; t < taps; t++) {{
+            const int64_t tz = t / (g->k[1] * g->k[2]), ty = t / g->k[2] % g->k[1], tx = t % g->k[2];
+            const int64_t off = tx * g->d[2] - g->p[2];
+            int64_t lo, hi;
+            cuvil_taps(off, g->s[2], g->out[2], g->in[2], &lo, &hi);
+            const {T} *src = col + (c * taps + t) * out_plane;
+            for (int64_t oz = 0; oz < g->out[0]; oz++) {{
+                const int64_t iz = oz * g->s[0] - g->p[0] + tz * g->d[0];
+                for (int64_t oy = 0; oy < g->out[1]; oy++, src += g->out[2]) {{
+                    const int64_t iy = oy * g->s[1] - g->p[1] + ty * g->d[1];
+                    if (iz < 0 || iz >= g->in[0] || iy < 0 || iy >= g->in[1]) continue;
+                    {T} *dst = y + c * y_plane + (iz * g->in[1] + iy) * g->in[2];
+                    #pragma omp simd
+                    for (int64_t ox = lo; ox < hi; ox++) dst[ox * g->s[2] + off] += src[ox];
+                }}
+            }}
+        }}
+}}
+"""
+
+# Direct conv for one input channel per group: output channel o reads input channel o / (O / C).
+DWCONV = """static void cuvil_dwconv_{T}(const {T} *restrict x, const {T} *restrict w, const {T} *restrict bias,
+                             {T} *restrict y, int64_t batch, int64_t C, int64_t O, const cuvil_win *g)
+{{
+    const int64_t taps = g->k[0] * g->k[1] * g->k[2], mult = O / C;
+    const int64_t in_plane = g->in[0] * g->in[1] * g->in[2], out_plane = g->out[0] * g->out[1] * g->out[2];
+    #pragma omp parallel for {par}
+    for (int64_t p = 0; p < batch * O; p++) {{
+        const int64_t o = p % O;
+        const {T} *xp = x + (p / O * C + o / mult) * in_plane, *wp = w + o * taps;
+        {T} *yp = y + p * out_plane;
+        const {T} b0 = bias ? bias[o] : 0;
+        for (int64_t i = 0; i < out_plane; i++) yp[i] = b0;
+        for (int64_t oz = 0; oz < g->out[0]; oz++) {{
+            int64_t z0, z1;
+            cuvil_taps(oz * g->s[0] - g->p[0], g->d[0], g->k[0], g->in[0], &z0, &z1);
+            for (int64_t oy = 0; oy < g->out[1]; oy++) {{
+                int64_t y0, y1;
+                cuvil_taps(oy * g->s[1] - g->p[1], g->d[1], g->k[1], g->in[1], &y0, &y1);
+                {T} *yr = yp + (oz * g->out[1] + oy) * g->out[2];
+                for (int64_t tz = z0; tz < z1; tz++)
+                    for (int64_t ty = y0; ty < y1; ty++) {{
+                        const int64_t iz = oz * g->s[0] - g->p[0] + tz * g->d[0];
+                        const int64_t iy = oy * g->s[1] - g->p[1] + ty * g->d[1];
+                        const {T} *xr = xp + (iz * g->in[1] + iy) * g->in[2];
+                        for (int64_t tx = 0; tx < g->k[2]; tx++) {{
+                            const {T} wv = wp[(tz * g->k[1] + ty) * g->k[2] + tx];
+                            const int64_t off = tx * g->d[2] - g->p[2], s = g->s[2];
+                            int64_t lo, hi;
+                            cuvil_taps(off, s, g->out[2], g->in[2], &lo, &hi);
+                            if (s == 1) {{
+                                #pragma omp simd
+                                for (int64_t ox = lo; ox < hi; ox++) yr[ox] += wv * xr[ox + off];
+                            }} else {{
+                                #pragma omp simd
+                                for (int64_t ox = lo; ox < hi; ox++) yr[ox] += wv * xr[ox * s + off];
+                            }}
+                        }}
+                    }}
+            }}
+        }}
+    }}
+}}
+"""
+
+# C[M,N] (+)= A[M,K] @ B[K,N] in double: the f64 path's GEMM (row-major B and C, A with any strides).
+DGEMM = """static void cuvil_dgemm(int64_t M, int64_t N, int64_t K, const double *restrict A, int64_t rsa, int64_t csa,
+                        const double *restrict B, int64_t rsb, int accumulate, double *restrict C, int64_t ldc)
+{{
+    #pragma omp parallel for {par}
+    for (int64_t i = 0; i < M; i++) {{
+        double *restrict c = C + i * ldc;
+        if (!accumulate)
+            for (int64_t j = 0; j < N; j++) c[j] = 0;
+        for (int64_t k = 0; k < K; k++) {{
+            const double a = A[i * rsa + k * csa];
+            #pragma omp simd
+            for (int64_t j = 0; j < N; j++) c[j] += a * B[k * rsb + j];
+        }}
+    }}
+}}
+"""
+
+# y[n, o, :] = bias[o] (or 0): the starting value the GEMMs accumulate onto.
+FILL = """static void cuvil_fill_planes_{T}({T} *restrict y, const {T} *restrict bias, int64_t batch, int64_t O,
+                                int64_t plane)
+{{
+    #pragma omp parallel for {par}
+    for (int64_t p = 0; p < batch * O; p++) {{
+        const {T} b0 = bias ? bias[p % O] : 0;
+        #pragma omp simd
+        for (int64_t i = 0; i < plane; i++) y[p * plane + i] = b0;
+    }}
+}}
+"""
+
+# Pools: max over the taps inside the input (pads and ceil-mode overhang never win); the average divides by
+# the taps inside the input, or with count_include_pad by those inside the explicitly padded input.
+POOL = """static void {name}(const {S} *restrict x, {S} *restrict y, int64_t planes, const cuvil_win *g,
+                        int include_pad)
+{{
+    const int64_t in_plane = g->in[0] * g->in[1] * g->in[2], out_plane = g->out[0] * g->out[1] * g->out[2];
+    (void)include_pad;
+    #pragma omp parallel for {par}
+    for (int64_t p = 0; p < planes; p++) {{
+        const {S} *xp = x + p * in_plane;
+        {S} *yp = y + p * out_plane;
+        for (int64_t oz = 0; oz < g->out[0]; oz++) {{
+            int64_t z0, z1, y0, y1, x0, x1;
+            const int64_t sz = oz * g->s[0] - g->p[0];
+            cuvil_taps(sz, g->d[0], g->k[0], g->in[0], &z0, &z1);
+            for (int64_t oy = 0; oy < g->out[1]; oy++) {{
+                const int64_t sy = oy * g->s[1] - g->p[1];
+                cuvil_taps(sy, g->d[1], g->k[1], g->in[1], &y0, &y1);
+                for (int64_t ox = 0; ox < g->out[2]; ox++) {{
+                    const int64_t sx = ox * g->s[2] - g->p[2];
+                    cuvil_taps(sx, g->d[2], g->k[2], g->in[2], &x0, &x1);
+                    {T} acc = {init};
+                    for (int64_t tz = z0; tz < z1; tz++)
+                        for (int64_t ty = y0; ty < y1; ty++) {{
+                            const int64_t at = ((sz + tz * g->d[0]) * g->in[1] + sy + ty * g->d[1]) * g->in[2] + sx;
+                            for (int64_t tx = x0; tx < x1; tx++) {{
+                                const {T} v = {value};
+                                acc = {combine};
+                            }}
+                        }}
+                    {finish}
+                    yp[(oz * g->out[1] + oy) * g->out[2] + ox] = {store};
+                }}
+            }}
+        }}
+    }}
+}}
+"""
+_AVG_FINISH = """int64_t count = (z1 - z0) * (y1 - y0) * (x1 - x0);
+                    if (include_pad) {{
+                        int64_t a0, a1, b0, b1, c0, c1;
+                        cuvil_taps(sz + g->p[0], 1, g->k[0], g->in[0] + g->p[0] + g->pe[0], &a0, &a1);
+                        cuvil_taps(sy + g->p[1], 1, g->k[1], g->in[1] + g->p[1] + g->pe[1], &b0, &b1);
+                        cuvil_taps(sx + g->p[2], 1, g->k[2], g->in[2] + g->p[2] + g->pe[2], &c0, &c1);
+                        count = (a1 - a0) * (b1 - b0) * (c1 - c0);
+                    }}
+                    acc = acc / ({T})count;"""
+_INT_MIN = {DType.i8: "INT8_MIN", DType.u8: "0"}
+
+
+def _use(gen, helper: str, template: str, **fmt) -> str:
+    """Register helper `helper` (after the window struct it needs); returns its name."""
+    gen.helpers.setdefault("cuvil_win", WIN_STRUCT)
+    gen.helpers[helper] = template.format(**fmt)
+    return helper
+
+
+def _helper(gen, kind: str, t: str) -> str:
+    template = {"im2col": IM2COL, "col2im": COL2IM, "dwconv": DWCONV, "fill_planes": FILL}[kind]
+    work = {"im2col": "channels * taps * out_plane", "col2im": "channels * taps * out_plane",
+            "dwconv": "batch * O * out_plane * taps", "fill_planes": "batch * O * plane"}[kind]
+    return _use(gen, f"cuvil_{kind}_{t}", template, T=t, par=par_if(work))
+
+
+def _window(op, x_shape, kernel, out_shape, transpose: bool = False) -> str:
+    """The C initialiser of a cuvil_win for `op`'s attributes, spatial dims padded to three."""
+    s = len(kernel)
+    a = op.attrs
+    ones = (1,) * (3 - s)
+    dil = a.get("dilations") or (1,) * s
+    fields = [ones + tuple(x_shape[2:]), ones + tuple(out_shape[2:]), ones + tuple(kernel),
+              ones + tuple(a["strides"]), ones + tuple(dil), (0,) * (3 - s) + tuple(a["pads"][:s]),
+              (0,) * (3 - s) + tuple(a["pads"][s:])]
+    if transpose:  # the adjoint walks x's positions and writes y: in and out swap roles
+        fields[0], fields[1] = fields[1], fields[0]
+    return "{" + ", ".join("{" + ", ".join(c_dim(v) for v in f) + "}" for f in fields) + "}"
+
+
+# -- scratch and dtype handling ----------------------------------------------------------------------------
+def _as_compute(gen, depth: int, dt: DType, values: dict, parts: list) -> dict:
+    """Names of the buffers in the compute type: f16/bf16 operands are converted into f32 scratch (the
+    results get scratch too; `_store_back` converts them); others use their own buffers."""
+    if dt not in (DType.f16, DType.bf16):
+        return {name: name for name in values}
+    for name, v in values.items():
+        parts.append((f"{name}32", "float", c_dim(v.type.numel)))
+    return {name: f"{name}32" for name in values}
+
+
+def _convert_in(gen, depth: int, dt: DType, values: dict, results) -> None:
+    if dt not in (DType.f16, DType.bf16):
+        return
+    for name, v in values.items():
+        if v not in results:
+            gen.line(depth, f"for (int64_t t = 0; t < {c_dim(v.type.numel)}; t++) {name}32[t] = "
+                            f"{load(dt, name, 't')};")
+
+
+def _store_back(gen, depth: int, dt: DType, name: str, v) -> None:
+    if dt in (DType.f16, DType.bf16):
+        gen.line(depth, f"for (int64_t t = 0; t < {c_dim(v.type.numel)}; t++) {name}[t] = "
+                        f"{store_value(dt, f'{name}32[t]')};")
+
+
+def _gemm(t: str, m, n, k, a, rsa, csa, b, rsb, c, ldc, accumulate: bool) -> str:
+    if t == "float":
+        beta = "1.0f" if accumulate else "0.0f"
+        return f"cuvil_sgemm({m}, {n}, {k}, 1.0f, {a}, {rsa}, {csa}, {b}, {rsb}, 1, {beta}, {c}, {ldc}, NULL, 0);"
+    return f"cuvil_dgemm({m}, {n}, {k}, {a}, {rsa}, {csa}, {b}, {rsb}, {int(accumulate)}, {c}, {ldc});"
+
+
+def _setup(gen, op, depth: int, parts: list):
+    """Open the op's block: named buffers, the compute type and, for f16/bf16, f32 copies."""
+    names = dict(zip(("x", "w", "b"), op.operands))
+    names["y"] = op.results[0]
+    d = open_block(gen, depth, op, names)
+    dt = op.results[0].type.dtype
+    t = "double" if dt is DType.f64 else "float"
+    if t == "double":
+        gen.helpers["cuvil_dgemm"] = DGEMM.format(par=par_if("M * N * K"))
+    return d, dt, t, _as_compute(gen, d, dt, names, parts), names
+
+
+# -- conv ----------------------------------------------------------------------------------------------------
+def _conv(gen, op, depth: int) -> None:
+    x, w = op.operands[:2]
+    y = op.results[0]
+    groups, kernel = op.attrs["groups"], w.type.shape[2:]
+    n, c, o = x.type.shape[0], x.type.shape[1], w.type.shape[0]
+    cg, og, taps = w.type.shape[1], o // groups, prod(kernel)
+    in_plane, out_plane = prod(x.type.shape[2:]), prod(y.type.shape[2:])
+    parts: list = []
+    d, dt, t, buf, names = _setup(gen, op, depth, parts)
+    pointwise = all(k == 1 for k in kernel) and all(s == 1 for s in op.attrs["strides"]) \
+        and not any(op.attrs["pads"])
+    direct = cg == 1
+    if not direct and not pointwise:
+        parts.append(("col", t, c_dim(cg * taps * out_plane)))
+    scratch_parts(gen, d, parts)
+    _convert_in(gen, d, dt, names, op.results)
+    if direct or not pointwise:
+        gen.helpers.setdefault("cuvil_win", WIN_STRUCT)
+        gen.line(d, f"const cuvil_win g = {_window(op, x.type.shape, kernel, y.type.shape)};")
+    bias = buf.get("b", "NULL")
+    if direct:
+        gen.line(d, f"{_helper(gen, 'dwconv', t)}({buf['x']}, {buf['w']}, {bias}, {buf['y']}, {c_dim(n)}, "
+                    f"{c_dim(c)}, {c_dim(o)}, &g);")
+    else:
+        if "b" in buf:
+            _helper(gen, "fill_planes", t)
+            gen.line(d, f"cuvil_fill_planes_{t}({buf['y']}, {bias}, {c_dim(n)}, {c_dim(o)}, {c_dim(out_plane)});")
+        gen.line(d, f"for (int64_t img = 0; img < {c_dim(n)}; img++)")
+        gen.line(d + 1, f"for (int64_t grp = 0; grp < {groups}; grp++) {{")
+        xs = f"{buf['x']} + (img * {c_dim(c)} + grp * {c_dim(cg)}) * {c_dim(in_plane)}"
+        ws = f"{buf['w']} + grp * {c_dim(og * cg * taps)}"
+        ys = f"{buf['y']} + (img * {c_dim(o)} + grp * {c_dim(og)}) * {c_dim(out_plane)}"
+        if pointwise:
+            src = xs
+        else:
+            gen.line(d + 2, f"{_helper(gen, 'im2col', t)}({xs}, col, {c_dim(cg)}, &g);")
+            src = "col"
+        gen.line(d + 2, _gemm(t, c_dim(og), c_dim(out_plane), c_dim(cg * taps), ws, c_dim(cg * taps), 1, src,
+                              c_dim(out_plane), ys, c_dim(out_plane), "b" in buf))
+        gen.line(d + 1, "}")
+    _store_back(gen, d, dt, "y", y)
+    gen.line(depth, "}")
+
+
+# -- conv_transpose ------------------------------------------------------------------------------------------
+def _conv_transpose(gen, op, depth: int) -> None:
+    x, w = op.operands[:2]
+    y = op.results[0]
+    groups, kernel = op.attrs["groups"], w.type.shape[2:]
+    n, c, o = x.type.shape[0], x.type.shape[1], y.type.shape[1]
+    cg, og, taps = c // groups, w.type.shape[1], prod(kernel)
+    in_plane, out_plane = prod(x.type.shape[2:]), prod(y.type.shape[2:])
+    parts: list = []
+    d, dt, t, buf, names = _setup(gen, op, depth, parts)
+    parts.append(("col", t, c_dim(og * taps * in_plane)))
+    scratch_parts(gen, d, parts)
+    _convert_in(gen, d, dt, names, op.results)
+    gen.line(d, f"const cuvil_win g = {_window(op, x.type.shape, kernel, y.type.shape, transpose=True)};")
+    _helper(gen, "fill_planes", t)
+    gen.line(d, f"cuvil_fill_planes_{t}({buf['y']}, {buf.get('b', 'NULL')}, {c_dim(n)}, {c_dim(o)}, "
+                f"{c_dim(out_plane)});")
+    gen.line(d, f"for (int64_t img = 0; img < {c_dim(n)}; img++)")
+    gen.line(d + 1, f"for (int64_t grp = 0; grp < {groups}; grp++) {{")
+    xs = f"{buf['x']} + (img * {c_dim(c)} + grp * {c_dim(cg)}) * {c_dim(in_plane)}"
+    ws = f"{buf['w']} + grp * {c_dim(cg * og * taps)}"
+    ys = f"{buf['y']} + (img * {c_dim(o)} + grp * {c_dim(og)}) * {c_dim(out_plane)}"
+    gen.line(d + 2, _gemm(t, c_dim(og * taps), c_dim(in_plane), c_dim(cg), ws, 1, c_dim(og * taps), xs,
+                          c_dim(in_plane), "col", c_dim(in_plane), False))
+    gen.line(d + 2, f"{_helper(gen, 'col2im', t)}(col, {ys}, {c_dim(og)}, &g);")
+    gen.line(d + 1, "}")
+    _store_back(gen, d, dt, "y", y)
+    gen.line(depth, "}")
+
+
+# -- pools ---------------------------------------------------------------------------------------------------
+def _pool_helper(gen, op_name: str, dt: DType) -> str:
+    s, t = storage(dt), compute(dt)
+    name = f"{op_name}_{tag(dt)}"
+    if op_name == "max_pool":
+        init = "-INFINITY" if dt.is_float else _INT_MIN[dt]
+        fmt = {"init": init, "combine": "CUVIL_MAX(acc, v)", "finish": ""}
+    else:
+        fmt = {"init": "0", "combine": "acc + v", "finish": _AVG_FINISH.format(T=t)}
+    return _use(gen, name, POOL, name=name, S=s, T=t, value=load(dt, "xp", "at + tx * g->d[2]"),
+                store=store_value(dt, "acc") if dt.is_float else f"({s})acc",
+                par=par_if("planes * out_plane * g->k[0] * g->k[1] * g->k[2]"), **fmt)
+
+
+def _pool(gen, op, depth: int) -> None:
+    x, y = op.operands[0], op.results[0]
+    d = open_block(gen, depth, op, {"x": x, "y": y})
+    gen.line(d, f"const cuvil_win g = {_window(op, x.type.shape, op.attrs['kernel'], y.type.shape)};")
+    name = _pool_helper(gen, op.name, x.type.dtype)
+    planes = c_dim(x.type.shape[0] * x.type.shape[1])
+    gen.line(d, f"{name}(x, y, {planes}, &g, {int(op.attrs.get('count_include_pad', False))});")
+    gen.line(depth, "}")
+
+
+EMITTERS = {"conv": _conv, "conv_transpose": _conv_transpose, "max_pool": _pool, "avg_pool": _pool}
