@@ -222,17 +222,49 @@ CUVIL_INLINE vf finish(const gemm_t *g, vf x, const float *c, const float *bias,
     return x;
 }
 
-/* Store rows [i, i+mr) x columns [j, j+nr) of C; a partial tile goes through a padded copy. */
+CUVIL_INLINE vf relu(vf x) { return cuvil_activate(x, CUVIL_ACT_RELU); }
+
+#define ACT_CASE(code, fn)                                                                         \
+    case code:                                                                                     \
+        for (int r = 0; r < mr; r++)                                                               \
+            for (int v = 0; v < NV; v++) cuvil_store(c + r * ldc + v * VL, fn(cuvil_load(c + r * ldc + v * VL))); \
+        break;
+
+/* The activation as a second pass over a whole tile that is still in L1, one loop per activation. */
+static void activate_tile(float *c, int64_t ldc, int mr, int act)
+{
+    switch (act) {
+        ACT_CASE(CUVIL_ACT_RELU, relu)
+        ACT_CASE(CUVIL_ACT_GELU_TANH, cuvil_gelu_tanh)
+        ACT_CASE(CUVIL_ACT_GELU_ERF, cuvil_gelu_erf)
+        ACT_CASE(CUVIL_ACT_SIGMOID, cuvil_sigmoid)
+        ACT_CASE(CUVIL_ACT_TANH, cuvil_tanh)
+    default: break;
+    }
+}
+
+/* Store rows [i, i+mr) x columns [j, j+nr) of C. Whole tiles take one or two FMAs per vector and no branches;
+ * a partial tile goes through a padded copy. */
 static void store_tile(const gemm_t *g, vf acc[MR][NV], int mr, int nr, int64_t i, int64_t j, int first, int last)
 {
     const float *bias = g->bias && last ? g->bias + j : NULL;
     float *c = g->C + i * g->ldc + j;
     if (nr == NR) {
-        for (int r = 0; r < mr; r++)
-            for (int v = 0; v < NV; v++) {
-                float *cv = c + r * g->ldc + v * VL;
-                cuvil_store(cv, finish(g, acc[r][v], cv, bias ? bias + v * VL : NULL, first, last));
-            }
+        float alpha = g->alpha, cscale = first ? g->beta : 1.0f;
+        int64_t ldc = g->ldc;
+        vf add[NV];
+        for (int v = 0; v < NV; v++) add[v] = bias ? cuvil_load(bias + v * VL) : (vf){0};
+        if (cscale == 0.0f) {
+            for (int r = 0; r < mr; r++)
+                for (int v = 0; v < NV; v++) cuvil_store(c + r * ldc + v * VL, acc[r][v] * alpha + add[v]);
+        } else {
+            for (int r = 0; r < mr; r++)
+                for (int v = 0; v < NV; v++) {
+                    float *cv = c + r * ldc + v * VL;
+                    cuvil_store(cv, acc[r][v] * alpha + (cuvil_load(cv) * cscale + add[v]));
+                }
+        }
+        if (last) activate_tile(c, ldc, mr, g->act);
         return;
     }
     float row[NR] __attribute__((aligned(64))), bias_pad[NR] __attribute__((aligned(64)));
