@@ -374,6 +374,16 @@ static void gemm_rect(const gemm_t *g, int64_t m0, int64_t m1, int64_t p0, int64
 
 /* ---- M = 1: each thread owns columns [j0, j1) and streams B eight rows at a time ---- */
 
+/* The epilogue for w outputs of row 0 accumulated in y (zero beyond w, up to a multiple of NR). */
+static void store_row(const gemm_t *g, const float *y, int64_t c0, int64_t w)
+{
+    for (int64_t jj = 0; jj < w; jj += NR) {
+        vf acc[MR][NV];
+        for (int v = 0; v < NV; v++) acc[0][v] = cuvil_load(y + jj + v * VL);
+        store_tile(g, acc, 1, (int)min64(NR, w - jj), 0, c0 + jj, 1, 1);
+    }
+}
+
 static void gemv_cols(const gemm_t *g, int64_t j0, int64_t j1)
 {
     float y[GEMV_COLS] __attribute__((aligned(64)));
@@ -401,11 +411,37 @@ static void gemv_cols(const gemm_t *g, int64_t j0, int64_t j1)
                     for (int64_t jj = 0; jj < w; jj++) y[jj] += a[k + r] * b[r * g->rsb + jj];
             }
         }
-        for (int64_t jj = 0; jj < w; jj += NR) {
-            vf acc[MR][NV];
-            for (int v = 0; v < NV; v++) acc[0][v] = cuvil_load(y + jj + v * VL);
-            store_tile(g, acc, 1, (int)min64(NR, w - jj), 0, c0 + jj, 1, 1);
+        store_row(g, y, c0, w);
+    }
+}
+
+/* M = 1 with B's columns contiguous (B = W^T, rsb == 1): each output is a dot product of A with a column of
+ * B; four at a time so that the loads of A serve four columns. */
+static void gemv_t_cols(const gemm_t *g, int64_t j0, int64_t j1)
+{
+    float y[GEMV_COLS] __attribute__((aligned(64)));
+    const float *a = g->A;
+    int64_t K = g->K, vk = K / VL * VL;
+    for (int64_t c0 = j0; c0 < j1; c0 += GEMV_COLS) {
+        int64_t w = min64(GEMV_COLS, j1 - c0);
+        memset(y, 0, sizeof y);
+        for (int64_t jj = 0; jj < w; jj += 4) {
+            int q4 = (int)min64(4, w - jj);
+            const float *col[4];
+            for (int q = 0; q < 4; q++) col[q] = g->B + (c0 + jj + (q < q4 ? q : 0)) * g->csb;
+            vf s[4] = {{0}, {0}, {0}, {0}};
+            for (int64_t k = 0; k < vk; k += VL) {
+                vf va = cuvil_load(a + k);
+                for (int q = 0; q < 4; q++) s[q] += va * cuvil_load(col[q] + k);
+            }
+            for (int q = 0; q < q4; q++) {
+                float t = 0;
+                for (int l = 0; l < VL; l++) t += s[q][l];
+                for (int64_t k = vk; k < K; k++) t += a[k] * col[q][k];
+                y[jj + q] = t;
+            }
         }
+        store_row(g, y, c0, w);
     }
 }
 
@@ -433,13 +469,15 @@ static void gemm_run(const gemm_t *g, int max_threads)
     int64_t M = g->M, N = g->N;
     int nt = threads_for(M * N * g->K);
     nt = nt < max_threads ? nt : max_threads;
-    if (g->M == 1 && !g->packed && g->csb == 1) {
-        int64_t lines = ceil_div(N, 16); /* whole cache lines per thread */
+    if (M == 1 && !g->packed && (g->csb == 1 || g->rsb == 1)) {
+        int64_t lines = ceil_div(N, 16); /* whole cache lines of C per thread */
         nt = (int)min64(nt, lines);
 #pragma omp parallel num_threads(nt) if (nt > 1)
         {
             int t = omp_get_thread_num(), team = omp_get_num_threads();
-            gemv_cols(g, min64(N, split_at(lines, team, t) * 16), min64(N, split_at(lines, team, t + 1) * 16));
+            int64_t j0 = min64(N, split_at(lines, team, t) * 16), j1 = min64(N, split_at(lines, team, t + 1) * 16);
+            if (g->csb == 1) gemv_cols(g, j0, j1);
+            else gemv_t_cols(g, j0, j1);
         }
         return;
     }
