@@ -1,0 +1,158 @@
+"""`cuvil.compile` for PyTorch: export, convert, compile, and a callable that takes and returns tensors.
+
+    >>> import torch, cuvil
+    >>> model = torch.nn.Sequential(torch.nn.Linear(4, 2), torch.nn.ReLU())
+    >>> x = torch.randn(3, 4)
+    >>> compiled = cuvil.compile(model, (x,))
+    >>> torch.allclose(compiled(x), model(x), atol=1e-5)
+    True
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.utils._pytree as pytree
+
+from ... import compiler
+from ...errors import UnsupportedError
+from ...ir.core import Module
+from .exporter import as_module, export_program, forward_arg_names
+from .program import ProgramWalker, Signature, tensor_to_numpy
+from .symbols import dim_names
+
+_OPTIONS = ("dynamic_shapes", "passes", "target", "level")
+
+
+class CompiledModule:
+    """A compiled PyTorch module or function: call it like the original (tensors or NumPy arrays in, tensors
+    out, in the original's output structure). `.module` is the IR (for `cuvil.inspect_ir`)."""
+
+    def __init__(self, executable, signature: Signature, program=None):
+        self.executable = executable
+        self.signature = signature
+        self.program = program
+
+    @property
+    def module(self) -> Module:
+        return self.executable.module
+
+    def __call__(self, *args, **kwargs):
+        flat = _flatten_inputs(self.signature, args, kwargs)
+        outs = self.executable(*[_to_numpy(flat[i]) for i in self.signature.inputs])
+        leaves = [_to_torch(outs[k]) if kind == "ir" else k for kind, k in self.signature.outputs]
+        return pytree.tree_unflatten(leaves, self.signature.out_spec)
+
+    def __repr__(self) -> str:
+        return f"<cuvil.CompiledModule {self.executable!r}>"
+
+
+def _flatten_inputs(sig: Signature, args, kwargs) -> list:
+    """The user's inputs in the exported order: positional leaves, then keyword leaves as the export saw them."""
+    kw_spec = sig.in_spec.child(1) if sig.in_spec.num_children == 2 else None
+    names = list(kw_spec.context) if kw_spec is not None else []
+    missing = [n for n in names if n not in kwargs]
+    extra = [n for n in kwargs if n not in names]
+    if missing or extra:
+        raise TypeError(f"the compiled module was exported with keyword arguments {names}; "
+                        f"got {sorted(kwargs)}")
+    flat = pytree.tree_leaves(tuple(args)) + [leaf for n in names for leaf in pytree.tree_leaves(kwargs[n])]
+    if len(flat) != sig.n_flat_inputs:
+        raise TypeError(f"the compiled module takes {sig.n_flat_inputs} tensor inputs (as exported), got {len(flat)}")
+    return flat
+
+
+def _to_numpy(x) -> np.ndarray:
+    return tensor_to_numpy(x) if isinstance(x, torch.Tensor) else np.asarray(x)
+
+
+def _to_torch(arr: np.ndarray) -> torch.Tensor:
+    """Zero-copy where NumPy allows it; read-only arrays (module constants) are copied, since torch tensors
+    must be writable."""
+    if arr.dtype.name == "bfloat16":
+        return torch.from_numpy(np.ascontiguousarray(arr).view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(arr if arr.flags.writeable else arr.copy())
+
+
+def convert(obj, example_inputs, dynamic_shapes=None) -> tuple[Module, Signature, object]:
+    """Export `obj` with `example_inputs` and convert the program: (IR module, signature, program)."""
+    args, kwargs = _split_inputs(example_inputs)
+    program = export_program(obj, args, kwargs, dynamic_shapes)
+    names = dim_names(program, dynamic_shapes, forward_arg_names(as_module(obj)))
+    module, signature = ProgramWalker(program, names).build()
+    return module, signature, program
+
+
+def _split_inputs(example_inputs) -> tuple[tuple, dict]:
+    if isinstance(example_inputs, dict):
+        return (), dict(example_inputs)
+    if isinstance(example_inputs, (tuple, list)):
+        return tuple(example_inputs), {}
+    return (example_inputs,), {}
+
+
+def compile_module(obj, example_inputs, **options) -> CompiledModule:
+    """Compile a `torch.nn.Module` (or a function of tensors) for the example inputs.
+
+    `example_inputs` is a tensor, a tuple of positional inputs or a dict of keyword inputs. Options:
+    `dynamic_shapes` (as `torch.export` takes them, with `torch.export.Dim`s; they become symbolic dims named
+    after the Dims), `passes` (extra IR passes), `target` ("cpu" or "interpreter"), `level` (0-2).
+    """
+    unknown = sorted(set(options) - set(_OPTIONS))
+    if unknown:
+        raise TypeError(f"cuvil.compile got unknown options {unknown}; it takes {', '.join(_OPTIONS)}")
+    if example_inputs is None:
+        raise TypeError("cuvil.compile of a PyTorch module needs example_inputs (a tensor, tuple or dict)")
+    module, signature, program = convert(obj, example_inputs, options.get("dynamic_shapes"))
+    executable = compiler.compile_module(module, target=options.get("target", "cpu"),
+                                         passes=options.get("passes", ()), level=options.get("level", 2))
+    return CompiledModule(executable, signature, program)
+
+
+_MODES = ("inference", "train")
+
+
+def build_ir(model, input_spec: dict, target: str = "cpu", mode: str = "inference", dynamic_shapes=None) -> Module:
+    """The IR module of `model` for inputs described by `input_spec`, without compiling it.
+
+    `input_spec` maps argument names to a shape (float32), a `(shape, dtype)` pair or an example tensor. A
+    string in a shape is a symbolic size (`{"x": ("batch", 3, 224, 224)}`); equal strings are one size. Names
+    that are not all parameters of the model's forward are taken as positional inputs, in order.
+    """
+    if mode not in _MODES:
+        raise ValueError(f"mode must be one of {', '.join(_MODES)}, got {mode!r}")
+    if mode == "train":
+        raise UnsupportedError("mode='train' is not supported: Cuvil compiles inference graphs (no autograd, "
+                               "batch norm on running statistics); use mode='inference'")
+    if target not in compiler.TARGETS:
+        raise ValueError(f"unknown target {target!r}; expected one of {', '.join(compiler.TARGETS)}")
+    examples, spec_dims = example_from_spec(input_spec)
+    if not set(examples) <= set(forward_arg_names(as_module(model))):  # names that do not match: by position
+        examples, spec_dims = tuple(examples.values()), tuple(spec_dims.values()) if spec_dims else None
+    module, _, _ = convert(model, examples, dynamic_shapes or spec_dims or None)
+    module.metadata["target"] = target
+    return module
+
+
+def example_from_spec(input_spec: dict) -> tuple[dict, dict]:
+    """Example tensors for `input_spec` and the `torch.export` dynamic shapes its named sizes ask for."""
+    dims: dict = {}
+    examples, dynamic = {}, {}
+    for name, spec in input_spec.items():
+        if isinstance(spec, torch.Tensor):
+            examples[name] = spec
+            continue
+        shape, dtype = (spec[0], spec[1]) if len(spec) == 2 and isinstance(spec[1], torch.dtype) else (spec, None)
+        sizes = [2 if isinstance(d, str) else int(d) for d in shape]  # torch specialises sizes 0 and 1
+        named = {i: dims.setdefault(d, torch.export.Dim(d)) for i, d in enumerate(shape) if isinstance(d, str)}
+        examples[name] = _example(sizes, dtype or torch.float32)
+        if named:
+            dynamic[name] = named
+    if dynamic:
+        dynamic = {name: dynamic.get(name) for name in examples}
+    return examples, dynamic
+
+
+def _example(sizes, dtype):
+    if dtype.is_floating_point:
+        return torch.randn(sizes, dtype=dtype)
+    return torch.zeros(sizes, dtype=dtype)  # valid indices for embeddings and gathers

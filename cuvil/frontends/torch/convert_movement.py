@@ -1,0 +1,230 @@
+"""ATen data movement and tensor creation: views and reshapes, permutes, expand, slicing and selecting,
+advanced indexing, joins and splits, gathers and embeddings, padding, `arange`/`full` and friends.
+
+Result shapes come from the node's example value (sizes resolved, SymInts as symbolic dims), so views
+never have to re-derive what PyTorch already computed.
+"""
+from __future__ import annotations
+
+import math
+
+from ...ir.dtypes import DType
+from ...ops.common import norm_axis
+from .context import INT_MAX, aten
+
+_BIG = 2 ** 31 - 1  # the IR's "to the end" slice bound
+
+
+@aten("view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "flatten", "unflatten", "view_as", "reshape_as",
+      "_reshape_alias", "view_copy", "squeeze_copy", "unsqueeze_copy")
+def reshape(cx, x, *rest):
+    shape = cx.out_shape()
+    return x if x.type.shape == shape else cx.b.reshape(x, shape=shape)
+
+
+@aten("permute", "permute_copy")
+def permute(cx, x, dims):
+    return cx.b.transpose(x, perm=[norm_axis(d, x.type.rank, "permute") for d in dims])
+
+
+@aten("transpose", "swapaxes", "transpose_copy")
+def transpose(cx, x, d0, d1):
+    perm = list(range(x.type.rank))
+    d0, d1 = norm_axis(d0, x.type.rank, "transpose"), norm_axis(d1, x.type.rank, "transpose")
+    perm[d0], perm[d1] = perm[d1], perm[d0]
+    return cx.b.transpose(x, perm=perm)
+
+
+@aten("t", "numpy_T")
+def t(cx, x):
+    return x if x.type.rank < 2 else cx.b.transpose(x)
+
+
+@aten("expand", "expand_as", "broadcast_to", "expand_copy")
+def expand(cx, x, *rest):
+    return cx.broadcast(x, cx.out_shape())
+
+
+@aten("slice", "slice_copy")
+def slice_(cx, x, dim=0, start=None, end=None, step=1):
+    start = 0 if start is None else start
+    end = _BIG if end is None or (isinstance(end, int) and end >= INT_MAX) else end
+    return cx.b.slice(x, starts=[start], ends=[end], axes=[dim], steps=[step])
+
+
+@aten("narrow")
+def narrow(cx, x, dim, start, length):
+    return cx.b.slice(x, starts=[start], ends=[start + length], axes=[dim])
+
+
+@aten("select", "select_copy")
+def select(cx, x, dim, index):
+    end = index + 1 if not isinstance(index, int) or index != -1 else _BIG
+    return cx.b.reshape(cx.b.slice(x, starts=[index], ends=[end], axes=[dim]), shape=cx.out_shape())
+
+
+@aten("cat", "concat", "concatenate")
+def cat(cx, tensors, dim=0):
+    dtype = cx.out_dtype()
+    parts = [cx.tensor(v, dtype) for v in tensors if not (v.type.rank == 1 and v.type.shape[0] == 0)]
+    return parts[0] if len(parts) == 1 else cx.b.concat(*parts, axis=dim)
+
+
+@aten("stack")
+def stack(cx, tensors, dim=0):
+    rank = tensors[0].type.rank + 1
+    axis = norm_axis(dim, rank, "stack")
+    parts = [cx.b.reshape(v, shape=v.type.shape[:axis] + (1,) + v.type.shape[axis:]) for v in tensors]
+    return cx.b.concat(*[cx.tensor(v, cx.out_dtype()) for v in parts], axis=axis)
+
+
+@aten("split", "split_with_sizes", "chunk", "tensor_split", "split_copy", "split_with_sizes_copy")
+def split(cx, x, _sizes, dim=0):
+    axis = norm_axis(dim, x.type.rank, "split")
+    sizes = [cx.walker.shape(o.shape)[axis] for o in cx.out]
+    if len(sizes) == 1:
+        return [x]
+    return list(cx.b.split(x, axis=axis, sizes=sizes))
+
+
+@aten("unbind", "unbind_copy")
+def unbind(cx, x, dim=0):
+    axis = norm_axis(dim, x.type.rank, "unbind")
+    parts = cx.b.split(x, axis=axis, sizes=[1] * x.type.shape[axis])
+    parts = parts if isinstance(parts, tuple) else (parts,)
+    return [cx.b.reshape(p, shape=cx.out_shape(i)) for i, p in enumerate(parts)]
+
+
+@aten("getitem")
+def getitem(cx, seq, i):
+    value = seq[i]
+    if value is None:
+        raise cx.error(f"output {i} of {cx.node.args[0]} is not computed by Cuvil (only the main result is)")
+    return value
+
+
+# -- gathers ---------------------------------------------------------------------------------------------
+@aten("embedding")
+def embedding(cx, weight, indices, *rest):
+    return cx.b.gather(weight, _index(cx, indices), axis=0)
+
+
+@aten("index_select")
+def index_select(cx, x, dim, index):
+    return cx.b.gather(x, _index(cx, index), axis=dim)
+
+
+@aten("gather")
+def gather(cx, x, dim, index, sparse_grad=False):
+    return cx.b.gather_elements(x, _index(cx, index), axis=dim)
+
+
+def _index(cx, idx):
+    if idx.type.dtype is DType.bool:
+        raise cx.error("boolean mask indexing gives a data-dependent shape, which is not supported")
+    return idx if idx.type.dtype in (DType.i32, DType.i64) else cx.b.cast(idx, dtype=DType.i64)
+
+
+@aten("index")
+def index(cx, x, indices):
+    """Advanced indexing: the index tensors broadcast to one shape B; the indexed axes are flattened into one
+    and gathered with the combined flat index. B replaces them in place when they are adjacent, else leads."""
+    axes = [i for i, v in enumerate(indices) if v is not None]
+    if len(axes) == 1:
+        return cx.b.gather(x, _index(cx, indices[axes[0]]), axis=axes[0])
+    idx = cx.operands([_index(cx, indices[a]) for a in axes], DType.i64)
+    rest = [i for i in range(x.type.rank) if i not in axes]
+    moved = cx.b.transpose(x, perm=axes + rest) if axes != list(range(len(axes))) else x
+    sizes = [x.type.shape[a] for a in axes]
+    flat = cx.b.reshape(moved, shape=(math.prod(sizes),) + tuple(x.type.shape[i] for i in rest))
+    combined = None
+    for k, (v, size) in enumerate(zip(idx, sizes)):
+        v = _wrap(cx, v, size)
+        stride = math.prod(sizes[k + 1:])
+        v = v if stride == 1 else cx.b.mul(v, cx.tensor(stride, DType.i64, v.type.shape))
+        combined = v if combined is None else cx.b.add(combined, v)
+    out = cx.b.gather(flat, combined, axis=0)
+    b_rank, lead = combined.type.rank, axes[0]
+    if axes == list(range(lead, lead + len(axes))) and lead > 0:  # adjacent: B goes where the axes were
+        perm = list(range(b_rank, b_rank + lead)) + list(range(b_rank)) + list(range(b_rank + lead, out.type.rank))
+        out = cx.b.transpose(out, perm=perm)
+    return out
+
+
+def _wrap(cx, v, size):
+    """Negative indices count from the end (per axis, before they are combined)."""
+    zero = cx.tensor(0, DType.i64, v.type.shape)
+    return cx.b.where(cx.b.lt(v, zero), cx.b.add(v, cx.tensor(size, DType.i64, v.type.shape)), v)
+
+
+# -- padding, repeats, masks -----------------------------------------------------------------------------
+@aten("constant_pad_nd", "pad")
+def constant_pad(cx, x, pad, value=0.0, *rest):
+    """PyTorch lists (begin, end) pairs from the last axis backwards; the IR wants all begins, then all ends."""
+    if rest and rest[0] not in (None, "constant"):
+        raise cx.error(f"padding mode {rest[0]!r} is not supported")
+    rank, n = x.type.rank, len(pad) // 2
+    begins, ends = [0] * rank, [0] * rank
+    for k in range(n):
+        begins[rank - 1 - k], ends[rank - 1 - k] = pad[2 * k], pad[2 * k + 1]
+    return cx.b.pad(x, pads=begins + ends, value=0.0 if value is None else float(value))
+
+
+@aten("repeat")
+def repeat(cx, x, repeats):
+    lead = len(repeats) - x.type.rank
+    x = cx.b.reshape(x, shape=(1,) * lead + x.type.shape) if lead else x
+    return cx.b.tile(x, repeats=list(repeats))
+
+
+@aten("tril", "triu")
+def tril(cx, x, diagonal=0):
+    """Keep col - row <= diagonal (tril) or >= diagonal (triu), from two iotas over the last two axes."""
+    shape = x.type.shape
+    rows = cx.b.iota(shape=shape, axis=x.type.rank - 2)
+    cols = cx.b.iota(shape=shape, axis=x.type.rank - 1)
+    offset = cx.b.sub(cols, rows)
+    diag = cx.tensor(diagonal, DType.i64, shape)
+    keep = cx.b.le(offset, diag) if cx.op_name == "tril" else cx.b.ge(offset, diag)
+    return cx.b.where(keep, x, cx.tensor(0, x.type.dtype, shape))
+
+
+@aten("flip")
+def flip(cx, x, dims):
+    axes = sorted(norm_axis(d, x.type.rank, "flip") for d in dims)
+    return cx.b.slice(x, starts=[-1] * len(axes), ends=[-_BIG] * len(axes), axes=axes, steps=[-1] * len(axes))
+
+
+# -- creation --------------------------------------------------------------------------------------------
+@aten("arange")
+def arange(cx, *args):
+    """start + step * iota; the bounds may be symbolic sizes (a position offset in a decoder)."""
+    overload = cx.node.target._overloadname
+    start = args[0] if overload in ("start", "start_step", "start_out") else 0
+    step = args[2] if overload == "start_step" else 1
+    shape, dtype = cx.out_shape(), cx.out_dtype()
+    v = cx.b.iota(shape=shape, dtype=dtype)
+    if step != 1:
+        v = cx.b.mul(v, cx.tensor(step, dtype, shape))
+    return v if isinstance(start, int) and start == 0 else cx.b.add(v, cx.tensor(start, dtype, shape))
+
+
+@aten("full", "full_like", "new_full")
+def full(cx, *args):
+    value = args[2] if cx.op_name == "new_full" else args[1]
+    return cx.tensor(value, cx.out_dtype(), cx.out_shape())
+
+
+@aten("zeros", "zeros_like", "new_zeros", "empty", "empty_like", "new_empty", "empty_strided", "empty_permuted")
+def zeros(cx, *args):
+    return cx.b.full(0.0, cx.out_shape(), cx.out_dtype())
+
+
+@aten("ones", "ones_like", "new_ones")
+def ones(cx, *args):
+    return cx.b.full(1.0, cx.out_shape(), cx.out_dtype())
+
+
+@aten("fill")
+def fill(cx, x, value):
+    return cx.tensor(value, x.type.dtype, x.type.shape)

@@ -1,0 +1,254 @@
+"""ATen neural-network ops: convolutions, linear layers and matmuls, normalisation (inference), softmax,
+attention (decomposed into matmul and softmax), pooling (adaptive pooling where it is a plain window),
+upsampling and einsum.
+"""
+from __future__ import annotations
+
+import math
+
+from ...ir.dtypes import DType
+from ...ops.common import broadcast_shapes
+from .context import aten
+
+
+# -- convolution -----------------------------------------------------------------------------------------
+@aten("convolution", "_convolution")
+def convolution(cx, x, w, bias, stride, padding, dilation, transposed, output_padding, groups, *rest):
+    s = x.type.rank - 2
+    operands = [x, w] + ([bias] if bias is not None else [])
+    attrs = dict(strides=_per_dim(stride, s), dilations=_per_dim(dilation, s), pads=_per_dim(padding, s) * 2,
+                 groups=groups)
+    if transposed:
+        return cx.b.conv_transpose(*operands, output_padding=_per_dim(output_padding, s), **attrs)
+    return cx.b.conv(*operands, **attrs)
+
+
+def _per_dim(values, s: int) -> list:
+    values = list(values)
+    return values * s if len(values) == 1 else values
+
+
+@aten("conv1d", "conv2d", "conv3d")
+def conv_nd(cx, x, w, bias=None, stride=(1,), padding=(0,), dilation=(1,), groups=1):
+    if isinstance(padding, str):
+        raise cx.error(f"padding={padding!r} is not supported (give the pads as numbers)")
+    return convolution(cx, x, w, bias, stride, padding, dilation, False, (0,), groups)
+
+
+# -- matmuls ---------------------------------------------------------------------------------------------
+@aten("linear")
+def linear(cx, x, w, bias=None):
+    y = matmul(cx, x, cx.b.transpose(w))
+    return y if bias is None else cx.b.add(y, cx.broadcast(bias, y.type.shape))
+
+
+@aten("mm", "bmm")
+def mm(cx, a, b):
+    return cx.b.matmul(a, b)
+
+
+@aten("matmul")
+def matmul(cx, a, b):
+    """torch.matmul: vectors gain and then lose a unit axis; batch dims broadcast when both sides have them."""
+    va, vb = a.type.rank == 1, b.type.rank == 1
+    a = cx.b.reshape(a, shape=(1, a.type.shape[0])) if va else a
+    b = cx.b.reshape(b, shape=(b.type.shape[0], 1)) if vb else b
+    if a.type.rank > 2 and b.type.rank > 2 and a.type.shape[:-2] != b.type.shape[:-2]:
+        batch = broadcast_shapes(a.type.shape[:-2], b.type.shape[:-2])
+        a, b = (cx.broadcast(t, batch + t.type.shape[-2:]) for t in (a, b))
+    elif a.type.rank == 2 and b.type.rank > 2:  # the IR shares a rank-2 operand on either side
+        a = cx.broadcast(a, b.type.shape[:-2] + a.type.shape)
+    y = cx.b.matmul(a, b)
+    if va or vb:
+        y = cx.b.reshape(y, shape=cx.out_shape())
+    return y
+
+
+@aten("addmm", "baddbmm", "addbmm")
+def addmm(cx, c, a, b, beta=1, alpha=1):
+    y = cx.b.matmul(a, b)
+    if cx.op_name == "addbmm":
+        y = cx.b.reduce_sum(y, axes=[0], keepdims=False)
+    y = y if alpha == 1 else cx.b.mul(y, cx.tensor(alpha, y.type.dtype, y.type.shape))
+    if beta == 0:
+        return y
+    c = cx.tensor(c, y.type.dtype, y.type.shape)
+    return cx.b.add(y, c if beta == 1 else cx.b.mul(c, cx.tensor(beta, y.type.dtype, y.type.shape)))
+
+
+@aten("einsum")
+def einsum(cx, equation, tensors, path=None):
+    return cx.b.einsum(*tensors, equation=equation)
+
+
+# -- normalisation ---------------------------------------------------------------------------------------
+def _param(cx, v, value, size, dtype):
+    return v if v is not None else cx.b.full(value, (size,), dtype)
+
+
+@aten("_native_batch_norm_legit_no_training")
+def batch_norm_inference(cx, x, w, b, mean, var, momentum, eps):
+    c, dtype = x.type.shape[1], x.type.dtype
+    y = cx.b.batch_norm(x, _param(cx, w, 1, c, dtype), _param(cx, b, 0, c, dtype), mean, var, epsilon=float(eps))
+    return y, None, None
+
+
+@aten("batch_norm", "native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_functional")
+def batch_norm(cx, x, w, b, *args):
+    """With running statistics and training off, the IR's batch_norm; otherwise (instance norm, or a functional
+    batch norm in training mode) the statistics of this batch, with no state updated."""
+    if cx.node.target._overloadname == "no_stats":
+        mean = var = None
+        training, eps = args[0], args[2]
+    else:
+        mean, var, training, eps = args[0], args[1], args[2], args[4]
+    if training or mean is None:
+        y = _batch_statistics_norm(cx, x, w, b, float(eps))
+    else:
+        y = batch_norm_inference(cx, x, w, b, mean, var, 0.0, eps)[0]
+    return y if cx.op_name == "batch_norm" else (y, None, None)
+
+
+def _batch_statistics_norm(cx, x, w, b, eps):
+    axes = [0] + list(range(2, x.type.rank))
+    mean = cx.broadcast(cx.b.reduce_mean(x, axes=axes, keepdims=True), x.type.shape)
+    dev = cx.b.sub(x, mean)
+    var = cx.b.reduce_mean(cx.b.mul(dev, dev), axes=axes, keepdims=True)
+    inv = cx.b.rsqrt(cx.b.add(var, cx.tensor(eps, x.type.dtype, var.type.shape)))
+    y = cx.b.mul(dev, cx.broadcast(inv, x.type.shape))
+    shape = (1, x.type.shape[1]) + (1,) * (x.type.rank - 2)
+    for param, op in ((w, "mul"), (b, "add")):
+        if param is not None:
+            y = cx.b.emit(op, y, cx.broadcast(cx.b.reshape(param, shape=shape), x.type.shape))
+    return y
+
+
+@aten("layer_norm", "native_layer_norm")
+def layer_norm(cx, x, shape, w=None, b=None, eps=1e-5, *rest):
+    axis = x.type.rank - len(shape)
+    params = x.type.shape[axis:]
+    w = w if w is not None else cx.b.full(1, params, x.type.dtype)
+    y = cx.b.layer_norm(x, w, *([b] if b is not None else []), axis=axis, epsilon=float(eps))
+    return y if cx.op_name == "layer_norm" else (y, None, None)
+
+
+@aten("group_norm", "native_group_norm")
+def group_norm(cx, x, *args):
+    if cx.op_name == "group_norm":
+        groups, w, b, eps = args[0], args[1], args[2], args[3]
+    else:
+        w, b, groups, eps = args[0], args[1], args[5], args[6]
+    c, dtype = x.type.shape[1], x.type.dtype
+    y = cx.b.group_norm(x, _param(cx, w, 1, c, dtype), _param(cx, b, 0, c, dtype), num_groups=groups,
+                        epsilon=float(eps))
+    return y if cx.op_name == "group_norm" else (y, None, None)
+
+
+@aten("_softmax", "softmax", "_log_softmax", "log_softmax", "_safe_softmax")
+def softmax(cx, x, dim, *rest):
+    x = cx.tensor(x, cx.out_dtype())
+    return cx.b.emit("log_softmax" if "log" in cx.op_name else "softmax", x, axis=dim)
+
+
+# -- attention -------------------------------------------------------------------------------------------
+@aten("scaled_dot_product_attention")
+def sdpa(cx, q, k, v, mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """softmax(q @ k^T * scale + mask) @ v; a bool mask (or is_causal) sets the excluded scores to -inf."""
+    t = q.type
+    if enable_gqa and k.type.shape[-3] != t.shape[-3]:
+        k, v = (_repeat_heads(cx, z, t.shape[-3]) for z in (k, v))
+    scale = 1 / math.sqrt(t.shape[-1]) if scale is None else scale
+    kt = cx.b.transpose(k, perm=list(range(k.type.rank - 2)) + [k.type.rank - 1, k.type.rank - 2])
+    scores = cx.b.matmul(q, kt)
+    st = scores.type
+    scores = cx.b.mul(scores, cx.tensor(scale, st.dtype, st.shape))
+    if is_causal:
+        mask = _causal(cx, st.shape)
+    if mask is not None:
+        mask = cx.broadcast(mask, st.shape)
+        if mask.type.dtype is DType.bool:
+            scores = cx.b.where(mask, scores, cx.tensor(-math.inf, st.dtype, st.shape))
+        else:
+            scores = cx.b.add(scores, cx.tensor(mask, st.dtype))
+    return cx.b.matmul(cx.b.softmax(scores, axis=-1), v)
+
+
+def _causal(cx, shape):
+    rows = cx.b.iota(shape=shape[-2:], axis=0)
+    cols = cx.b.iota(shape=shape[-2:], axis=1)
+    return cx.b.le(cols, rows)
+
+
+def _repeat_heads(cx, z, heads):
+    """[..., Hk, S, E] -> [..., H, S, E], each key/value head shared by H/Hk query heads."""
+    *lead, hk, s, e = z.type.shape
+    spread = cx.b.reshape(z, shape=(*lead, hk, 1, s, e))
+    wide = cx.b.broadcast_to(spread, shape=(*lead, hk, heads // hk, s, e))
+    return cx.b.reshape(wide, shape=(*lead, heads, s, e))
+
+
+# -- pooling ---------------------------------------------------------------------------------------------
+@aten("max_pool1d", "max_pool2d", "max_pool3d", "max_pool1d_with_indices", "max_pool2d_with_indices",
+      "max_pool3d_with_indices")
+def max_pool(cx, x, kernel, stride=(), padding=(0,), dilation=(1,), ceil_mode=False):
+    s = x.type.rank - 2
+    y = cx.b.max_pool(x, kernel=_per_dim(kernel, s), strides=_per_dim(stride or kernel, s),
+                      pads=_per_dim(padding, s) * 2, dilations=_per_dim(dilation, s), ceil_mode=bool(ceil_mode))
+    return (y, None) if cx.op_name.endswith("with_indices") else y
+
+
+@aten("avg_pool1d", "avg_pool2d", "avg_pool3d")
+def avg_pool(cx, x, kernel, stride=(), padding=(0,), ceil_mode=False, count_include_pad=True, divisor=None):
+    if divisor is not None:
+        raise cx.error("avg_pool with divisor_override is not supported")
+    s = x.type.rank - 2
+    return cx.b.avg_pool(x, kernel=_per_dim(kernel, s), strides=_per_dim(stride or kernel, s),
+                         pads=_per_dim(padding, s) * 2, ceil_mode=bool(ceil_mode),
+                         count_include_pad=bool(count_include_pad))
+
+
+@aten("adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "_adaptive_avg_pool2d",
+      "_adaptive_avg_pool3d", "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d")
+def adaptive_pool(cx, x, output_size):
+    """Adaptive pooling is a plain window when every input size is a multiple of the output size."""
+    is_max = "max" in cx.op_name
+    spatial, out = x.type.shape[2:], cx.out_shape(0 if is_max else None)[2:]
+    if all(o == 1 for o in out):
+        y = cx.b.emit("reduce_max" if is_max else "reduce_mean", x, axes=list(range(2, x.type.rank)), keepdims=True)
+    elif all(isinstance(n, int) and isinstance(o, int) and n % o == 0 for n, o in zip(spatial, out)):
+        kernel = [n // o for n, o in zip(spatial, out)]
+        y = cx.b.emit("max_pool" if is_max else "avg_pool", x, kernel=kernel, strides=kernel)
+    else:
+        raise cx.error(f"adaptive pooling from {list(spatial)} to {list(out)} needs input sizes that are "
+                       f"multiples of the output sizes")
+    return (y, None) if is_max else y
+
+
+# -- upsampling ------------------------------------------------------------------------------------------
+_RESIZE = {"upsample_nearest1d": "nearest", "upsample_nearest2d": "nearest", "upsample_nearest3d": "nearest",
+           "upsample_linear1d": "linear", "upsample_bilinear2d": "linear", "upsample_trilinear3d": "linear",
+           "upsample_bicubic2d": "cubic", "_upsample_nearest_exact2d": "nearest"}
+
+
+@aten(*_RESIZE)
+def upsample(cx, x, output_size, *rest):
+    """PyTorch's nearest picks floor(out * in / out_size) (ONNX asymmetric + floor); linear and cubic use
+    half-pixel centres unless align_corners."""
+    mode = _RESIZE[cx.op_name]
+    align = bool(rest[0]) if mode != "nearest" and rest and isinstance(rest[0], bool) else False
+    if mode == "nearest":
+        coords, nearest = ("half_pixel", "round_prefer_ceil") if "exact" in cx.op_name else ("asymmetric", "floor")
+    else:
+        coords, nearest = ("align_corners" if align else "pytorch_half_pixel"), "floor"
+    sizes = cx.out_shape()
+    return cx.b.resize(x, sizes=sizes, mode=mode, coordinate_transformation_mode=coords, nearest_mode=nearest,
+                       cubic_coeff_a=-0.75)
+
+
+@aten("pixel_shuffle")
+def pixel_shuffle(cx, x, r):
+    n, c, h, w = x.type.shape
+    y = cx.b.reshape(x, shape=(n, c // (r * r), r, r, h, w))
+    y = cx.b.transpose(y, perm=[0, 1, 4, 2, 5, 3])
+    return cx.b.reshape(y, shape=(n, c // (r * r), h * r, w * r))
+

@@ -1,0 +1,116 @@
+"""ATen reductions: sum, mean, prod, min/max (with indices), var/std, any/all, norms, argmax, cumsum, topk.
+
+An empty or missing `dim` list means every axis, as in PyTorch (and in the IR's `axes`). Sums and means
+run in the result dtype, so bool and int sums widen to int64 first, as PyTorch does.
+"""
+from __future__ import annotations
+
+import math
+
+from ...ir.dtypes import DType
+from ...ops.common import norm_axes
+from .context import aten
+from .convert_elementwise import _arith
+
+
+def _axes(x, dim) -> tuple:
+    if dim is None:
+        return tuple(range(x.type.rank))
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    return norm_axes(dims or range(x.type.rank), x.type.rank, "reduce")
+
+
+_REDUCE_OPS = {"sum": "reduce_sum", "mean": "reduce_mean", "amax": "reduce_max", "amin": "reduce_min",
+               "prod": "reduce_prod", "logsumexp": "logsumexp", "max": "reduce_max", "min": "reduce_min"}
+
+
+@aten("sum.dim_IntList", "mean.dim", "amax", "amin", "prod.dim_int", "logsumexp")
+def reduce(cx, x, dim=None, keepdim=False, *rest):
+    return cx.b.emit(_REDUCE_OPS[cx.op_name], cx.tensor(x, cx.out_dtype()), axes=_axes(x, dim),
+                     keepdims=bool(keepdim))
+
+
+@aten("sum.default", "mean.default", "prod.default", "max.default", "min.default")
+def reduce_all(cx, x, *rest):
+    return cx.b.emit(_REDUCE_OPS[cx.op_name], cx.tensor(x, cx.out_dtype()), keepdims=False)
+
+
+@aten("max.dim", "min.dim")
+def reduce_with_index(cx, x, dim, keepdim=False):
+    op = cx.op_name
+    values = cx.b.emit(_REDUCE_OPS[op], x, axes=[dim], keepdims=bool(keepdim))
+    return values, cx.b.emit("argmax" if op == "max" else "argmin", x, axis=dim, keepdims=bool(keepdim))
+
+
+aten("max.other")(_arith("max"))
+aten("min.other")(_arith("min"))
+
+
+@aten("var", "std", "var_mean", "std_mean")
+def variance(cx, x, *args):
+    """Two-pass: the mean, then the sum of squared deviations over (count - correction)."""
+    dim, correction, keepdim = _var_args(cx.node.target._overloadname, args)
+    axes = _axes(x, dim)
+    mean = cx.b.reduce_mean(x, axes=axes, keepdims=True)
+    dev = cx.b.sub(x, cx.broadcast(mean, x.type.shape))
+    total = cx.b.reduce_sum(cx.b.mul(dev, dev), axes=axes, keepdims=keepdim)
+    count = math.prod((x.type.shape[a] for a in axes), start=1) - correction
+    var = cx.b.div(total, cx.tensor(count, x.type.dtype, total.type.shape))
+    out = cx.b.sqrt(var) if cx.op_name.startswith("std") else var
+    if cx.op_name.endswith("_mean"):
+        return out, mean if keepdim else cx.b.reshape(mean, shape=total.type.shape)
+    return out
+
+
+def _var_args(overload: str, args) -> tuple:
+    """(dim, correction, keepdim) from the overloads: (unbiased), (dim, unbiased, keepdim), (dim, correction,
+    keepdim)."""
+    if overload.startswith("correction"):
+        dim, correction, keepdim = args[:3]
+        correction = 1 if correction is None else correction
+    elif overload.startswith("dim"):
+        dim, unbiased, keepdim = args[:3]
+        correction = 1 if unbiased else 0
+    else:
+        dim, correction, keepdim = None, 1 if args[0] else 0, False
+    return dim, int(correction) if correction == int(correction) else correction, bool(keepdim)
+
+
+@aten("any", "all")
+def any_all(cx, x, dim=None, keepdim=False):
+    as_int = cx.b.cast(cx.tensor(x, DType.bool), dtype=DType.u8)
+    op = "reduce_max" if cx.op_name == "any" else "reduce_min"
+    return cx.b.cast(cx.b.emit(op, as_int, axes=_axes(x, dim), keepdims=bool(keepdim)), dtype=DType.bool)
+
+
+@aten("linalg_vector_norm")
+def vector_norm(cx, x, ord=2, dim=None, keepdim=False, dtype=None):
+    x = cx.tensor(x, cx.out_dtype())
+    axes, keep, t = _axes(x, dim), bool(keepdim), x.type
+    if ord == math.inf:
+        return cx.b.reduce_max(cx.b.abs(x), axes=axes, keepdims=keep)
+    if ord == 1:
+        return cx.b.reduce_sum(cx.b.abs(x), axes=axes, keepdims=keep)
+    if ord == 2:
+        return cx.b.sqrt(cx.b.reduce_sum(cx.b.mul(x, x), axes=axes, keepdims=keep))
+    powered = cx.b.pow(cx.b.abs(x), cx.tensor(ord, t.dtype, t.shape))
+    total = cx.b.reduce_sum(powered, axes=axes, keepdims=keep)
+    return cx.b.pow(total, cx.tensor(1 / ord, t.dtype, total.type.shape))
+
+
+@aten("argmax", "argmin")
+def argmax(cx, x, dim=None, keepdim=False):
+    if dim is None:
+        flat = cx.b.reshape(x, shape=[x.type.numel])
+        return cx.b.reshape(cx.b.emit(cx.op_name, flat, axis=0, keepdims=False), shape=cx.out_shape())
+    return cx.b.emit(cx.op_name, x, axis=dim, keepdims=bool(keepdim))
+
+
+@aten("cumsum")
+def cumsum(cx, x, dim, dtype=None):
+    return cx.b.cumsum(cx.tensor(x, cx.out_dtype()), axis=dim)
+
+
+@aten("topk")
+def topk(cx, x, k, dim=-1, largest=True, sorted=True):
+    return cx.b.topk(x, k=k, axis=dim, largest=bool(largest), sorted=bool(sorted))

@@ -1,0 +1,205 @@
+"""The exported-program walker: an ATen-level `torch.export.ExportedProgram` becomes a Cuvil IR module.
+
+Parameters, buffers and lifted constants become module constants that share memory with the tensors;
+user inputs become the function's arguments (SymInt sizes become symbolic dims); every other node goes
+through the converter table in `context.CONVERTERS`, with a location naming the FX node and, where the
+stack trace has one, the user's source line. Higher-order ops (`cond`, `while_loop`) convert their
+subgraphs into regions with the same walker.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+
+import torch
+from torch.export.graph_signature import InputKind, OutputKind
+
+from ...errors import UnsupportedError
+from ...ir.builder import Builder
+from ...ir.core import Location, Module
+from ...ir.types import TensorType
+from . import convert_control, convert_elementwise, convert_movement, convert_nn, convert_reduce  # noqa: F401
+from .context import Ctx, lookup, source_text, to_dtype
+from .symbols import to_dim
+
+# Frames inside PyTorch or Cuvil are not the user's source.
+_LIBRARY_DIRS = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+# Nodes that only check things PyTorch already checked while exporting.
+_SKIP = ("aten._assert_tensor_metadata", "aten._assert_scalar", "aten.sym_constrain_range",
+         "aten.sym_constrain_range_for_size", "aten._assert_async", "aten._print")
+
+
+@dataclass
+class Signature:
+    """How the compiled callable maps the user's (args, kwargs) to IR inputs and IR outputs back.
+
+    `inputs[i]` is the flat position of IR argument i among the user's inputs (in the exported order);
+    `outputs[j]` is ("ir", k) for the k-th IR result or ("const", value) for an output fixed at export.
+    """
+
+    in_spec: object
+    out_spec: object
+    n_flat_inputs: int
+    inputs: list = field(default_factory=list)
+    outputs: list = field(default_factory=list)
+
+
+def node_location(node) -> Location:
+    """The FX node's name and the innermost frame of its stack trace outside PyTorch itself."""
+    frames = _FRAME.findall(node.meta.get("stack_trace") or "")
+    user = [(f, int(n)) for f, n in frames if not f.startswith("<") and not f.startswith(_LIBRARY_DIRS)]
+    if user:
+        return Location(user[-1][0], user[-1][1], node=f"fx:{node.name}")
+    return Location(node=f"fx:{node.name}")
+
+
+class ProgramWalker:
+    """Converts one exported program; `symbols` renames sympy size symbols (see `symbols.dim_names`)."""
+
+    def __init__(self, program, symbols: dict | None = None):
+        self.program = program
+        self.symbols = symbols or {}
+        self.module = Module()
+        self.env: dict = {}
+
+    def shape(self, sizes) -> tuple:
+        return tuple(to_dim(s, self.symbols) for s in sizes)
+
+    # -- the top-level graph -----------------------------------------------------------------------------------
+    def build(self, name: str = "main") -> tuple[Module, Signature]:
+        ep = self.program
+        sig = Signature(ep.call_spec.in_spec, ep.call_spec.out_spec, 0)
+        user, arg_types, arg_names = [], [], []
+        specs = {s.arg.name: s for s in ep.graph_signature.input_specs}
+        for node in ep.graph.nodes:
+            if node.op == "placeholder" and specs[node.name].kind == InputKind.USER_INPUT:
+                val = node.meta.get("val")
+                if isinstance(val, torch.Tensor):
+                    sig.inputs.append(len(user))
+                    arg_types.append(TensorType(to_dtype(val.dtype), self.shape(val.shape)))
+                    arg_names.append(node.name)
+                user.append(node)
+        sig.n_flat_inputs = len(user)
+        b = Builder.new_function(self.module, name, arg_types, arg_names)
+        args = iter(b.args)
+        for node in ep.graph.nodes:
+            if node.op == "placeholder":
+                self.env[node] = self._placeholder(node, specs[node.name], args, b)
+        outs = self.run_nodes(ep.graph_module, b)
+        kinds = [s.kind for s in ep.graph_signature.output_specs]
+        results = []
+        for value, kind in zip(outs, kinds):
+            if kind != OutputKind.USER_OUTPUT:
+                raise UnsupportedError(f"the exported program mutates state ({kind.name}); export the module in "
+                                       f"eval mode without in-place updates of buffers or inputs")
+            if isinstance(value, (int, float, bool)) or value is None:
+                sig.outputs.append(("const", value))
+            else:
+                sig.outputs.append(("ir", len(results)))
+                results.append(value)
+        b.ret(*results)
+        return self.module, sig
+
+    def _placeholder(self, node, spec, args, b):
+        if spec.kind == InputKind.USER_INPUT:
+            val = node.meta.get("val")
+            return next(args) if isinstance(val, torch.Tensor) else val
+        if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
+            tensor = self.program.state_dict.get(spec.target)
+            if tensor is None:
+                tensor = self.program.constants[spec.target]
+            b.loc = Location(node=f"fx:{node.name}")
+            return b.constant(tensor_to_numpy(tensor), spec.target)
+        raise UnsupportedError(f"input {node.name} of kind {spec.kind.name} is not supported")
+
+    # -- any graph (the program's or a cond/while subgraph) --------------------------------------------------
+    def run_graph(self, gm, b, inputs: list) -> list:
+        """Convert subgraph `gm` into the region `b` builds, with `inputs` bound to its placeholders."""
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        if len(placeholders) != len(inputs):
+            raise UnsupportedError(f"subgraph takes {len(placeholders)} inputs, got {len(inputs)}")
+        for node, value in zip(placeholders, inputs):
+            self.env[node] = value
+        return self.run_nodes(gm, b)
+
+    def run_nodes(self, gm, b) -> list:
+        for node in gm.graph.nodes:
+            if node.op == "output":
+                outs = node.args[0]
+                return [self._arg(o) for o in (outs if isinstance(outs, (tuple, list)) else [outs])]
+            if node.op == "get_attr":
+                self.env[node] = getattr(gm, node.target)
+            elif node.op == "call_function":
+                self.env[node] = self.call(node, b)
+            elif node.op != "placeholder":
+                raise UnsupportedError(f"FX node {node.name} with op {node.op} is not supported")
+        raise UnsupportedError("graph has no output node")
+
+    def call(self, node, b):
+        val = node.meta.get("val")
+        if isinstance(val, (int, torch.SymInt)) and not isinstance(val, bool):
+            return to_dim(val, self.symbols)  # size arithmetic: the example value holds the expression
+        if isinstance(val, (float, torch.SymFloat)) and not isinstance(val, bool):
+            return _to_float(val, node)
+        name = str(node.target)
+        if name.startswith(_SKIP):
+            return None
+        b.loc = node_location(node)
+        fn = lookup(node.target)
+        if fn is None:
+            raise UnsupportedError(f"ATen op {name} (FX node {node.name}{source_text(node)}) has no Cuvil converter",
+                                   b.loc)
+        args = self._bind(node)
+        try:
+            return fn(Ctx(self, b, node), *args)
+        except Exception as e:
+            e.add_note(f"while converting FX node {node.format_node()} at {b.loc}")
+            raise
+
+    def _bind(self, node) -> list:
+        """The node's arguments in schema order with defaults filled (plain args for non-ATen targets)."""
+        schema = getattr(node.target, "_schema", None)
+        if schema is None:
+            return [self._arg(a) for a in node.args]
+        out = []
+        for i, arg in enumerate(schema.arguments):
+            if i < len(node.args) and not arg.kwarg_only:
+                out.append(self._arg(node.args[i]))
+            elif arg.name in node.kwargs:
+                out.append(self._arg(node.kwargs[arg.name]))
+            else:
+                out.append(arg.default_value if arg.has_default_value() else None)
+        return out
+
+    def _arg(self, a):
+        if isinstance(a, torch.fx.Node):
+            return self.env[a]
+        if isinstance(a, (list, tuple)):
+            return (tuple if isinstance(a, tuple) else list)(self._arg(x) for x in a)
+        if isinstance(a, (torch.SymInt, torch.SymFloat)):
+            return to_dim(a, self.symbols) if isinstance(a, torch.SymInt) else _to_float(a, None)
+        return a
+
+
+def _to_float(val, node) -> float:
+    if isinstance(val, torch.SymFloat):
+        expr = val.node.expr
+        if not expr.is_number:
+            where = f" (FX node {node.name})" if node is not None else ""
+            raise UnsupportedError(f"the float {expr} computed from symbolic sizes is not supported{where}")
+        return float(expr)
+    return float(val)
+
+
+def tensor_to_numpy(t: torch.Tensor):
+    """The tensor's memory as a NumPy array, without a copy (bfloat16 through an int16 view)."""
+    t = t.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    if t.dtype == torch.bfloat16:
+        import ml_dtypes
+
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
