@@ -64,18 +64,15 @@ def expm1(cx, x):
     return E.binary(cx, "sub", "subtract", E.unary(cx, "exp", "expm1", x), 1)
 
 
-def clip(fname: str):
+def clip(cx, fname: str, x, lo, hi) -> TV:
     """Python bounds become the `clip` op's attributes; tensor bounds become max/min."""
-    def conv(cx, x, lo=None, hi=None):
-        dtype = result_dtype(cx.mode, fname, x, lo, hi)
-        t = tensor(cx, x, dtype)
-        if all(isinstance(v, (int, float, type(None))) for v in (lo, hi)):
-            return TV(cx.b.clip(t.value, min=-math.inf if lo is None else lo, max=math.inf if hi is None else hi),
-                      t.weak)
-        if lo is not None:
-            t = E.binary(cx, "max", "maximum", t, lo)
-        return t if hi is None else E.binary(cx, "min", "minimum", t, hi)
-    return conv
+    dtype = result_dtype(cx.mode, fname, x, lo, hi)
+    t = tensor(cx, x, dtype)
+    if all(isinstance(v, (int, float, type(None))) for v in (lo, hi)):
+        return TV(cx.b.clip(t.value, min=-math.inf if lo is None else lo, max=math.inf if hi is None else hi), t.weak)
+    if lo is not None:
+        t = E.binary(cx, "max", "maximum", t, lo)
+    return t if hi is None else E.binary(cx, "min", "minimum", t, hi)
 
 
 def dtype_arg(d, what="dtype"):
@@ -131,6 +128,10 @@ def _as_tuple(v):
 
 
 # -- NumPy -----------------------------------------------------------------------------------------------------
+def np_clip(cx, a, a_min=None, a_max=None):
+    return clip(cx, "clip", a, a_min, a_max)
+
+
 def np_reduce(irop: str, fname: str):
     def conv(cx, a, axis=None, dtype=None, keepdims=False):
         return E.reduce(cx, irop, fname, a, axis, keepdims, dtype_arg(dtype) if dtype is not None else None)
@@ -209,7 +210,7 @@ NUMPY_FUNCS = {
         ("greater", "gt"), ("greater_equal", "ge"), ("logical_and", "and"), ("logical_or", "or"),
         ("logical_xor", "xor")]},
     "logical_not": E.logical_not, "isnan": predicate("isnan"), "isinf": predicate("isinf"),
-    "where": lambda cx, condition, x, y: E.where(cx, condition, x, y), "clip": clip("clip"),
+    "where": lambda cx, condition, x, y: E.where(cx, condition, x, y), "clip": np_clip,
     "matmul": E.matmul, "dot": E.matmul, "einsum": einsum,
     "concatenate": lambda cx, arrays, axis=0: E.concat(cx, arrays, axis),
     "stack": lambda cx, arrays, axis=0: E.stack(cx, arrays, axis),
@@ -263,7 +264,7 @@ NUMPY_METHODS = {
     "min": lambda cx, x, axis=None, keepdims=False: E.reduce(cx, "reduce_min", "min", x, axis, keepdims),
     "argmax": np_arg("argmax"), "argmin": np_arg("argmin"), "any": np_any_all("reduce_max"),
     "all": np_any_all("reduce_min"), "var": np_var(False), "std": np_var(True), "cumsum": np_cumsum,
-    "clip": clip("clip"), "round": np_round, "dot": E.matmul,
+    "clip": np_clip, "round": np_round, "dot": E.matmul,
     "squeeze": lambda cx, x, axis=None: E.squeeze(cx, x, axis),
     "flatten": lambda cx, x: E.reshape(cx, x, (-1,)), "ravel": lambda cx, x: E.reshape(cx, x, (-1,)),
     "swapaxes": lambda cx, x, a, b: E.swap(cx, x, a, b), "copy": lambda cx, x: x,

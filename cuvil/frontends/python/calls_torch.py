@@ -139,6 +139,10 @@ def t_chunk(cx, input, chunks, dim=0):
     return t_split(cx, t, -(-n // chunks), dim)
 
 
+def t_clamp(cx, input, min=None, max=None):  # noqa: A002 (torch's names)
+    return clip(cx, "clamp", input, min, max)
+
+
 _ELEMENTWISE = {
     **{n: unary(n, n) for n in ("exp", "log", "sqrt", "rsqrt", "tanh", "sin", "cos", "tan", "sigmoid", "erf",
                                 "reciprocal")},
@@ -156,7 +160,7 @@ _ELEMENTWISE = {
                                        ("less_equal", "le"), ("not_equal", "ne")]},
     **{f"logical_{n}": binary(n, f"logical_{n}") for n in ("and", "or", "xor")},
     "logical_not": E.logical_not, "isnan": predicate("isnan"), "isinf": predicate("isinf"),
-    "clamp": clip("clamp"), "clip": clip("clamp"), "matmul": E.matmul, "mm": E.matmul, "bmm": E.matmul,
+    "clamp": t_clamp, "clip": t_clamp, "matmul": E.matmul, "mm": E.matmul, "bmm": E.matmul,
 }
 _REDUCTIONS = {
     "sum": t_reduce("reduce_sum", "sum"), "mean": t_reduce("reduce_mean", "mean"),
@@ -213,7 +217,7 @@ def f_softplus(cx, input, beta=1.0, threshold=20.0):
 
 
 def f_hardtanh(cx, input, min_val=-1.0, max_val=1.0, inplace=False):
-    return clip("clamp")(cx, input, min_val, max_val)
+    return clip(cx, "clamp", input, min_val, max_val)
 
 
 def f_layer_norm(cx, input, normalized_shape, weight=None, bias=None, eps=1e-5):
@@ -317,10 +321,10 @@ def f_group_norm(cx, input, num_groups, weight=None, bias=None, eps=1e-5):
 
 
 F_FUNCS = {
-    "relu": unary_any("relu", "relu"), "relu6": lambda cx, input, inplace=False: clip("clamp")(cx, input, 0.0, 6.0),
+    "relu": unary_any("relu", "relu"), "relu6": lambda cx, input, inplace=False: clip(cx, "clamp", input, 0.0, 6.0),
     "leaky_relu": f_leaky_relu, "elu": f_elu, "selu": act("selu"), "gelu": f_gelu, "silu": act("silu"),
     "sigmoid": unary("sigmoid", "sigmoid"), "tanh": unary("tanh", "tanh"), "softplus": f_softplus,
-    "hardsigmoid": act("hardsigmoid"), "hardswish": act("hardswish"), "hardtanh": f_hardtanh,
+    "hardsigmoid": act("hardsigmoid", alpha=1 / 6, beta=0.5), "hardswish": act("hardswish"), "hardtanh": f_hardtanh,
     "softmax": t_softmax("softmax"), "log_softmax": t_softmax("log_softmax"), "layer_norm": f_layer_norm,
     "linear": f_linear, "dropout": f_dropout, "embedding": f_embedding,
     **{f"conv{n}d": f_conv for n in (1, 2, 3)}, **{f"max_pool{n}d": f_max_pool for n in (1, 2, 3)},

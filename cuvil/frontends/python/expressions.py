@@ -86,6 +86,14 @@ class ExpressionTranslator:
         finally:
             self.cx.at(outer)
 
+    def condition(self, node, env):
+        """The truth of an expression: a Python bool, or a bool scalar tensor (errors point at the expression)."""
+        value = self.expr(node, env)
+        try:
+            return E.truth(self.cx, value)
+        except CuvilError as e:
+            raise self.src.error(e, node) from None
+
     def lift(self, v):
         """Arrays and tensors from globals, closures or compile-time calls become constants."""
         if isinstance(v, np.ndarray):
@@ -263,7 +271,7 @@ class ExpressionTranslator:
         return E.binary(self.cx, _COMPARE[op], None, a, b)
 
     def e_ifexp(self, node, env):
-        c = E.truth(self.cx, self.expr(node.test, env))
+        c = self.condition(node.test, env)
         if not isinstance(c, TV):
             return self.expr(node.body if c else node.orelse, env)
         return E.where(self.cx, c, self.expr(node.body, env), self.expr(node.orelse, env))
@@ -282,7 +290,7 @@ class ExpressionTranslator:
         for item in self.iterate(self.expr(g.iter, env)):
             local = dict(env)
             self.assign(g.target, item, local)
-            conds = [E.truth(self.cx, self.expr(c, local)) for c in g.ifs]
+            conds = [self.condition(c, local) for c in g.ifs]
             if any(isinstance(c, TV) for c in conds):
                 raise UnsupportedError("comprehension conditions must be known at compile time")
             if all(conds):

@@ -37,11 +37,12 @@ class Compiled:
     module: Module
     executable: Executable
     structure: Any
-    static: list  # per output leaf: a Python value, or None where a tensor output goes
+    static: list  # per output leaf: a Python value, or OUTPUT where a tensor output goes
     mode: str
 
 
 _FALLBACK = "python"
+OUTPUT = object()  # marks the result leaves the executable computes
 
 
 class JitFunction:
@@ -109,7 +110,7 @@ class JitFunction:
         if compiled is _FALLBACK:
             return self.python_function(*args, **kwargs)
         outs = iter(compiled.executable(*spec.inputs))
-        leaves = [next(outs) if s is None else s for s in compiled.static]
+        leaves = [next(outs) if s is OUTPUT else s for s in compiled.static]
         return unflatten(compiled.structure, [_to_caller(x, compiled.mode) for x in leaves])
 
     def _bind(self, args, kwargs) -> CallSpec:
@@ -154,7 +155,7 @@ class JitFunction:
             tensor = _is_output_tensor(leaf)
             if tensor:
                 outputs.append(E.tensor(cx, leaf).value)
-            static.append(None if tensor else leaf)
+            static.append(OUTPUT if tensor else leaf)
         b.ret(*outputs)
         return module, structure, static
 

@@ -95,7 +95,7 @@ class FunctionTranslator(ExpressionTranslator):
         return CONTINUE
 
     def s_assert(self, node, env, tail):
-        test = E.truth(self.cx, self.expr(node.test, env))
+        test = self.condition(node.test, env)
         if isinstance(test, TV):
             raise UnsupportedError("assert on a tensor value cannot be checked at compile time; assert on Python "
                                    "values (shapes, dtypes, arguments) only")
@@ -118,7 +118,7 @@ class FunctionTranslator(ExpressionTranslator):
 
     # -- if ------------------------------------------------------------------------------------------------------
     def s_if(self, node, env, tail):
-        pred = E.truth(self.cx, self.expr(node.test, env))
+        pred = self.condition(node.test, env)
         if not isinstance(pred, TV):
             return self.block(node.body if pred else node.orelse, env, tail)
         if _returns(node.body) or _returns(node.orelse):
@@ -132,7 +132,7 @@ class FunctionTranslator(ExpressionTranslator):
             envs.append(benv)
         names = sorted({n for e in envs for n in e if not all(n in e2 and e2[n] is e[n] for e2 in envs)})
         line = self.src.location(node).line
-        columns = [[e.get(n, _missing(n, line, node, i)) for i, e in enumerate(envs)] for n in names]
+        columns = [[e.get(n, _missing(n, line, i)) for i, e in enumerate(envs)] for n in names]
         merged = self.emit_cond(pred, regions, columns, [f"'{n}'" for n in names])
         env.update(zip(names, merged))
         return None
@@ -209,7 +209,7 @@ class FunctionTranslator(ExpressionTranslator):
 
     def s_while(self, node, env, tail):
         for _ in range(MAX_PYTHON_WHILE):
-            test = E.truth(self.cx, self.expr(node.test, env))
+            test = self.condition(node.test, env)
             if isinstance(test, TV):
                 self.runtime_loop(node, env, _assigned(node.body),
                                   lambda e: self.expr(node.test, e), lambda e: self.block(node.body, e, None))
@@ -309,10 +309,9 @@ class FunctionTranslator(ExpressionTranslator):
             del self.cx.module.constants[name]
 
 
-def _missing(name: str, line: int, node, branch: int) -> Undefined:
-    path = ("else" if branch else "then") if node.orelse else ("skipped" if branch else "taken")
-    return Undefined(f"'{name}' is assigned on one path only: it is unbound when the `if` at line {line} takes its "
-                     f"{path} path; assign it on every path before using it")
+def _missing(name: str, line: int, branch: int) -> Undefined:
+    return Undefined(f"'{name}' is assigned on one path only: it is unbound when the condition of the `if` at line "
+                     f"{line} is {'true' if branch == 0 else 'false'}; assign it on every path before using it")
 
 
 def _conflict(what: str) -> Plan:

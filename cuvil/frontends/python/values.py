@@ -133,7 +133,7 @@ def user_dtype(d: DType, mode: str):
 
 
 # -- promotion by asking the framework ---------------------------------------------------------------------
-_WEAK_DUMMY = {DType.bool: False, DType.i64: 0, DType.f64: 0.0}
+_WEAK_DUMMY = {DType.bool: True, DType.i64: 1, DType.f64: 1.0}  # ones: integer division by a dummy must not fail
 
 
 def weak_kind(v) -> DType:
@@ -162,8 +162,8 @@ def _dummy(v, mode: str):
         return _WEAK_DUMMY[weak_kind(v)]
     dtype, rank = (dtype_of_array(v.dtype), 0) if isinstance(v, np.generic) else (v.dtype, min(v.rank, 1))
     if mode == "torch":
-        return torch_module().zeros((1,) * rank, dtype=torch_dtype(dtype))
-    return np.zeros((1,) * rank, dtype.numpy)
+        return torch_module().ones((1,) * rank, dtype=torch_dtype(dtype))
+    return np.ones((1,) * rank, dtype.numpy)
 
 
 def _namespace(mode: str):
@@ -194,7 +194,10 @@ def result_dtype(mode: str, fname: str, *operands) -> DType:
 
 def common_dtype(mode: str, *operands) -> DType:
     """The dtype operands are compared or joined in (the framework's `result_type`)."""
-    if mode != "torch" or all(is_weak(v) for v in operands):
+    if all(is_weak(v) for v in operands):
+        d = dtype_of_array(np.result_type(*[_dummy(v, "numpy") for v in operands]))
+        return DType.f32 if mode == "torch" and d.is_float else d  # torch's default dtype for Python floats
+    if mode != "torch":
         return dtype_of_array(np.result_type(*[_dummy(v, "numpy") for v in operands]))
     torch = torch_module()
     acc = _dummy(operands[0], mode)

@@ -4,14 +4,14 @@ import pytest
 
 import cuvil
 
-from .helpers import check, f32, i64
+from .helpers import TARGET, check, f32, i64
 
 X, Y, M, V = f32(3, 4), f32(3, 4), f32(4, 5), f32(4)
 B3 = f32(2, 3, 4)
 I = i64(3, 4)
 
 
-# -- operators, broadcasting, promotion --------------------------------------------------------------------------
+# -- operators, broadcasting, promotion --------------------------------------------------------------------------------
 def arith(x, y):
     return x + y, x - y, x * y, x / (y + 3.0), -x, +x, x ** 2, 2.0 ** x, (x * 3) // 2, x % 1.5
 
@@ -58,11 +58,11 @@ def test_operators(fn, args):
 
 
 def test_weak_scalars_keep_float32():
-    out = cuvil.jit(scalars)(X)
+    out = cuvil.jit(scalars, target=TARGET)(X)
     assert all(o.dtype == np.float32 for o in out)
 
 
-# -- indexing -------------------------------------------------------------------------------------------------------
+# -- indexing ----------------------------------------------------------------------------------------------------------
 def basic_index(x):
     return x[0], x[-1], x[1:], x[:, 1], x[::2], x[::-1], x[:, -2:], x[1, 2], x[-1, ::-2]
 
@@ -87,7 +87,7 @@ def test_indexing(fn, args):
     check(fn, *args)
 
 
-# -- methods and numpy functions ------------------------------------------------------------------------------------
+# -- methods and numpy functions ---------------------------------------------------------------------------------------
 def reductions(x):
     return (x.sum(), x.sum(axis=0), x.mean(axis=1, keepdims=True), x.max(), x.min(axis=-1), x.prod(axis=0),
             x.argmax(), x.argmin(axis=1), np.sum(x, axis=(0, 1)), np.amax(x, 0), np.mean(x), x.var(), x.std(axis=0),
@@ -131,11 +131,11 @@ def test_methods_and_functions(fn, args):
     check(fn, *args)
 
 
-# -- Python-level values: locals, tuples, defaults, keywords, builtins, comprehensions -------------------------------
+# -- Python-level values: locals, tuples, defaults, keywords, builtins, comprehensions ---------------------------------
 def tuples(x, y):
     pair = (x, y)
     a, b = pair
-    first, *rest = (a, b, a + b)
+    _, *rest = (a, b, a + b)
     (p, q), r = (a, b), rest[1]
     return r - p * q, len(rest), pair[1]
 

@@ -1,0 +1,186 @@
+"""Control flow: compile-time and tensor `if`, SSA merging, early return, unrolled and run-time loops."""
+import numpy as np
+import pytest
+import torch
+
+import cuvil
+
+from .helpers import TARGET, check, f32
+
+X = f32(5, 3)
+
+
+def ops_of(jitted, *args) -> list:
+    """The op names of the translated module (before passes), nested regions included."""
+    return [op.name for op in jitted.lower(*args).main.walk()]
+
+
+# -- if ----------------------------------------------------------------------------------------------------------------
+def python_if(x, mode="relu", k=2):
+    if mode == "relu":
+        y = np.maximum(x, 0)
+    elif k > 1:
+        y = x * k
+    else:
+        y = x
+    return y
+
+
+def tensor_if_merge(x):
+    y, n = x, 0
+    if x.sum() > 0:
+        y = x * 2
+        z = y + 1
+        n = 1
+    else:
+        z = x - 1
+    return y, z, n + x
+
+
+def nested_if(x):
+    if x.mean() > 0:
+        if x.max() > 1.5:
+            out = x * 3
+        else:
+            out = x * 2
+    elif x.min() < -1.5:
+        out = -x
+    else:
+        out = x
+    return out
+
+
+def tuple_merge(x):
+    pair = (x, x + 1)
+    if x[0, 0] > 0:
+        pair = (x - 1, x)
+    a, b = pair
+    return a * b
+
+
+@pytest.mark.parametrize("fn,args", [
+    (python_if, (X,)), (python_if, (X, "scale")), (python_if, (X, "id", 0)),
+    (tensor_if_merge, (X,)), (tensor_if_merge, (-np.abs(X),)), (nested_if, (X,)), (nested_if, (X + 1,)),
+    (nested_if, (X - 2,)), (tuple_merge, (X,)), (tuple_merge, (-X,)),
+], ids=lambda v: getattr(v, "__name__", ""))
+def test_if(fn, args):
+    check(fn, *args)
+
+
+def test_python_if_is_decided_at_compile_time_and_tensor_if_is_a_cond():
+    assert "cond" not in ops_of(cuvil.jit(python_if, target=TARGET), X)
+    assert ops_of(cuvil.jit(tensor_if_merge, target=TARGET), X).count("cond") == 1
+
+
+# -- early return ------------------------------------------------------------------------------------------------------
+def early_return(x, threshold=0.5):
+    if x.mean() > threshold:
+        return torch.nn.functional.relu(x)
+    else:
+        return torch.sigmoid(x)
+
+
+def return_then_more(x):
+    if x.sum() > 0:
+        return x, x.sum()
+    y = x * 2
+    if y.max() > 3:
+        return y, y.mean()
+    return -y, y.min()
+
+
+def return_in_one_branch(x):
+    z = x + 1
+    if z.sum() < 0:
+        z = z * 0
+        return z
+    z = z * 4
+    return z
+
+
+@pytest.mark.parametrize("fn,arg", [
+    (early_return, torch.from_numpy(X)), (early_return, torch.from_numpy(X + 1)), (return_then_more, X),
+    (return_then_more, -np.abs(X)), (return_then_more, -np.abs(X) + 0.9), (return_in_one_branch, X),
+    (return_in_one_branch, X - 2),
+], ids=lambda v: getattr(v, "__name__", ""))
+def test_early_return(fn, arg):
+    check(fn, arg)
+
+
+# -- loops -------------------------------------------------------------------------------------------------------------
+def unrolled(x, n=3):
+    acc = x * 0
+    for i in range(n):
+        acc = acc + x * i
+    for j, row in enumerate((x, x + 1)):
+        if j == 1:
+            continue
+        acc = acc - row
+    for k in range(10):
+        if k > 1:
+            break
+        acc = acc * 2
+    else:
+        acc = acc * 100
+    return acc
+
+
+def python_while(x):
+    n, out = 8, x
+    while n > 1:
+        n //= 2
+        out = out + n
+    return out
+
+
+def runtime_range(x):
+    acc = 0.0
+    total = x[0] * 0
+    for i in range(40):
+        acc = acc + i * 0.5
+        total = total + x[i % 5]
+    return acc + x, total
+
+
+def dim_range(x):
+    s = x[0] * 0
+    for i in range(x.shape[0]):
+        s = s + x[i] * i
+    return s
+
+
+def tensor_while(x):
+    steps = 0
+    while x.sum() < 100:
+        x = x * 2 + 1
+        steps = steps + 1
+    return x, steps
+
+
+@pytest.mark.parametrize("fn,args", [
+    (unrolled, (X,)), (unrolled, (X, 20)), (python_while, (X,)), (runtime_range, (X,)), (dim_range, (X,)),
+    (tensor_while, (X,)), (tensor_while, (np.abs(X),)),
+], ids=lambda v: getattr(v, "__name__", ""))
+def test_loops(fn, args):
+    check(fn, *args)
+
+
+def test_small_ranges_unroll_and_long_ones_become_while_loops():
+    assert "while" not in ops_of(cuvil.jit(unrolled, target=TARGET), X)
+    assert ops_of(cuvil.jit(unrolled, target=TARGET), X, 20).count("while") == 1
+    assert ops_of(cuvil.jit(runtime_range, target=TARGET), X).count("while") == 1
+    assert ops_of(cuvil.jit(runtime_range, target=TARGET, unroll=64), X).count("while") == 0
+
+
+def test_dynamic_loop_bound_serves_every_size():
+    f = cuvil.jit(dim_range, target=TARGET, dynamic_dims={"x": {0: "n"}})
+    for n in (1, 4, 9):
+        x = f32(n, 3)
+        np.testing.assert_allclose(f(x), dim_range(x), rtol=1e-5, atol=1e-6)
+    assert f.compile_count == 1
+    assert "while" in [op.name for op in f.module.main.walk()]
+
+
+def test_loop_carried_python_number_widens_to_the_tensor_type():
+    out = check(runtime_range, X)
+    assert out[0].dtype == np.float32
