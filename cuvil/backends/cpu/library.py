@@ -108,3 +108,9 @@ EMITTERS.update(library_misc.EMITTERS)
 
 from . import library_conv  # noqa: E402
 EMITTERS.update(library_conv.EMITTERS)
+
+from . import library_resize  # noqa: E402
+EMITTERS.update(library_resize.EMITTERS)
+
+from . import library_einsum  # noqa: E402
+EMITTERS.update(library_einsum.EMITTERS)

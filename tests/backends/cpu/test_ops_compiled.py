@@ -12,7 +12,7 @@ from tests.ops.test_registry_sweep import CASES, build_case
 
 TOLERANCE = {"float64": 1e-9, "float32": 1e-4, "float16": 1e-2, "bfloat16": 2e-2}
 # Ops the backend does not compile yet; a case of these must fail (strict), so the list stays honest.
-NOT_YET = {"resize", "einsum"}
+NOT_YET = set()
 
 
 def assert_matches(got, want, what=""):
