@@ -7,8 +7,9 @@ import math
 import numpy as np
 
 from ...ir.dtypes import DType
+from .carriers import CARRIERS, quantize, unsigned_order, wrap
 from .registry import converter
-from .tensors import ir_dtype
+from .tensors import Tensor, ir_dtype
 
 # ONNX op -> IR op, for unary ops that map one to one.
 UNARY = {"Abs": "abs", "Neg": "neg", "Exp": "exp", "Log": "log", "Sqrt": "sqrt", "Reciprocal": "reciprocal",
@@ -25,6 +26,7 @@ UNARY_ATTRS = {"Elu": ("elu", {"alpha": ("alpha", 1.0)}),
 BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "And": "and", "Or": "or", "Xor": "xor",
           "Equal": "eq", "Greater": "gt", "Less": "lt", "GreaterOrEqual": "ge", "LessOrEqual": "le"}
 VARIADIC = {"Max": "max", "Min": "min", "Sum": "add", "Mean": "add"}
+ORDERED = {"gt", "lt", "ge", "le", "max", "min"}
 
 
 def _unary(ir_op):
@@ -41,16 +43,23 @@ def _unary_attrs(ir_op, spec):
 def _binary(ir_op):
     def convert(ctx):
         x, y = ctx.broadcast(ctx.x(0), ctx.x(1))
+        if ir_op in ORDERED:  # u64 carried in i64 compares by its bits shifted
+            x, y = (unsigned_order(ctx, v, ctx.tensor(0).elem) for v in (x, y))
         return [ctx.b.emit(ir_op, x, y)]
     return convert
 
 
 def _variadic(ir_op, mean=False):
     def convert(ctx):
+        elem = ctx.tensor(0).elem
         values = ctx.broadcast(*[ctx.x(i) for i in range(len(ctx.inputs)) if ctx.has(i)])
+        if ir_op in ORDERED:
+            values = [unsigned_order(ctx, v, elem) for v in values]
         out = values[0]
         for v in values[1:]:
             out = ctx.b.emit(ir_op, out, v)
+        if ir_op in ORDERED:
+            out = unsigned_order(ctx, out, elem)
         return [ctx.b.div(out, ctx.scalar_like(len(values), out)) if mean else out]
     return convert
 
@@ -236,24 +245,47 @@ def clip(ctx):
     return [x]
 
 
+def convert_elem(ctx, v, dst: int, saturate: bool = True) -> Tensor:
+    """v as ONNX element type `dst`: an IR cast, then for carried types the narrow type's rounding or wrap."""
+    c = CARRIERS.get(dst)
+    if c is None:
+        return Tensor(value=ctx.cast(v, ir_dtype(dst, f"{ctx.where}: the target type")), elem=dst)
+    if c.float_format:
+        return Tensor(value=quantize(ctx, v, dst, saturate), elem=dst)
+    whole = ctx.cast(v, DType.i64)  # floats truncate toward zero, NaN gives 0
+    return Tensor(value=ctx.cast(wrap(ctx, whole, dst), c.ir), elem=dst)
+
+
 @converter("Cast")
 def cast(ctx):
-    return [ctx.cast(ctx.x(0), ir_dtype(ctx.attr("to"), f"{ctx.where}: target type"))]
+    return [convert_elem(ctx, ctx.x(0), ctx.attr("to"), bool(ctx.attr("saturate", 1)))]
 
 
 @converter("CastLike")
 def cast_like(ctx):
-    return [ctx.cast(ctx.x(0), ctx.type(1).dtype)]
+    return [convert_elem(ctx, ctx.x(0), ctx.tensor(1).elem, bool(ctx.attr("saturate", 1)))]
 
 
 # -- bits: shifts and bitwise ops through integer arithmetic --------------------------------------------------
 @converter("BitShift")
 def bit_shift(ctx):
-    x, y = ctx.broadcast(ctx.x(0), ctx.x(1))
-    factor = ctx.b.pow(ctx.scalar_like(2, y), y)
-    if ctx.attr("direction") == "LEFT":
-        return [ctx.b.mul(x, factor)]
-    return [ctx.b.floordiv(x, factor)]
+    """x * 2^y or floor(x / 2^y) (floor division shifts arithmetically), in i64 for narrower types. Shifts
+    below 0 or past the width give 0, or the sign for a right shift of a negative value."""
+    elem = ctx.tensor(0).elem
+    width = (CARRIERS[elem].numpy if elem in CARRIERS else ir_dtype(elem).numpy).itemsize * 8
+    x0, y0 = ctx.broadcast(ctx.x(0), ctx.x(1))
+    x, y = (ctx.cast(v, DType.i64) for v in (x0, y0))
+    b, left = ctx.b, ctx.attr("direction") == "LEFT"
+    limit = width if left or not x.type.dtype.is_signed or not x0.type.dtype.is_signed else width - 1
+    out_of_range = b.emit("or", b.lt(y, ctx.scalar_like(0, y)), b.ge(y, ctx.scalar_like(limit, y)))
+    safe = b.where(out_of_range, ctx.scalar_like(0, y), y)
+    factor = b.pow(ctx.scalar_like(2, safe), safe)
+    if left:
+        shifted, fill = b.mul(x, factor), ctx.scalar_like(0, x)
+    else:
+        shifted = b.floordiv(x, factor)
+        fill = b.where(b.lt(x, ctx.scalar_like(0, x)), ctx.scalar_like(-1, x), ctx.scalar_like(0, x))
+    return [ctx.cast(b.where(out_of_range, fill, shifted), x0.type.dtype)]
 
 
 def _bits(ctx, v):

@@ -216,7 +216,8 @@ def depth_to_space(ctx):
 def space_to_depth(ctx):
     x, bs = ctx.x(0), ctx.attr("blocksize")
     n, c, h, w = x.type.shape
-    y = ctx.b.transpose(ctx.b.reshape(x, shape=(n, c, h // bs, bs, w // bs, bs)), perm=(0, 3, 5, 1, 2, 4))
+    perm = (0, 3, 5, 1, 2, 4) if ctx.attr("mode", "DCR") == "DCR" else (0, 1, 3, 5, 2, 4)
+    y = ctx.b.transpose(ctx.b.reshape(x, shape=(n, c, h // bs, bs, w // bs, bs)), perm=perm)
     return [ctx.b.reshape(y, shape=(n, c * bs * bs, h // bs, w // bs))]
 
 
@@ -236,7 +237,7 @@ def reverse_sequence(ctx):
 def compress(ctx):
     cond = ctx.known(1)
     if cond is None:
-        raise ctx.unsupported("the result's size depends on the condition's values (data-dependent shape)")
+        raise ctx.needs_value(1, "the condition (the result's size depends on its values)")
     x, axis = ctx.x(0), ctx.attr("axis")
     if axis is None:
         x, axis = ctx.b.reshape(x, shape=(x.type.numel,)), 0

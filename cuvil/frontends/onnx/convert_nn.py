@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from ...ir.dtypes import DType
+from ...ops.nn import window_out
 from .context import broadcast_dims
 from .registry import converter
 
@@ -76,13 +77,17 @@ def _window_attrs(ctx, x, kernel: tuple) -> dict:
     return {"strides": strides, "dilations": dilations, "pads": pads}
 
 
+def conv_attrs(ctx, x, w) -> dict:
+    """The IR conv attributes of a Conv-like node (ConvInteger and QLinearConv share them)."""
+    kernel = tuple(ctx.attr("kernel_shape", w.type.shape[2:]))
+    return {**_window_attrs(ctx, x, kernel), "groups": ctx.attr("group", 1)}
+
+
 @converter("Conv")
 def conv(ctx):
     x, w = ctx.x(0), ctx.x(1)
-    kernel = tuple(ctx.attr("kernel_shape", w.type.shape[2:]))
-    attrs = _window_attrs(ctx, x, kernel)
     operands = [x, w] + ([ctx.x(2)] if ctx.has(2) else [])
-    return [ctx.b.conv(*operands, groups=ctx.attr("group", 1), **attrs)]
+    return [ctx.b.conv(*operands, **conv_attrs(ctx, x, w))]
 
 
 @converter("ConvTranspose")
@@ -136,24 +141,46 @@ def max_pool(ctx):
     return [ctx.b.max_pool(x, **_pool_attrs(ctx, x))]
 
 
+def _window_sum(ctx, x, attrs: dict, pad_value: float):
+    """Sums over (dilated) pooling windows as a depthwise convolution with a kernel of ones; the ceil-mode
+    overhang at the end is padded with zeros, the explicit pads with `pad_value`."""
+    kernel, s = attrs["kernel"], len(attrs["kernel"])
+    pads = attrs["pads"]
+    geo = list(zip(x.type.shape[2:], kernel, attrs["strides"], attrs["dilations"], pads[:s], pads[s:]))
+    if not all(isinstance(n, int) for n in x.type.shape[2:]):
+        raise ctx.unsupported("dilated pooling needs static spatial sizes")
+    out = [window_out(*g, attrs["ceil_mode"]) for g in geo]
+    over = [max(0, (o - 1) * st + d * (k - 1) + 1 - (n + pb + pe)) for o, (n, k, st, d, pb, pe) in zip(out, geo)]
+    padded = ctx.b.pad(x, pads=(0, 0) + attrs["pads"][:s] + (0, 0) + attrs["pads"][s:], value=pad_value)
+    padded = ctx.b.pad(padded, pads=(0,) * (s + 2) + (0, 0) + tuple(over))
+    ones = ctx.b.full(1.0, (x.type.shape[1], 1) + kernel, x.type.dtype)
+    return ctx.b.conv(padded, ones, strides=attrs["strides"], dilations=attrs["dilations"], groups=x.type.shape[1])
+
+
+def _dilated_mean(ctx, x, attrs: dict, include_pad: bool):
+    total = _window_sum(ctx, x, attrs, 0.0)
+    ones = ctx.b.full(1.0, (1, 1) + x.type.shape[2:], x.type.dtype)
+    count = _window_sum(ctx, ones, attrs, 1.0 if include_pad else 0.0)
+    return ctx.b.div(total, ctx.expand(count, total.type.shape))
+
+
 @converter("AveragePool")
 def avg_pool(ctx):
     x = ctx.x(0)
     attrs = _pool_attrs(ctx, x)
-    if any(d != 1 for d in attrs.pop("dilations")):
-        raise ctx.unsupported("dilated average pooling is not supported")
-    return [ctx.b.avg_pool(x, count_include_pad=bool(ctx.attr("count_include_pad", 0)), **attrs)]
+    include_pad = bool(ctx.attr("count_include_pad", 0))
+    if any(d != 1 for d in attrs["dilations"]):
+        return [_dilated_mean(ctx, x, attrs, include_pad)]
+    del attrs["dilations"]
+    return [ctx.b.avg_pool(x, count_include_pad=include_pad, **attrs)]
 
 
 @converter("LpPool")
 def lp_pool(ctx):
     x, p = ctx.x(0), ctx.attr("p", 2)
     attrs = _pool_attrs(ctx, x)
-    if any(d != 1 for d in attrs.pop("dilations")):
-        raise ctx.unsupported("dilated Lp pooling is not supported")
     powered = ctx.b.pow(ctx.b.abs(x), ctx.scalar_like(p, x))
-    mean = ctx.b.avg_pool(powered, count_include_pad=True, **attrs)
-    total = ctx.b.mul(mean, ctx.scalar_like(math.prod(attrs["kernel"]), mean))
+    total = _window_sum(ctx, powered, attrs, 0.0)
     return [ctx.b.pow(total, ctx.scalar_like(1.0 / p, total))]
 
 
@@ -264,6 +291,8 @@ def resize(ctx):
     axes = [a + rank if a < 0 else a for a in ctx.attr("axes", list(range(rank)))]
     out, used_scales = _out_sizes(ctx, x.type.shape, scales, sizes, axes)
     attrs = {k: ctx.attr(k, v) for k, v in _RESIZE_DEFAULTS.items()}
+    if ctx.op_type == "Upsample":
+        attrs["nearest_mode"] = "floor"
     attrs.update(coordinate_transformation_mode=ctm, mode={"bilinear": "linear", "trilinear": "linear"}.get(mode, mode),
                  exclude_outside=bool(attrs["exclude_outside"]))
     return [ctx.b.resize(x, sizes=out, scales=used_scales or (), **attrs)]

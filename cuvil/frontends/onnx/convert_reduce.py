@@ -53,6 +53,7 @@ def _reduction(ir_op, prepare, finish):
         if axes is False:
             return [x0]
         x = prepare(ctx, x0) if prepare else x0
+        x = ctx.cast(x, DType.u8) if x.type.dtype is DType.bool else x  # max/min of bools: any/all
         y = ctx.b.emit(ir_op, x, axes=axes or (), keepdims=bool(ctx.attr("keepdims", 1)))
         y = finish(ctx, y) if finish else y
         return [ctx.cast(y, x0.type.dtype)]
@@ -61,6 +62,20 @@ def _reduction(ir_op, prepare, finish):
 
 for _onnx, (_ir, _prep, _fin) in _REDUCTIONS.items():
     converter(_onnx)(_reduction(_ir, _prep, _fin))
+
+
+@converter("LpNormalization")
+def lp_normalization(ctx):
+    x, p = ctx.x(0), ctx.attr("p", 2)
+    axis = ctx.attr("axis", -1)
+    axis = axis + x.type.rank if axis < 0 else axis
+    if p == 1:
+        norm = ctx.b.reduce_sum(ctx.b.abs(x), axes=(axis,), keepdims=True)
+    else:
+        norm = ctx.b.sqrt(ctx.b.reduce_sum(ctx.b.mul(x, x), axes=(axis,), keepdims=True))
+    norm = ctx.expand(norm, x.type.shape)
+    zero = ctx.b.eq(norm, ctx.scalar_like(0, norm))
+    return [ctx.b.where(zero, ctx.scalar_like(0, x), ctx.b.div(x, ctx.b.where(zero, ctx.scalar_like(1, norm), norm)))]
 
 
 @converter("ArgMax", "ArgMin")

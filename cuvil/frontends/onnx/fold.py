@@ -12,7 +12,7 @@ from onnx import TensorProto
 
 from ...ir.symbolic import SymExpr
 from .registry import folder
-from .tensors import IR_DTYPES, Tensor
+from .tensors import Tensor, ir_dtype
 
 
 class CannotFold(Exception):
@@ -27,7 +27,7 @@ def tidy(arr, elem: int) -> Tensor:
     """A known Tensor; an object array whose symbols all cancelled becomes a plain array of the element type."""
     arr = np.asarray(arr)
     if arr.dtype == object and not any(isinstance(v, SymExpr) for v in arr.reshape(-1)):
-        arr = np.array(arr.tolist(), dtype=np.int64).reshape(arr.shape).astype(IR_DTYPES[elem].numpy)
+        arr = np.array(arr.tolist(), dtype=np.int64).reshape(arr.shape).astype(ir_dtype(elem).numpy)
     return Tensor(known=arr, elem=elem)
 
 

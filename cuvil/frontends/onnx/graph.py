@@ -18,13 +18,19 @@ from ...interpreter import interpret
 from ...ir.core import Function, Location, Module
 from ...ir.symbolic import SymExpr
 from . import (convert_control, convert_elementwise, convert_movement, convert_nn, convert_norm,  # noqa: F401
-               convert_reduce, convert_shape, fold)
+               convert_quant, convert_reduce, convert_shape, fold)
 from .context import NodeContext
 from .registry import CONVERTERS, FOLDERS
-from .tensors import Tensor, sanitize, tensor_to_array
+from .carriers import CARRIERS, wrap
+from .tensors import Tensor, ir_dtype, sanitize, tensor_to_array
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 FOLD_LIMIT = 4096  # known values up to this many elements are folded at conversion time
+# Ops whose results hold only values of their inputs (or zeros), so carried narrow integers need no wrap.
+VALUE_PRESERVING = {"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Concat", "Split", "Slice",
+                    "Gather", "GatherElements", "GatherND", "Expand", "Tile", "Pad", "Where", "Max", "Min", "ReduceMax",
+                    "ReduceMin", "TopK", "Dropout", "Scatter", "ScatterElements", "ScatterND", "If", "Loop", "Scan",
+                    "Compress", "DepthToSpace", "SpaceToDepth", "Trilu", "ReverseSequence"}
 MIN_OPSET = 7
 
 
@@ -140,17 +146,29 @@ class GraphConverter:
 
     def bind_outputs(self, ctx: NodeContext, outs: list) -> None:
         outs = list(outs) + [None] * (len(ctx.node.output) - len(outs))
-        deps = frozenset().union(*(t.deps for t in ctx.inputs if t is not None))
-        for name, out in zip(ctx.node.output, outs):
+        deps = frozenset().union(*(t.deps for t in ctx.inputs if t is not None and t.known is None))
+        for i, (name, out) in enumerate(zip(ctx.node.output, outs)):
             if not name:
                 continue
             if out is None:
                 raise ctx.unsupported(f"does not produce its optional output {name!r}")
-            t = out if isinstance(out, Tensor) else Tensor(value=out, deps=deps)
+            t = out if isinstance(out, Tensor) else self.carried(ctx, i, out, deps)
             t.deps = t.deps or deps
             if t.value is not None and t.value.name is None:
                 t.value.name = sanitize(name)
             ctx.scope.define(name, t)
+
+    def carried(self, ctx: NodeContext, i: int, value, deps) -> Tensor:
+        """The Tensor for output i. With a carried input type (uint16, int4...), the ONNX type follows the
+        schema's type constraints, and integers are wrapped back into the narrow type's range."""
+        if not any(t is not None and t.elem in CARRIERS for t in ctx.inputs):
+            return Tensor(value=value, deps=deps)
+        elem = _schema_elem(ctx, i)
+        if elem is None or ir_dtype(elem) is not value.type.dtype:
+            return Tensor(value=value, deps=deps)
+        if ctx.op_type not in VALUE_PRESERVING:
+            value = wrap(ctx, value, elem)
+        return Tensor(value=value, elem=elem, deps=deps)
 
     # -- subgraphs and functions -----------------------------------------------------------------------
     def run_subgraph(self, ctx: NodeContext, graph, b: Builder, inputs: list) -> list:
@@ -185,16 +203,35 @@ class GraphConverter:
         fn = _schema_function(ctx, schema)
         if fn is None:
             raise ctx.unsupported("is not supported by Cuvil")
+        node = _with_defaults(ctx.node, schema)
+        ctx = NodeContext(self, node, ctx.inputs, ctx.opset, ctx.b, ctx.scope, ctx.opsets, ctx.name)
         return self.inline(ctx, fn, {o.domain: o.version for o in fn.opset_import})
+
+
+def _schema_elem(ctx: NodeContext, i: int):
+    """The ONNX element type of output i: that of the first input bound to the same type variable."""
+    schema = _schema(ctx.op_type, ctx.opset)
+    if schema is None or not schema.outputs:
+        return None
+    var = schema.outputs[min(i, len(schema.outputs) - 1)].type_str
+    for j, t in enumerate(ctx.inputs):
+        formal = schema.inputs[min(j, len(schema.inputs) - 1)] if schema.inputs else None
+        if t is not None and formal is not None and formal.type_str == var:
+            return t.elem
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _schema(op_type: str, opset: int):
+    try:
+        return defs.get_schema(op_type, opset, "")
+    except defs.SchemaError:
+        return None
 
 
 @functools.lru_cache(maxsize=None)
 def _defined(op_type: str, opset: int) -> bool:
-    try:
-        defs.get_schema(op_type, opset, "")
-        return True
-    except defs.SchemaError:
-        return False
+    return _schema(op_type, opset) is not None
 
 
 def _opset_of(node, opsets: dict, functions: dict, where: str) -> int:
@@ -236,17 +273,23 @@ def _schema_function(ctx: NodeContext, schema):
         return fn
     if not dependent:
         return None
-    node = onnx.NodeProto()
-    node.CopyFrom(ctx.node)
-    have = {a.name for a in node.attribute}
-    for name, spec in schema.attributes.items():
-        if name not in have and spec.default_value.name:
-            node.attribute.append(spec.default_value)
+    node = _with_defaults(ctx.node, schema)
     types = [_type_proto(ctx.inputs[i]) if ctx.has(i) else onnx.TypeProto() for i in range(len(ctx.inputs))]
     data = schema.get_context_dependent_function_with_opset_version(
         max(dependent), node.SerializeToString(), [t.SerializeToString() for t in types])
     fn.ParseFromString(data)
     return fn
+
+
+def _with_defaults(node, schema):
+    """A copy of `node` with the schema's default for every attribute it leaves out."""
+    out = onnx.NodeProto()
+    out.CopyFrom(node)
+    have = {a.name for a in node.attribute}
+    for name, spec in schema.attributes.items():
+        if name not in have and spec.default_value.name:
+            out.attribute.append(spec.default_value)
+    return out
 
 
 def _type_proto(t: Tensor):

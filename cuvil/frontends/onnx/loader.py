@@ -92,18 +92,19 @@ def convert_model(proto, base_dir: str | None, values: dict) -> OnnxModel:
     module = Module()
     module.metadata.update({"source": "onnx", "graph": graph.name, "opset": str(opsets[""]),
                             "producer": f"{proto.producer_name} {proto.producer_version}".strip()})
-    b = Builder.new_function(module, "main", [TensorType(s.dtype, s.shape) for s in inputs],
+    b = Builder.new_function(module, "main", [TensorType(s.ir_dtype, s.shape) for s in inputs],
                              [sanitize(s.name) for s in inputs])
     conv = GraphConverter(module, b.function, {(f.domain, f.name): f for f in proto.functions}, base_dir)
     scope = Scope()
     for spec, arg in zip(inputs, b.args):
-        scope.define(spec.name, Tensor(value=arg, known=values.get(spec.name), deps=frozenset({spec.name})))
+        scope.define(spec.name, Tensor(value=arg, known=values.get(spec.name), elem=spec.elem,
+                                       deps=frozenset({spec.name})))
     outs = conv.run_graph(graph, scope, b, opsets)
     if not outs:
         raise VerificationError("the ONNX graph has no outputs")
     b.ret(*[conv.materialize(t) for t in outs])
     verify(module)
-    outputs = [TensorSpec(o.name, t.dtype, tuple(t.type.shape)) for o, t in zip(graph.output, outs)]
+    outputs = [TensorSpec(o.name, t.elem, tuple(t.type.shape)) for o, t in zip(graph.output, outs)]
     return OnnxModel(module, inputs, outputs)
 
 
@@ -120,7 +121,8 @@ def _output_specs(proto) -> list:
         tt = v.type.tensor_type
         dims = [d.dim_value if d.HasField("dim_value") else symbols.named(d.dim_param or f"{v.name}_{i}")
                 for i, d in enumerate(tt.shape.dim)]
-        out.append(TensorSpec(v.name, ir_dtype(tt.elem_type, f"graph output {v.name!r}"), tuple(dims)))
+        ir_dtype(tt.elem_type, f"graph output {v.name!r}")
+        out.append(TensorSpec(v.name, tt.elem_type, tuple(dims)))
     return out
 
 
@@ -154,7 +156,7 @@ def _input_spec(v, symbols: _Symbols) -> TensorSpec:
     if kind != "tensor_type":
         raise UnsupportedError(f"graph input {v.name!r} is a {kind or 'value without type'}; Cuvil takes tensors")
     tt = v.type.tensor_type
-    dtype = ir_dtype(tt.elem_type, f"graph input {v.name!r}")
+    ir_dtype(tt.elem_type, f"graph input {v.name!r}")
     if not tt.HasField("shape"):
         raise UnsupportedError(f"graph input {v.name!r} ({type_name(tt.elem_type)}) has no shape, not even a rank")
     shape = []
@@ -165,4 +167,4 @@ def _input_spec(v, symbols: _Symbols) -> TensorSpec:
             shape.append(d.dim_value)
         else:
             shape.append(symbols.named(d.dim_param) if d.dim_param else symbols.anonymous(v.name, axis))
-    return TensorSpec(v.name, dtype, tuple(shape))
+    return TensorSpec(v.name, tt.elem_type, tuple(shape))

@@ -12,24 +12,33 @@ from ...ir.core import Module
 from ...ir.dtypes import DType
 from ...ir.symbolic import SymExpr
 from ...ir.types import TensorType
+from .carriers import CARRIERS, from_carrier, to_carrier
+from .tensors import ir_dtype
 
 _BACKEND = "interpreter"  # what .optimize() runs on; becomes the requested target once the CPU backend is proven
 
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """A model input or output: its ONNX name, element type and shape (ints and symbolic dims)."""
+    """A model input or output: its ONNX name, ONNX element type and shape (ints and symbolic dims).
+    `dtype` is the NumPy dtype of its arrays (ml_dtypes types for 8- and 4-bit floats and 4-bit ints)."""
 
     name: str
-    dtype: DType
+    elem: int
     shape: tuple
 
     @property
-    def numpy_dtype(self) -> np.dtype:
-        return self.dtype.numpy
+    def ir_dtype(self) -> DType:
+        return ir_dtype(self.elem)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return CARRIERS[self.elem].numpy if self.elem in CARRIERS else self.ir_dtype.numpy
 
     def __str__(self) -> str:
-        return f"{self.name}: {TensorType(self.dtype, self.shape)}"
+        if self.elem in CARRIERS:
+            return f"{self.name}: {self.dtype.name}[{','.join(map(str, self.shape))}]"
+        return f"{self.name}: {TensorType(self.ir_dtype, self.shape)}"
 
 
 class OnnxModel:
@@ -60,7 +69,10 @@ class OnnxModel:
         return self.module.constants
 
     def __call__(self, *args, **kwargs) -> list:
-        return [np.asarray(o) for o in self._run(bind_inputs(self.inputs, args, kwargs))]
+        return self._outputs(self._run(bind_inputs(self.inputs, args, kwargs)))
+
+    def _outputs(self, arrays) -> list:
+        return [from_carrier(np.asarray(o), s.elem) for o, s in zip(arrays, self.outputs)]
 
     def optimize(self, target: str = "cpu", precision: str = "fp32", enable_fuse: bool = True,
                  calibrate_dataset=None, passes=None) -> "OnnxModel":
@@ -99,16 +111,15 @@ def bind_inputs(specs: list, args: tuple, kwargs: dict) -> list:
 
 
 def _check_input(spec: TensorSpec, x) -> np.ndarray:
-    arr = x if isinstance(x, np.ndarray) else np.asarray(x, spec.numpy_dtype)
-    if arr.dtype != spec.numpy_dtype:
-        raise ShapeError(f"input {spec.name!r} must have element type {spec.dtype} ({spec.numpy_dtype}), "
-                         f"got {arr.dtype}")
+    arr = x if isinstance(x, np.ndarray) else np.asarray(x, spec.dtype)
+    if arr.dtype != spec.dtype:
+        raise ShapeError(f"input {spec.name!r} must have element type {spec.dtype}, got {arr.dtype}")
     if arr.ndim != len(spec.shape):
         raise ShapeError(f"input {spec.name!r} must have rank {len(spec.shape)} ({spec}), got shape {arr.shape}")
     for axis, (d, n) in enumerate(zip(spec.shape, arr.shape)):
         if not isinstance(d, SymExpr) and d != n:
             raise ShapeError(f"input {spec.name!r} must have size {d} in dim {axis} ({spec}), got shape {arr.shape}")
-    return arr
+    return to_carrier(arr, spec.elem) if spec.elem in CARRIERS else arr
 
 
 class SpecializingModel(OnnxModel):
@@ -160,7 +171,7 @@ class SpecializingModel(OnnxModel):
 
     def __call__(self, *args, **kwargs) -> list:
         arrays = bind_inputs(self.inputs, args, kwargs)
-        return self.specialize(arrays)._run(arrays)
+        return self._outputs(self.specialize(arrays)._run(arrays))
 
     def optimize(self, target: str = "cpu", precision: str = "fp32", enable_fuse: bool = True,
                  calibrate_dataset=None, passes=None):
@@ -171,7 +182,7 @@ class SpecializingModel(OnnxModel):
             model = self.specialize(arrays)
             if id(model) not in compiled:
                 compiled[id(model)] = model.optimize(target, precision, enable_fuse, calibrate_dataset, passes)
-            return compiled[id(model)](*arrays)
+            return self._outputs(compiled[id(model)]._run(arrays))
         return run
 
 

@@ -7,11 +7,12 @@ import os
 import re
 
 import numpy as np
-from onnx import TensorProto
+from onnx import TensorProto, numpy_helper
 
 from ...errors import SerializationError, UnsupportedError
 from ...ir.dtypes import DType
 from ...ir.types import TensorType
+from .carriers import CARRIERS, to_carrier
 
 # ONNX element type -> Cuvil element type. The others (strings, unsigned >8 bits, float8, 4-bit) have no IR type.
 IR_DTYPES = {TensorProto.FLOAT: DType.f32, TensorProto.DOUBLE: DType.f64, TensorProto.FLOAT16: DType.f16,
@@ -35,11 +36,13 @@ def type_name(elem_type: int) -> str:
         return f"<element type {elem_type}>"
 
 
-def ir_dtype(elem_type: int, what: str) -> DType:
-    """The Cuvil element type of an ONNX one, or UnsupportedError naming `what`."""
-    if elem_type not in IR_DTYPES:
-        raise UnsupportedError(f"{what} has element type {type_name(elem_type)}, which Cuvil does not support")
-    return IR_DTYPES[elem_type]
+def ir_dtype(elem_type: int, what: str = "a value") -> DType:
+    """The IR element type that holds an ONNX one (its carrier for types the IR lacks), or UnsupportedError."""
+    if elem_type in IR_DTYPES:
+        return IR_DTYPES[elem_type]
+    if elem_type in CARRIERS:
+        return CARRIERS[elem_type].ir
+    raise UnsupportedError(f"{what} has element type {type_name(elem_type)}, which Cuvil does not support")
 
 
 def sanitize(name: str, fallback: str = "v") -> str:
@@ -50,7 +53,10 @@ def sanitize(name: str, fallback: str = "v") -> str:
 
 # -- tensors as arrays -------------------------------------------------------------------------------------
 def tensor_to_array(t: TensorProto, base_dir: str | None = None) -> np.ndarray:
-    """The elements of an initializer or Constant tensor. raw_data and external files are viewed, not copied."""
+    """The elements of an initializer or Constant tensor. raw_data and external files are viewed, not copied
+    (types the IR only carries are unpacked by ONNX's helper and converted)."""
+    if t.data_type in CARRIERS:
+        return to_carrier(numpy_helper.to_array(t), t.data_type)
     dtype = ir_dtype(t.data_type, f"tensor {t.name!r}").numpy.newbyteorder("<")
     shape = tuple(t.dims)
     if any(d < 0 for d in shape):
@@ -116,7 +122,7 @@ class Tensor:
 
     @property
     def dtype(self) -> DType:
-        return IR_DTYPES[self.elem]
+        return ir_dtype(self.elem)
 
     @property
     def type(self) -> TensorType:
