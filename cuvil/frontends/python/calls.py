@@ -101,6 +101,21 @@ def like(value):
     return conv
 
 
+def triangle(lower: bool):
+    """tril / triu: keep the elements on one side of the k-th diagonal (an iota comparison, no constants)."""
+    def conv(cx, x, k=0):
+        t = tensor(cx, x)
+        if t.rank < 2:
+            raise UnsupportedError("tril/triu need a tensor of rank >= 2")
+        shape = t.shape[-2:]
+        rows = TV(cx.b.iota(shape=shape, axis=0), weak=True)
+        cols = TV(cx.b.iota(shape=shape, axis=1), weak=True)
+        offset = E.binary(cx, "sub", "subtract", cols, rows)
+        keep = E.binary(cx, "le" if lower else "ge", None, offset, k)
+        return E.where(cx, keep, t, E.tensor(cx, 0, t.dtype))
+    return conv
+
+
 def take(cx, x, idx, axis=None):
     t = tensor(cx, x)
     if axis is None:
@@ -229,7 +244,7 @@ NUMPY_FUNCS = {
     "broadcast_to": lambda cx, array, shape: E.to(cx, tensor(cx, array), shape=E.static_sizes(
         E.shape_arg((shape,)), "sizes")),
     "tile": lambda cx, A, reps: tile(cx, A, reps if isinstance(reps, (tuple, list)) else (reps,)),
-    "take": take, "split": np_split,
+    "take": take, "split": np_split, "tril": triangle(True), "triu": triangle(False),
     "zeros": np_zeros(0.0), "ones": np_zeros(1.0), "full": np_full,
     "zeros_like": like(0.0), "ones_like": like(1.0), "full_like": like(None),
     "astype": lambda cx, x, dtype: E.cast(cx, x, dtype_arg(dtype)),
@@ -304,10 +319,24 @@ def _numpy_table() -> dict:
     return table
 
 
+_MATH = {"sqrt": "sqrt", "exp": "exp", "log": "log", "tanh": "tanh", "sin": "sin", "cos": "cos", "tan": "tan",
+         "erf": "erf"}
+
+
+def _math_table() -> dict:
+    """math.* runs at compile time; on sizes known only at run time the float ones become tensor ops."""
+    table = {}
+    for name in dir(math):
+        fn = getattr(math, name)
+        if callable(fn):
+            table[fn] = ("math", name, unary(_MATH[name]) if name in _MATH else None)
+    return table
+
+
 def lookup(fn):
     """(namespace, name, converter or None for compile-time-only) for a supported library function, else None."""
     if "numpy" not in _TABLES:
-        _TABLES["numpy"] = _numpy_table()
+        _TABLES["numpy"], _TABLES["math"] = _numpy_table(), _math_table()
     if "torch" not in _TABLES and "torch" in sys.modules:
         from .calls_torch import torch_table
 

@@ -14,7 +14,7 @@ from ...errors import UnsupportedError
 from ...ir.dtypes import DType
 from . import emit as E
 from .calls import (binary, clip, dtype_arg, einsum, expm1, full_of, item, like, log1p, log_base, predicate, split,
-                    square, tile, unary, unary_any)
+                    square, tile, triangle, unary, unary_any)
 from .emit import tensor
 from .values import TV, result_dtype, to_dtype, user_dtype
 
@@ -184,7 +184,8 @@ TORCH_FUNCS = {
     "flatten": lambda cx, input, start_dim=0, end_dim=-1: E.flatten(cx, input, start_dim, end_dim),
     "zeros": t_zeros(0.0), "ones": t_zeros(1.0), "full": t_full,
     "zeros_like": like(0.0), "ones_like": like(1.0), "full_like": like(None),
-    "split": t_split, "chunk": t_chunk,
+    "split": t_split, "chunk": t_chunk, "tril": lambda cx, input, diagonal=0: triangle(True)(cx, input, diagonal),
+    "triu": lambda cx, input, diagonal=0: triangle(False)(cx, input, diagonal),
 }
 TORCH_FOLD_ONLY = ("tensor", "as_tensor", "arange", "eye", "linspace")
 
@@ -396,7 +397,8 @@ TORCH_METHODS = {
     "expand": m_expand, "expand_as": lambda cx, x, other: E.to(cx, x, shape=other.shape),
     "repeat": lambda cx, x, *sizes: tile(cx, x, E.shape_arg(sizes)),
     "masked_fill": m_masked_fill, "where": lambda cx, x, condition, y: E.where(cx, condition, x, y),
-    "split": t_split, "chunk": t_chunk,
+    "split": t_split, "chunk": t_chunk, "tril": lambda cx, x, diagonal=0: triangle(True)(cx, x, diagonal),
+    "triu": lambda cx, x, diagonal=0: triangle(False)(cx, x, diagonal),
 }
 TORCH_ATTRS = {
     "T": lambda cx, x: E.transpose(cx, x),

@@ -16,6 +16,7 @@ from ...errors import CuvilError, UnsupportedError
 from ...ir.core import Region
 from . import emit as E
 from .expressions import ExpressionTranslator, RuntimeRange
+from .indexing import getitem
 from .merge import Plan, Slot, coerce, flatten, join, plan_leaf, slot_of, unflatten
 from .values import TV, Undefined, is_tensorish
 
@@ -198,6 +199,9 @@ class FunctionTranslator(ExpressionTranslator):
         if isinstance(it, RuntimeRange) or isinstance(it, range) and len(it) > limit:
             self.range_loop(node, env, it)
             return self.block(node.orelse, env, tail)
+        if isinstance(it, TV) and it.rank and not (isinstance(it.shape[0], int) and it.shape[0] <= limit):
+            self.range_loop(node, env, RuntimeRange(0, it.shape[0], 1), lambda i: getitem(self.cx, it, i))
+            return self.block(node.orelse, env, tail)
         for item in self.iterate(it):
             self.assign(node.target, item, env)
             flow = self.block(node.body, env, None)
@@ -223,26 +227,25 @@ class FunctionTranslator(ExpressionTranslator):
                 return flow
         raise UnsupportedError(f"a while loop on a Python condition ran {MAX_PYTHON_WHILE} times at compile time")
 
-    def range_loop(self, node, env, rng) -> None:
-        """`for i in range(...)` as a `while` with a hidden counter; i is a weak i64 scalar in the body."""
-        if not isinstance(node.target, ast.Name):
-            raise UnsupportedError("a loop at run time needs a single loop variable")
+    def range_loop(self, node, env, rng, item=None) -> None:
+        """`for i in range(...)` as a `while` with a hidden counter; i is a weak i64 scalar in the body.
+        Over a tensor, `item(i)` gives the row bound to the target."""
         env["$i"] = rng.start
 
         def test(e):
             return E.binary(self.cx, "lt" if rng.step > 0 else "gt", None, e["$i"], rng.stop)
 
         def body(e):
-            e[node.target.id] = e["$i"]
+            self.assign(node.target, e["$i"] if item is None else item(e["$i"]), e)
             flow = self.block(node.body, e, None)
             e["$i"] = E.binary(self.cx, "add", "add", e["$i"], rng.step)
             return flow
 
         self.runtime_loop(node, env, _assigned(node.body) | {"$i"}, test, body)
         del env["$i"]
-        env[node.target.id] = Undefined(f"the loop variable '{node.target.id}' of the loop at line "
-                                        f"{self.src.location(node).line} runs at run time and is not available "
-                                        "after it")
+        for name in _assigned([node.target]):
+            env[name] = Undefined(f"the loop variable '{name}' of the loop at line {self.src.location(node).line} "
+                                  "runs at run time and is not available after it")
 
     def runtime_loop(self, node, env, names, test, body) -> None:
         """Emit a `while` carrying the names the body assigns that exist before the loop."""

@@ -149,6 +149,13 @@ def dim_range(x):
     return s
 
 
+def rows(x):
+    s = x[0] * 0
+    for row in x:
+        s = s + row * row
+    return s
+
+
 def tensor_while(x):
     steps = 0
     while x.sum() < 100:
@@ -159,7 +166,7 @@ def tensor_while(x):
 
 @pytest.mark.parametrize("fn,args", [
     (unrolled, (X,)), (unrolled, (X, 20)), (python_while, (X,)), (runtime_range, (X,)), (dim_range, (X,)),
-    (tensor_while, (X,)), (tensor_while, (np.abs(X),)),
+    (tensor_while, (X,)), (tensor_while, (np.abs(X),)), (rows, (X,)), (rows, (f32(40, 3),)),
 ], ids=lambda v: getattr(v, "__name__", ""))
 def test_loops(fn, args):
     check(fn, *args)
@@ -184,3 +191,18 @@ def test_dynamic_loop_bound_serves_every_size():
 def test_loop_carried_python_number_widens_to_the_tensor_type():
     out = check(runtime_range, X)
     assert out[0].dtype == np.float32
+
+
+def power(x, n):
+    y = x
+    for _ in range(n):
+        y = y * x
+    return y
+
+
+def test_loop_bound_passed_at_run_time():
+    f = cuvil.jit(power, target=TARGET, runtime_args=("n",))
+    for n in (0, 1, 3):
+        np.testing.assert_allclose(f(X, n), power(X, n), rtol=1e-5)
+    assert f.compile_count == 1
+    assert ops_of(cuvil.jit(rows, target=TARGET), f32(40, 3)).count("while") == 1

@@ -1,10 +1,14 @@
 """Supported torch, torch.nn.functional and tensor-method calls on torch CPU tensors, compared with eager torch."""
+import math
+
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
-from .helpers import check, t32
+import cuvil
+
+from .helpers import TARGET, assert_same, check, t32
 
 X, Y, W, B = t32(3, 4), t32(3, 4), t32(5, 4), t32(5)
 IMG, K = t32(2, 3, 8, 8), t32(4, 3, 3, 3)
@@ -86,3 +90,27 @@ def test_torch_outputs_are_tensors_and_numpy_outputs_arrays():
 
 def lambda_free_identity(x):
     return x * 1
+
+
+WQKV = t32(16, 48, low=-0.5, high=0.5)
+
+
+def causal_attention(x, n_head=4):
+    B, T, C = x.size()
+    q, k, v = (x @ WQKV).split(C, dim=2)
+    k = k.view(B, T, n_head, C // n_head).transpose(1, 2)
+    q = q.view(B, T, n_head, C // n_head).transpose(1, 2)
+    v = v.view(B, T, n_head, C // n_head).transpose(1, 2)
+    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+    mask = torch.tril(torch.ones(T, T)).view(1, 1, T, T)
+    att = att.masked_fill(mask[:, :, :T, :T] == 0, float("-inf"))
+    att = F.softmax(att, dim=-1)
+    return (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+
+
+def test_causal_attention_with_a_symbolic_sequence_length():
+    f = cuvil.jit(causal_attention, target=TARGET, dynamic_dims={"x": {1: "T"}})
+    for t in (3, 7):
+        x = t32(2, t, 16)
+        assert_same(f(x), causal_attention(x), rtol=1e-4, atol=1e-5)
+    assert f.compile_count == 1
