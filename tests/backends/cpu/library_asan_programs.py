@@ -1,0 +1,114 @@
+"""Library ops compiled and run under AddressSanitizer by test_library_ops.py (a subprocess, libasan preloaded).
+
+Each op is a program of its own whose result is its output (an exactly sized NumPy buffer), and the arena is
+allocated at its exact size, so writing past an output, an input or the op's scratch space (at the arena's
+end) aborts the run.
+gather_elements/scatter_elements get indices far out of range and index tensors larger than the data (sizes
+the shape rule cannot compare when symbolic): the generated code must clamp, never touch memory outside.
+"""
+import sys
+
+import numpy as np
+
+from cuvil.backends.cpu import executable
+from cuvil.compiler import compile_module
+from cuvil.interpreter import interpret
+from cuvil.ir import Builder, Module, TensorType, sym
+
+# exact-size heap buffers (no alignment slack) for the arena and packed weights
+executable.aligned_empty = lambda shape, dtype=np.float32, align=64: np.empty(shape, dtype)
+
+
+def programs(types: list, make) -> list:
+    """One module per value `make(builder)` returns, each computing only that value (DCE drops the rest)."""
+    out = []
+    for i in range(len(make(Builder.new_function(Module(), "main", types)))):
+        m = Module()
+        b = Builder.new_function(m, "main", types)
+        b.ret(make(b)[i])
+        out.append(m)
+    return out
+
+
+def index_programs() -> list:
+    n, d, r, k = sym("n"), sym("d"), sym("r"), sym("k")
+
+    def make(b):
+        x, idx, upd, xi = b.args
+        return [b.gather_elements(x, idx, axis=1), b.scatter_elements(x, idx, upd, axis=1),
+                b.scatter_elements(x, idx, upd, axis=1, reduction="add"),
+                b.scatter_elements(xi, idx, b.cast(upd, dtype="i32"), axis=1, reduction="max"),
+                b.gather_elements(xi, idx, axis=0)]
+    return programs([TensorType("f32", (n, d)), TensorType("i64", (r, k)), TensorType("f32", (r, k)),
+                     TensorType("i32", (n, d))], make)
+
+
+def window_programs() -> list:
+    n, h, w = sym("n"), sym("h"), sym("w")
+
+    def make(b):
+        x, x16 = b.args
+        rng = np.random.default_rng(0)
+
+        def const(*shape, dtype=np.float32):
+            return b.constant(rng.standard_normal(shape).astype(dtype))
+        return [b.conv(x, const(6, 4, 3, 3), const(6), strides=(2, 2), pads=(1, 1, 1, 1)),
+                b.conv(x, const(8, 1, 3, 3), groups=4, strides=(2, 1), pads=(0, 1, 2, 0)),
+                b.conv(x, const(5, 4, 1, 1), const(5)),
+                b.conv(x16, const(6, 2, 2, 3, dtype=np.float16), groups=2, dilations=(2, 1)),
+                b.conv_transpose(x, const(4, 3, 3, 3), const(3), strides=(2, 2), pads=(1, 0, 0, 1),
+                                 output_padding=(1, 0)),
+                b.max_pool(x, kernel=(3, 2), strides=(2, 2), dilations=(1, 2), ceil_mode=True),
+                b.avg_pool(x, kernel=(3, 3), strides=(2, 2), pads=(1, 1, 1, 1), ceil_mode=True,
+                           count_include_pad=True),
+                b.resize(x, sizes=(n, 4, h * 2, w + 3), mode="cubic", exclude_outside=True),
+                b.resize(x16, sizes=(n, 4, 3, w * 2), coordinate_transformation_mode="align_corners")]
+    return programs([TensorType("f32", (n, 4, h, w)), TensorType("f16", (n, 4, h, w))], make)
+
+
+def scan_programs() -> list:
+    n = sym("n")
+
+    def make(b):
+        x, q = b.args
+        return [*b.topk(x, k=5, axis=1, largest=False), b.cumsum(x, axis=0, exclusive=True, reverse=True),
+                b.argmin(x, axis=1), b.einsum(q, q, equation="bqd,bkd->bqk"), b.einsum(q, equation="bqd->dq")]
+    return programs([TensorType("f32", (n, 37)), TensorType("f32", (2, n, 8))], make)
+
+
+def check(exe, m: Module, inputs) -> None:
+    for g, w in zip(exe(*inputs), interpret(m, inputs)):
+        np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=1e-2, atol=1e-2)
+
+
+def run_index(m: Module, rng) -> None:
+    exe = compile_module(m)
+    for n, d, r, k in [(3, 5, 3, 4), (2, 4, 6, 7), (0, 3, 2, 2), (1, 1, 4, 1)]:
+        x, xi = rng.standard_normal((n, d)).astype(np.float32), rng.integers(-9, 9, (n, d)).astype(np.int32)
+        upd = rng.standard_normal((r, k)).astype(np.float32)
+        for idx in (rng.integers(-10 ** 9, 10 ** 9, (r, k)), np.full((r, k), -(2 ** 62)), np.full((r, k), 2 ** 62)):
+            exe(x, idx, upd, xi)
+    x, idx = np.arange(12, dtype=np.float32).reshape(3, 4), np.array([[0, 2], [-1, 2], [1, -3]])
+    check(exe, m, [x, idx, np.ones((3, 2), np.float32), x.astype(np.int32)])
+
+
+def main() -> int:
+    rng = np.random.default_rng(0)
+    for m in index_programs():
+        run_index(m, rng)
+    for m in window_programs():
+        exe = compile_module(m)
+        for n, h, w in [(1, 6, 7), (2, 9, 6)]:
+            x = rng.standard_normal((n, 4, h, w)).astype(np.float32)
+            check(exe, m, [x, x.astype(np.float16)])
+    for m in scan_programs():
+        exe = compile_module(m)
+        for n in (0, 1, 6):
+            check(exe, m, [rng.standard_normal((n, 37)).astype(np.float32),
+                           rng.standard_normal((2, n, 8)).astype(np.float32)])
+    print("library asan programs ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

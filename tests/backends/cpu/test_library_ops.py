@@ -1,0 +1,194 @@
+"""Library ops of the CPU backend (conv, pools, resize, einsum, topk, scans, element gathers) on model-sized
+shapes, compiled against the reference interpreter, plus the clamping of out-of-range indices and a run under
+AddressSanitizer (library_asan_programs.py). Tolerances as in test_ops_compiled.py; a conv's f32 sums over
+C*k*k products in another order, so it gets 1e-4 relative to the output's scale."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from cuvil.compiler import compile_module
+from cuvil.interpreter import interpret
+from cuvil.ir import Builder, Module, TensorType, sym
+from cuvil.ir.dtypes import DType
+
+from .test_asan import ROOT, _libasan
+from .test_ops_compiled import assert_matches
+
+
+def single_op(op: str, inputs: list, constants: tuple = (), dims: dict | None = None, **attrs) -> Module:
+    """A module computing `op` on `inputs` (function arguments) and `constants` (module constants, as weights
+    are in models); `dims` names symbolic sizes: {input index: {axis: name}}."""
+    m = Module()
+    types = []
+    for i, x in enumerate(inputs):
+        shape = list(x.shape)
+        for axis, name in (dims or {}).get(i, {}).items():
+            shape[axis] = sym(name)
+        types.append(TensorType(DType.from_numpy(x.dtype), tuple(shape)))
+    b = Builder.new_function(m, "main", types)
+    operands = list(b.args) + [b.constant(c, f"c{k}") for k, c in enumerate(constants)]
+    out = b.emit(op, *operands, **attrs)
+    b.ret(*(out if isinstance(out, tuple) else (out,)))
+    return m
+
+
+def rand(*shape, dtype=np.float32, seed=0):
+    return np.random.default_rng(seed + sum(shape)).standard_normal(shape).astype(dtype)
+
+
+def check(m: Module, inputs: list, scale_tol: float = 0.0) -> None:
+    """Compiled vs interpreter; `scale_tol` adds an absolute tolerance relative to the largest output."""
+    got, want = compile_module(m)(*inputs), interpret(m, inputs)
+    if scale_tol:
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=scale_tol * float(np.abs(w).max(initial=1.0)))
+    else:
+        assert_matches(got, want)
+
+
+CONVS = {
+    "resnet-3x3-s2-64-128": ((1, 64, 56, 56), (128, 64, 3, 3), True, {"strides": (2, 2), "pads": (1, 1, 1, 1)}),
+    "1x1-64-128-batch2": ((2, 64, 14, 14), (128, 64, 1, 1), True, {}),
+    "1x1-stride2": ((1, 32, 15, 15), (48, 32, 1, 1), False, {"strides": (2, 2)}),
+    "depthwise-3x3": ((2, 32, 28, 28), (32, 1, 3, 3), True, {"groups": 32, "pads": (1, 1, 1, 1)}),
+    "depthwise-s2-multiplier2": ((1, 16, 29, 29), (32, 1, 5, 5), False,
+                                 {"groups": 16, "strides": (2, 2), "pads": (2, 1, 2, 1)}),
+    "grouped-4": ((2, 32, 14, 14), (64, 8, 3, 3), True, {"groups": 4, "pads": (1, 1, 1, 1)}),
+    "stem-7x7-s2-dilated": ((1, 3, 40, 36), (16, 3, 7, 7), True,
+                            {"strides": (2, 2), "pads": (3, 2, 3, 4), "dilations": (1, 2)}),
+    "3d": ((1, 4, 6, 9, 8), (8, 4, 3, 3, 3), True, {"pads": (1, 1, 1, 1, 1, 1), "strides": (1, 2, 2)}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONVS))
+def test_conv_f32(name):
+    x_shape, w_shape, bias, attrs = CONVS[name]
+    consts = (rand(*w_shape, seed=1) * 0.1,) + ((rand(w_shape[0], seed=2),) if bias else ())
+    check(single_op("conv", [rand(*x_shape)], consts, **attrs), [rand(*x_shape)], 1e-5)
+
+
+@pytest.mark.parametrize("dtype,groups", [("float64", 2), ("float16", 1), ("bfloat16", 3), ("float16", 6)])
+def test_conv_other_dtypes(dtype, groups):
+    import ml_dtypes  # noqa: F401  (registers bfloat16 with NumPy)
+
+    dt = np.dtype(dtype)
+    x, w = rand(2, 6, 11, 10).astype(dt), (rand(12, 6 // groups, 3, 3, seed=1) * 0.3).astype(dt)
+    m = single_op("conv", [x, w, rand(12, seed=3).astype(dt)], groups=groups, strides=(2, 1), pads=(1, 0, 1, 2))
+    check(m, [x, w, rand(12, seed=3).astype(dt)])
+
+
+def test_conv_symbolic_sizes_at_several_values():
+    w, b = rand(8, 3, 3, 3, seed=1), rand(8, seed=2)
+    m = single_op("conv", [rand(1, 3, 9, 9)], (w, b), dims={0: {0: "n", 2: "h", 3: "w"}}, strides=(2, 2),
+                  pads=(1, 1, 1, 1))
+    exe = compile_module(m)
+    for shape in [(1, 3, 9, 9), (3, 3, 17, 6), (2, 3, 1, 1)]:
+        x = rand(*shape)
+        np.testing.assert_allclose(exe(x)[0], interpret(m, [x])[0], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("attrs", [{"strides": (2, 2)}, {}, {"groups": 4, "dilations": (2, 1), "strides": (1, 3)},
+                                   {"strides": (2, 2), "pads": (1, 0, 0, 1), "output_padding": (1, 1)}])
+def test_conv_transpose(attrs):
+    x, w = rand(2, 32, 14, 13), rand(32, 4, 2 if "groups" not in attrs else 3, 3, seed=1) * 0.2
+    check(single_op("conv_transpose", [x], (w, rand(4 * attrs.get("groups", 1), seed=2)), **attrs), [x], 1e-5)
+
+
+def test_conv_transpose_f64_symbolic():
+    x, w = rand(1, 6, 5, 7, dtype=np.float64), rand(6, 2, 3, 3, seed=1, dtype=np.float64)
+    m = single_op("conv_transpose", [x, w], dims={0: {2: "h"}}, groups=3, strides=(2, 2), pads=(1, 1, 0, 0))
+    check(m, [x, w])
+
+
+POOLS = [("max_pool", {"kernel": (3, 3), "strides": (2, 2), "pads": (1, 1, 1, 1)}),
+         ("avg_pool", {"kernel": (3, 3), "strides": (2, 2), "pads": (1, 1, 1, 1)}),
+         ("avg_pool", {"kernel": (3, 3), "strides": (2, 2), "pads": (1, 1, 1, 1), "count_include_pad": True}),
+         ("max_pool", {"kernel": (2, 3), "strides": (2, 2), "ceil_mode": True, "dilations": (2, 1)}),
+         ("avg_pool", {"kernel": (3, 2), "strides": (3, 2), "pads": (1, 0, 1, 1), "ceil_mode": True,
+                       "count_include_pad": True})]
+
+
+@pytest.mark.parametrize("op,attrs", POOLS)
+def test_pools(op, attrs):
+    x = rand(1, 64, 56, 55)
+    check(single_op(op, [x], **attrs), [x])
+
+
+def test_max_pool_int8_and_nan():
+    x = np.random.default_rng(0).integers(-128, 128, (2, 3, 17, 17)).astype(np.int8)
+    check(single_op("max_pool", [x], kernel=(3, 3), strides=(2, 2), pads=(1, 1, 1, 1)), [x])
+    f = rand(1, 2, 8, 8)
+    f[0, 1, 3, 4] = np.nan
+    check(single_op("max_pool", [f], kernel=(3, 3), strides=(2, 2), pads=(1, 1, 1, 1)), [f])
+
+
+@pytest.mark.parametrize("mode,transform", [("linear", "half_pixel"), ("nearest", "asymmetric"),
+                                            ("cubic", "align_corners"), ("linear", "pytorch_half_pixel")])
+def test_resize_2x(mode, transform):
+    x = rand(1, 16, 28, 27)
+    m = single_op("resize", [x], sizes=(1, 16, 56, 54), mode=mode, coordinate_transformation_mode=transform,
+                  nearest_mode="floor")
+    check(m, [x])
+
+
+def test_resize_downscale_symbolic_batch():
+    x = rand(2, 3, 31, 40)
+    m = single_op("resize", [x], dims={0: {0: "n"}}, sizes=(sym("n"), 3, 12, 17), mode="cubic",
+                  exclude_outside=True)
+    check(m, [x])
+
+
+@pytest.mark.parametrize("k,largest", [(10, True), (1000, False), (1, False)])
+def test_topk_1000(k, largest):
+    x = np.random.default_rng(k).integers(-50, 50, (3, 1000)).astype(np.float32)  # many ties
+    x[1, 17] = np.nan
+    check(single_op("topk", [x], k=k, axis=1, largest=largest), [x])
+
+
+def test_topk_middle_axis_i64():
+    x = np.random.default_rng(0).integers(-5, 5, (4, 300, 7)).astype(np.int64)
+    check(single_op("topk", [x], k=20, axis=1), [x])
+
+
+@pytest.mark.parametrize("equation,shapes", [("bhqd,bhkd->bhqk", [(2, 4, 33, 16), (2, 4, 40, 16)]),
+                                             ("bhqk,bhkd->bhqd", [(2, 4, 33, 40), (2, 4, 40, 16)]),
+                                             ("bqhd,bkhd->bhqk", [(2, 9, 3, 8), (2, 7, 3, 8)]),
+                                             ("ij,jk,kl->il", [(20, 30), (30, 10), (10, 5)])])
+def test_einsum(equation, shapes):
+    xs = [rand(*s, seed=i) for i, s in enumerate(shapes)]
+    check(single_op("einsum", xs, equation=equation), xs)
+
+
+@pytest.mark.parametrize("axis,exclusive,reverse", [(1, False, False), (2, True, True), (0, True, False)])
+def test_cumsum_and_arg(axis, exclusive, reverse):
+    x = rand(5, 200, 130)
+    check(single_op("cumsum", [x], axis=axis, exclusive=exclusive, reverse=reverse), [x])
+    check(single_op("argmax", [x], axis=axis, select_last_index=reverse), [x])
+
+
+def test_out_of_range_indices_clamp():
+    """gather_elements/scatter_elements clamp wrapped indices into the axis (the reference rejects them)."""
+    data = rand(4, 6)
+    idx = np.array([[-100, 5, 6, 99], [0, -1, -7, 3], [2, 1, 1000, -6], [4, 4, -9, 0]], np.int64)
+    clamped = np.clip(np.where(idx < 0, idx + 6, idx), 0, 5)
+    got = compile_module(single_op("gather_elements", [data, idx], axis=1))(data, idx)[0]
+    np.testing.assert_array_equal(got, np.take_along_axis(data, clamped, axis=1))
+    upd = rand(4, 4, seed=5)
+    got = compile_module(single_op("scatter_elements", [data, idx, upd], axis=1, reduction="add"))(data, idx, upd)[0]
+    want = data.astype(np.float64)
+    np.add.at(want, (np.arange(4)[:, None], clamped), upd)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+@pytest.mark.skipif(_libasan() is None, reason="gcc's libasan is not installed")
+def test_library_ops_under_asan(tmp_path):
+    env = {**os.environ, "LD_PRELOAD": _libasan(), "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1",
+           "CUVIL_EXTRA_CFLAGS": "-fsanitize=address -fno-omit-frame-pointer", "CUVIL_CACHE_DIR": str(tmp_path),
+           "CUVIL_OPT_LEVEL": "1", "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-m", "tests.backends.cpu.library_asan_programs"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-6000:]
+    assert "library asan programs ok" in out.stdout
