@@ -224,11 +224,6 @@ def arg_reduce(cx: Context, irop: str, x, axis=None, keepdims=False) -> TV:
     return TV(cx.b.emit(irop, t.value, axis=axis, keepdims=bool(keepdims)))
 
 
-def count(cx: Context, t: TV, axes) -> object:
-    """Number of elements the axes hold (a Python int or a symbolic size)."""
-    return math.prod((t.shape[a] for a in axes), start=1)
-
-
 def variance(cx: Context, x, axis=None, keepdims=False, ddof=0, root=False) -> TV:
     """var = mean((x - mean(x))^2) * n / (n - ddof); std is its square root."""
     t = tensor(cx, x)
@@ -237,7 +232,7 @@ def variance(cx: Context, x, axis=None, keepdims=False, ddof=0, root=False) -> T
     mean = TV(cx.b.reduce_mean(t.value, axes=axes, keepdims=True))
     dev = binary(cx, "sub", "subtract", t, mean)
     sq = reduce(cx, "reduce_sum", "sum", binary(cx, "mul", "multiply", dev, dev), axes, keepdims)
-    n = count(cx, t, axes)
+    n = math.prod((t.shape[a] for a in axes), start=1)  # an int or a symbolic size
     out = binary(cx, "div", "true_divide", sq, n - ddof)
     return unary(cx, "sqrt", None, out) if root else out
 

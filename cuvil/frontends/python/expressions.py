@@ -96,6 +96,8 @@ class ExpressionTranslator:
 
     def lift(self, v):
         """Arrays and tensors from globals, closures or compile-time calls become constants."""
+        if isinstance(v, (tuple, list)) and not hasattr(v, "_fields"):
+            return type(v)(self.lift(x) for x in v)
         if isinstance(v, np.ndarray):
             return self.cx.constant(v)
         if is_torch_tensor(v):
@@ -359,12 +361,14 @@ class ExpressionTranslator:
             return self.inline(fn, args, kwargs)
         if _is_hashable(fn) and fn in BUILTINS:
             return BUILTINS[fn](self, *args, **kwargs)
-        if isinstance(fn, type) and issubclass(fn, np.generic) and any(is_dynamic(a) for a in args):
-            return E.cast(self.cx, args[0], to_dtype(fn))
+        if isinstance(fn, type) and issubclass(fn, np.generic):  # np.float32(x): a cast, or a NumPy scalar now
+            return E.cast(self.cx, args[0], to_dtype(fn)) if is_dynamic(args) else fn(*args, **kwargs)
+        if _is_value_method(fn) and not is_dynamic(args) and not is_dynamic(kwargs):
+            return fn(*args, **kwargs)  # shape.index(4), "{}".format(n): methods of immutable Python values
         hit = lookup(fn)
         if hit is None:
             raise UnsupportedError(_unsupported_call(fn, label))
-        ns, name, conv = hit
+        conv = hit[2]
         if not is_dynamic(args) and not is_dynamic(kwargs):
             return self.lift(fn(*args, **kwargs))  # a library call on constants runs now
         if conv is None:
@@ -391,6 +395,10 @@ class ExpressionTranslator:
             raise CuvilError(f"calling {src.name}: {e}") from None
         bound.apply_defaults()
         return FunctionTranslator(self.cx, src, self.depth + 1).run(dict(bound.arguments))
+
+
+def _is_value_method(fn) -> bool:
+    return inspect.isbuiltin(fn) and isinstance(getattr(fn, "__self__", None), (tuple, str, dict, range, int, float))
 
 
 def _is_hashable(fn) -> bool:

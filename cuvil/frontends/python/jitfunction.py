@@ -61,6 +61,7 @@ class JitFunction:
         functools.update_wrapper(self, fn)
         self.python_function = fn
         self.options = _check_options(fn, options)
+        self._signature = inspect.signature(fn)
         self.compile_count = 0
         self._source: Optional[Source] = None
         self._cache: dict = {}
@@ -115,7 +116,7 @@ class JitFunction:
 
     def _bind(self, args, kwargs) -> CallSpec:
         try:
-            bound = inspect.signature(self.python_function).bind(*args, **kwargs)
+            bound = self._signature.bind(*args, **kwargs)
         except TypeError as e:
             raise TypeError(f"{self.__wrapped__.__qualname__}(): {e}") from None
         bound.apply_defaults()

@@ -152,6 +152,11 @@ def builtins_use(x):
         [r.sum() for r in rows if True], list(zip(range(2), "ab")), x.shape[-1], isinstance(x, np.ndarray)
 
 
+def value_methods(x):
+    axis = x.shape.index(4)
+    return x.sum(axis=axis), "{}x{}".format(*x.shape), {"k": 2}.get("k") * x
+
+
 def aug(x):
     y = x * 1.0
     y += 1.0
@@ -170,7 +175,7 @@ def ifexp(x, flag=True):
 
 @pytest.mark.parametrize("fn,args,kwargs", [
     (tuples, (X, Y), {}), (defaults, (X,), {}), (defaults, (X, 3.0), {"shift": -1.0, "axis": 1}),
-    (builtins_use, (X,), {}), (aug, (X,), {}), (ifexp, (X,), {}), (ifexp, (X, False), {}),
+    (builtins_use, (X,), {}), (value_methods, (X,), {}), (aug, (X,), {}), (ifexp, (X,), {}), (ifexp, (X, False), {}),
 ], ids=lambda v: getattr(v, "__name__", "") if callable(v) else "")
 def test_python_values(fn, args, kwargs):
     check(fn, *args, **kwargs)
