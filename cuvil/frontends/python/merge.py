@@ -84,8 +84,8 @@ def same(a, b) -> bool:
 
 # -- pytrees of values: tuples of tensors merge leaf by leaf -------------------------------------------------------
 def flatten(v) -> tuple:
-    """(leaves, structure); tuples and lists are walked, everything else is a leaf."""
-    if isinstance(v, (tuple, list)) and not hasattr(v, "_fields"):
+    """(leaves, structure); tuples (named ones too) and lists are walked, everything else is a leaf."""
+    if isinstance(v, (tuple, list)):
         parts = [flatten(x) for x in v]
         return [leaf for p in parts for leaf in p[0]], (type(v), tuple(p[1] for p in parts))
     return [v], None
@@ -98,7 +98,8 @@ def unflatten(structure, leaves):
         if s is None:
             return next(it)
         kind, children = s
-        return kind(build(c) for c in children)
+        items = [build(c) for c in children]
+        return kind(*items) if hasattr(kind, "_fields") else kind(items)
     return build(structure)
 
 

@@ -114,3 +114,16 @@ def test_causal_attention_with_a_symbolic_sequence_length():
         x = t32(2, t, 16)
         assert_same(f(x), causal_attention(x), rtol=1e-4, atol=1e-5)
     assert f.compile_count == 1
+
+
+def named_result(x):
+    r = x.max(dim=1)
+    if x.sum() > 0:
+        r = x.min(dim=1)
+    return r
+
+
+def test_named_tuples_merge_and_return():
+    for x in (X.abs(), -X.abs()):
+        got = check(named_result, x)
+        assert torch.equal(got.indices, named_result(x).indices)
