@@ -101,7 +101,9 @@ def randomize_batch_norm(model: nn.Module, seed: int = 0) -> nn.Module:
 # -- transformers models from configs --------------------------------------------------------------------
 def hf_model(kind: str, small: bool = True):
     """BERT, DistilBERT, GPT-2 or ViT from a config (random weights, no download)."""
-    import transformers as tf
+    import pytest
+
+    tf = pytest.importorskip("transformers")
 
     torch.manual_seed(0)
     tiny = dict(vocab_size=128)

@@ -9,8 +9,6 @@ from torch.export import Dim
 from .helpers import check
 from .models import MobileNetV2, ResNet18, hf_model, randomize_batch_norm, text_inputs
 
-pytest.importorskip("transformers")
-
 
 def test_resnet18_imagenet_size():
     model = randomize_batch_norm(ResNet18())
