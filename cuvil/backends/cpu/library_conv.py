@@ -92,12 +92,54 @@ COL2IM = """static void cuvil_col2im_{T}(const {T} *restrict col, {T} *restrict 
 }}
 """
 
-# Direct conv for one input channel per group: output channel o reads input channel o / (O / C).
-DWCONV = """static void cuvil_dwconv_{T}(const {T} *restrict x, const {T} *restrict w, const {T} *restrict bias,
+# Direct conv for one input channel per group: output channel o reads input channel o / (O / C). Each kernel
+# row adds into an output row: its interior columns (every tap inside x) in one vectorised pass with the taps
+# unrolled for the common widths, the edge columns tap by tap with bounds checks.
+DWCONV = """static inline __attribute__((always_inline)) void cuvil_dwrows_{T}({T} *restrict yr, const {T} *restrict xr,
+        const {T} *restrict wr, int64_t lo, int64_t hi, const int64_t rows, const int64_t kw, const int64_t s,
+        int64_t rs, int64_t dw, int64_t pw)
+{{
+    #pragma omp simd
+    for (int64_t ox = lo; ox < hi; ox++) {{
+        {T} acc = yr[ox];
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t tx = 0; tx < kw; tx++) acc += wr[r * kw + tx] * xr[r * rs + ox * s + tx * dw - pw];
+        yr[ox] = acc;
+    }}
+}}
+
+static inline void cuvil_dwedge_{T}({T} *restrict yr, const {T} *restrict xr, const {T} *restrict wr, int64_t from,
+                                   int64_t to, int64_t kw, int64_t s, int64_t dw, int64_t pw, int64_t W)
+{{
+    for (int64_t ox = from; ox < to; ox++)
+        for (int64_t tx = 0; tx < kw; tx++) {{
+            const int64_t ix = ox * s + tx * dw - pw;
+            if (ix >= 0 && ix < W) yr[ox] += wr[tx] * xr[ix];
+        }}
+}}
+
+/* The interior columns of `rows` kernel rows: square kernels unrolled whole (one load and store of the
+ * output row), other widths one row at a time with the row unrolled. */
+#define CUVIL_DW_SQUARE_{T}(K) if (rows == K && kw == K) {{ \\
+        if (s == 1) cuvil_dwrows_{T}(yr, xr, wr, lo, hi, K, K, 1, rs, dw, pw); \\
+        else cuvil_dwrows_{T}(yr, xr, wr, lo, hi, K, K, s, rs, dw, pw); \\
+    }} else
+#define CUVIL_DW_ROW_{T}(K) case K: \\
+    if (s == 1) cuvil_dwrows_{T}(yr, xr + r * rs, wr + r * kw, lo, hi, 1, K, 1, rs, dw, pw); \\
+    else cuvil_dwrows_{T}(yr, xr + r * rs, wr + r * kw, lo, hi, 1, K, s, rs, dw, pw); \\
+    break;
+
+static void cuvil_dwconv_{T}(const {T} *restrict x, const {T} *restrict w, const {T} *restrict bias,
                              {T} *restrict y, int64_t batch, int64_t C, int64_t O, const cuvil_win *g)
 {{
     const int64_t taps = g->k[0] * g->k[1] * g->k[2], mult = O / C;
     const int64_t in_plane = g->in[0] * g->in[1] * g->in[2], out_plane = g->out[0] * g->out[1] * g->out[2];
+    const int64_t kw = g->k[2], s = g->s[2], dw = g->d[2], pw = g->p[2], W = g->in[2], OW = g->out[2];
+    const int64_t rs = g->d[1] * W;
+    int64_t lo, hi, unused, last;  /* interior columns: the first tap's lower bound, the last tap's upper */
+    cuvil_taps(-pw, s, OW, W, &lo, &unused);
+    cuvil_taps((kw - 1) * dw - pw, s, OW, W, &unused, &last);
+    hi = last > lo ? last : lo;
     #pragma omp parallel for {par}
     for (int64_t p = 0; p < batch * O; p++) {{
         const int64_t o = p % O;
@@ -111,26 +153,22 @@ DWCONV = """static void cuvil_dwconv_{T}(const {T} *restrict x, const {T} *restr
             for (int64_t oy = 0; oy < g->out[1]; oy++) {{
                 int64_t y0, y1;
                 cuvil_taps(oy * g->s[1] - g->p[1], g->d[1], g->k[1], g->in[1], &y0, &y1);
-                {T} *yr = yp + (oz * g->out[1] + oy) * g->out[2];
-                for (int64_t tz = z0; tz < z1; tz++)
-                    for (int64_t ty = y0; ty < y1; ty++) {{
-                        const int64_t iz = oz * g->s[0] - g->p[0] + tz * g->d[0];
-                        const int64_t iy = oy * g->s[1] - g->p[1] + ty * g->d[1];
-                        const {T} *xr = xp + (iz * g->in[1] + iy) * g->in[2];
-                        for (int64_t tx = 0; tx < g->k[2]; tx++) {{
-                            const {T} wv = wp[(tz * g->k[1] + ty) * g->k[2] + tx];
-                            const int64_t off = tx * g->d[2] - g->p[2], s = g->s[2];
-                            int64_t lo, hi;
-                            cuvil_taps(off, s, g->out[2], g->in[2], &lo, &hi);
-                            if (s == 1) {{
-                                #pragma omp simd
-                                for (int64_t ox = lo; ox < hi; ox++) yr[ox] += wv * xr[ox + off];
-                            }} else {{
-                                #pragma omp simd
-                                for (int64_t ox = lo; ox < hi; ox++) yr[ox] += wv * xr[ox * s + off];
-                            }}
+                {T} *yr = yp + (oz * g->out[1] + oy) * OW;
+                const int64_t rows = y1 - y0, iy = oy * g->s[1] - g->p[1] + y0 * g->d[1];
+                for (int64_t tz = z0; tz < z1 && rows > 0; tz++) {{
+                    const int64_t iz = oz * g->s[0] - g->p[0] + tz * g->d[0];
+                    const {T} *xr = xp + (iz * g->in[1] + iy) * W, *wr = wp + (tz * g->k[1] + y0) * kw;
+                    CUVIL_DW_SQUARE_{T}(3) CUVIL_DW_SQUARE_{T}(5) CUVIL_DW_SQUARE_{T}(7)
+                    for (int64_t r = 0; r < rows; r++)
+                        switch (kw) {{
+                            CUVIL_DW_ROW_{T}(1) CUVIL_DW_ROW_{T}(3) CUVIL_DW_ROW_{T}(5) CUVIL_DW_ROW_{T}(7)
+                            default: cuvil_dwrows_{T}(yr, xr + r * rs, wr + r * kw, lo, hi, 1, kw, s, rs, dw, pw);
                         }}
+                    for (int64_t r = 0; r < rows; r++) {{
+                        cuvil_dwedge_{T}(yr, xr + r * rs, wr + r * kw, 0, lo, kw, s, dw, pw, W);
+                        cuvil_dwedge_{T}(yr, xr + r * rs, wr + r * kw, hi, OW, kw, s, dw, pw, W);
                     }}
+                }}
             }}
         }}
     }}
@@ -169,52 +207,100 @@ FILL = """static void cuvil_fill_planes_{T}({T} *restrict y, const {T} *restrict
 """
 
 # Pools: max over the taps inside the input (pads and ceil-mode overhang never win); the average divides by
-# the taps inside the input, or with count_include_pad by those inside the explicitly padded input.
-POOL = """static void {name}(const {S} *restrict x, {S} *restrict y, int64_t planes, const cuvil_win *g,
+# the taps inside the input, or with count_include_pad by those inside the explicitly padded input. A row's
+# interior columns (every tap inside x, one z tap) run vectorised with square kernels unrolled; the edge
+# columns, and 3-D windows, take the per-element path.
+POOL = """static {T} {name}_at(const {S} *restrict xp, const cuvil_win *g, int64_t oz, int64_t oy, int64_t ox,
                         int include_pad)
 {{
-    const int64_t in_plane = g->in[0] * g->in[1] * g->in[2], out_plane = g->out[0] * g->out[1] * g->out[2];
+    int64_t z0, z1, y0, y1, x0, x1;
+    const int64_t sz = oz * g->s[0] - g->p[0], sy = oy * g->s[1] - g->p[1], sx = ox * g->s[2] - g->p[2];
+    cuvil_taps(sz, g->d[0], g->k[0], g->in[0], &z0, &z1);
+    cuvil_taps(sy, g->d[1], g->k[1], g->in[1], &y0, &y1);
+    cuvil_taps(sx, g->d[2], g->k[2], g->in[2], &x0, &x1);
+    {T} acc = {init};
+    for (int64_t tz = z0; tz < z1; tz++)
+        for (int64_t ty = y0; ty < y1; ty++) {{
+            const int64_t at = ((sz + tz * g->d[0]) * g->in[1] + sy + ty * g->d[1]) * g->in[2] + sx;
+            for (int64_t tx = x0; tx < x1; tx++) {{
+                const {T} v = {value};
+                acc = {combine};
+            }}
+        }}
+    {finish}
     (void)include_pad;
+    return acc;
+}}
+
+static inline __attribute__((always_inline)) void {name}_cols(const {S} *restrict xr, {S} *restrict yr, int64_t lo,
+        int64_t hi, const int64_t rows, const int64_t kw, const int64_t s, int64_t rs, int64_t dw, int64_t start,
+        {T} count)
+{{
+    (void)count;
+    #pragma omp simd
+    for (int64_t ox = lo; ox < hi; ox++) {{
+        {T} acc = {init};
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t tx = 0; tx < kw; tx++) {{
+                const {T} v = {value_cols};
+                acc = {combine};
+            }}
+        yr[ox] = {store_cols};
+    }}
+}}
+
+#define {NAME}_SQUARE(K) if (rows == K && kw == K) {{ \\
+        if (s == 1) {name}_cols(xr, yr, lo, hi, K, K, 1, rs, dw, -pw, count); \\
+        else {name}_cols(xr, yr, lo, hi, K, K, s, rs, dw, -pw, count); \\
+    }} else
+
+static void {name}(const {S} *restrict x, {S} *restrict y, int64_t planes, const cuvil_win *g, int include_pad)
+{{
+    const int64_t in_plane = g->in[0] * g->in[1] * g->in[2], out_plane = g->out[0] * g->out[1] * g->out[2];
+    const int64_t kw = g->k[2], s = g->s[2], dw = g->d[2], pw = g->p[2], W = g->in[2], OW = g->out[2];
+    const int64_t rs = g->d[1] * W;
+    int64_t lo, hi, unused, last;  /* interior columns: the first tap's lower bound, the last tap's upper */
+    cuvil_taps(-pw, s, OW, W, &lo, &unused);
+    cuvil_taps((kw - 1) * dw - pw, s, OW, W, &unused, &last);
+    hi = last > lo ? last : lo;
     #pragma omp parallel for {par}
     for (int64_t p = 0; p < planes; p++) {{
         const {S} *xp = x + p * in_plane;
-        {S} *yp = y + p * out_plane;
         for (int64_t oz = 0; oz < g->out[0]; oz++) {{
-            int64_t z0, z1, y0, y1, x0, x1;
-            const int64_t sz = oz * g->s[0] - g->p[0];
-            cuvil_taps(sz, g->d[0], g->k[0], g->in[0], &z0, &z1);
+            int64_t z0, z1;
+            cuvil_taps(oz * g->s[0] - g->p[0], g->d[0], g->k[0], g->in[0], &z0, &z1);
             for (int64_t oy = 0; oy < g->out[1]; oy++) {{
+                {S} *yr = y + p * out_plane + (oz * g->out[1] + oy) * OW;
                 const int64_t sy = oy * g->s[1] - g->p[1];
+                int64_t y0, y1, a = 0, b = 0;
                 cuvil_taps(sy, g->d[1], g->k[1], g->in[1], &y0, &y1);
-                for (int64_t ox = 0; ox < g->out[2]; ox++) {{
-                    const int64_t sx = ox * g->s[2] - g->p[2];
-                    cuvil_taps(sx, g->d[2], g->k[2], g->in[2], &x0, &x1);
-                    {T} acc = {init};
-                    for (int64_t tz = z0; tz < z1; tz++)
-                        for (int64_t ty = y0; ty < y1; ty++) {{
-                            const int64_t at = ((sz + tz * g->d[0]) * g->in[1] + sy + ty * g->d[1]) * g->in[2] + sx;
-                            for (int64_t tx = x0; tx < x1; tx++) {{
-                                const {T} v = {value};
-                                acc = {combine};
-                            }}
-                        }}
-                    {finish}
-                    yp[(oz * g->out[1] + oy) * g->out[2] + ox] = {store};
+                if (g->k[0] == 1 && z1 > z0 && y1 > y0) {{
+                    const int64_t rows = y1 - y0;
+                    const {S} *xr = xp + ((oz * g->s[0] - g->p[0]) * g->in[1] + sy + y0 * g->d[1]) * W;
+                    int64_t pad0 = y0, pad1 = y1;
+                    if (include_pad) cuvil_taps(sy + g->p[1], g->d[1], g->k[1], g->in[1] + g->p[1] + g->pe[1],
+                                                &pad0, &pad1);
+                    const {T} count = ({T})((pad1 - pad0) * kw);
+                    {NAME}_SQUARE(2) {NAME}_SQUARE(3)
+                    {name}_cols(xr, yr, lo, hi, rows, kw, s, rs, dw, -pw, count);
+                    a = lo, b = hi;
                 }}
+                for (int64_t ox = 0; ox < a; ox++) yr[ox] = {store};
+                for (int64_t ox = b; ox < OW; ox++) yr[ox] = {store};
             }}
         }}
     }}
 }}
 """
 _AVG_FINISH = """int64_t count = (z1 - z0) * (y1 - y0) * (x1 - x0);
-                    if (include_pad) {{
-                        int64_t a0, a1, b0, b1, c0, c1;
-                        cuvil_taps(sz + g->p[0], 1, g->k[0], g->in[0] + g->p[0] + g->pe[0], &a0, &a1);
-                        cuvil_taps(sy + g->p[1], 1, g->k[1], g->in[1] + g->p[1] + g->pe[1], &b0, &b1);
-                        cuvil_taps(sx + g->p[2], 1, g->k[2], g->in[2] + g->p[2] + g->pe[2], &c0, &c1);
-                        count = (a1 - a0) * (b1 - b0) * (c1 - c0);
-                    }}
-                    acc = acc / ({T})count;"""
+    if (include_pad) {{
+        int64_t a0, a1, b0, b1, c0, c1;
+        cuvil_taps(sz + g->p[0], g->d[0], g->k[0], g->in[0] + g->p[0] + g->pe[0], &a0, &a1);
+        cuvil_taps(sy + g->p[1], g->d[1], g->k[1], g->in[1] + g->p[1] + g->pe[1], &b0, &b1);
+        cuvil_taps(sx + g->p[2], g->d[2], g->k[2], g->in[2] + g->p[2] + g->pe[2], &c0, &c1);
+        count = (a1 - a0) * (b1 - b0) * (c1 - c0);
+    }}
+    acc = acc / ({T})count;"""
 _INT_MIN = {DType.i8: "INT8_MIN", DType.u8: "0"}
 
 
@@ -372,12 +458,18 @@ def _pool_helper(gen, op_name: str, dt: DType) -> str:
     name = f"{op_name}_{tag(dt)}"
     if op_name == "max_pool":
         init = "-INFINITY" if dt.is_float else _INT_MIN[dt]
-        fmt = {"init": init, "combine": "CUVIL_MAX(acc, v)", "finish": ""}
+        fmt = {"init": init, "combine": "CUVIL_MAX(acc, v)", "finish": "", "final": "acc"}
     else:
-        fmt = {"init": "0", "combine": "acc + v", "finish": _AVG_FINISH.format(T=t)}
-    return _use(gen, name, POOL, name=name, S=s, T=t, value=load(dt, "xp", "at + tx * g->d[2]"),
-                store=store_value(dt, "acc") if dt.is_float else f"({s})acc",
+        fmt = {"init": "0", "combine": "acc + v", "finish": _AVG_FINISH.format(T=t), "final": "acc / count"}
+    final = fmt.pop("final")
+    return _use(gen, name, POOL, name=name, NAME=name.upper(), S=s, T=t, value=load(dt, "xp", "at + tx * g->d[2]"),
+                value_cols=load(dt, "xr", "r * rs + ox * s + tx * dw + start"), store=_store(dt, f"{name}_at("
+                "xp, g, oz, oy, ox, include_pad)"), store_cols=_store(dt, final),
                 par=par_if("planes * out_plane * g->k[0] * g->k[1] * g->k[2]"), **fmt)
+
+
+def _store(dt: DType, expr: str) -> str:
+    return store_value(dt, expr) if dt.is_float else f"({storage(dt)})({expr})"
 
 
 def _pool(gen, op, depth: int) -> None:
