@@ -27,8 +27,9 @@ def default_pipeline(target: str = "cpu", level: int = 2, passes: Iterable[Pass]
         from ..backends.cpu.backend import keeps_composite
         from ..backends.cpu.loops import REDUCE_OPS, is_loop_op
 
-        pb.add(Decompose(keep=keeps_composite), SplitToSlices(), CSE(), DCE(), FuseGemmEpilogue(),
-               FuseOps(is_loop_op, REDUCE_OPS))
+        pb.add(Decompose(keep=keeps_composite), SplitToSlices())
+        pb.add_fixpoint("cleanup-lowered", FoldConstants(), Simplify(), Canonicalize(), CSE(), DCE())
+        pb.add(FuseGemmEpilogue(), FuseOps(is_loop_op, REDUCE_OPS))
     for p in passes:
         pb.insert(p)
     return pb.build()

@@ -64,11 +64,14 @@ class CodeGen:
         self.direct = {i: v for i, v in enumerate(ret.operands)
                        if counts[id(v)] == 1 and _defines_buffer(v) and v.owner.parent is fn.body}
         direct_ids = {id(v) for v in self.direct.values()}
+        self.yield_alias = _cond_yield_aliases(fn)
         self.plan = plan_memory(fn, lambda v: _defines_buffer(v) and id(v) not in direct_ids, self.alias_of)
 
     def alias_of(self, v: Value):
         if isinstance(v.owner, Op) and v.owner.name == "fused" and is_alias(v.owner):
             return v.owner.operands[0]
+        if id(v) in self.yield_alias:
+            return self.yield_alias[id(v)]
         if not isinstance(v.owner, Op) and v.owner.parent is not None and v.owner.parent.name == "while":
             return v.owner.parent.results[v.index]
         return None
@@ -252,6 +255,25 @@ class CodeGen:
         for i, v in enumerate(op.operands):
             if i not in self.direct:
                 self.line(depth, f"memcpy(outs[{i}], {self.ptr[id(v)]}, {c_dim(_nbytes(v))});")
+
+
+def _cond_yield_aliases(fn: Function) -> dict:
+    """A value a `cond` branch computes only to yield it is computed straight into the cond's result."""
+    uses: dict = {}
+    for op in fn.walk():
+        for v in op.operands:
+            uses[id(v)] = uses.get(id(v), 0) + 1
+    out = {}
+    for op in fn.walk():
+        if op.name != "cond":
+            continue
+        for region in op.regions:
+            for y, r in zip(region.terminator.operands, op.results):
+                owner = y.owner
+                if isinstance(owner, Op) and owner.parent is region and uses[id(y)] == 1 and _defines_buffer(y) \
+                        and not (owner.name == "fused" and is_alias(owner)):
+                    out[id(y)] = r
+    return out
 
 
 def _nbytes(v: Value):
