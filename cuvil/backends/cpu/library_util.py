@@ -88,10 +88,8 @@ def scratch_parts(gen, depth: int, parts: list) -> None:
     (C name, C type, element count as C); each part starts on a 64-byte boundary."""
     if not parts:
         return
-    offsets, total = [], "0"
-    for _, ctype, count in parts:
-        offsets.append(total)
-        total = f"{total} + ({count} * (int64_t)sizeof({ctype}) + 63) / 64 * 64"
-    base = gen.scratch(total, "uint8_t")
-    for (name, ctype, _), off in zip(parts, offsets):
-        gen.line(depth, f"{ctype} *restrict {name} = ({ctype} *)({base} + {off});")
+    sizes = [f"({count} * (int64_t)sizeof({ctype}) + 63) / 64 * 64" for _, ctype, count in parts]
+    gen.line(depth, f"uint8_t *scratch = {gen.scratch(' + '.join(sizes), 'uint8_t')};")
+    for (name, ctype, _), size in zip(parts, sizes):
+        gen.line(depth, f"{ctype} *restrict {name} = ({ctype} *)scratch;")
+        gen.line(depth, f"scratch += {size};")
