@@ -132,23 +132,95 @@ def index(cx, x, indices):
     axes = [i for i, v in enumerate(indices) if v is not None]
     if len(axes) == 1:
         return cx.b.gather(x, _index(cx, indices[axes[0]]), axis=axes[0])
+    merged, flat, lead = _flattened(cx, x, indices)
+    out = cx.b.gather(merged, flat, axis=0)
+    return cx.b.transpose(out, perm=_b_in_place(flat.type.rank, lead, out.type.rank)) if lead else out
+
+
+@aten("index_put")
+def index_put(cx, x, indices, values, accumulate=False):
+    """x[indices] = values (or += with accumulate): the indexing of `index` run backwards with a
+    `scatter_elements` on the merged axis."""
+    merged, flat, lead = _flattened(cx, x, indices)
+    b_rank, rest = flat.type.rank, merged.type.shape[1:]
+    shape = rest[:lead] + flat.type.shape + rest[lead:]  # the shape x[indices] has
+    values = cx.tensor(values, x.type.dtype, shape)
+    if lead:
+        values = cx.b.transpose(values, perm=_inverse(_b_in_place(b_rank, lead, len(shape))))
+    n = math.prod(flat.type.shape, start=1)
+    values = cx.b.reshape(values, shape=(n,) + rest)
+    idx = cx.broadcast(cx.b.reshape(flat, shape=(n,) + (1,) * len(rest)), (n,) + rest)
+    out = cx.b.scatter_elements(merged, idx, values, axis=0, reduction="add" if accumulate else "none")
+    axes = [i for i, v in enumerate(indices) if v is not None]
+    others = [i for i in range(x.type.rank) if i not in axes]
+    out = cx.b.reshape(out, shape=tuple(x.type.shape[a] for a in axes) + rest)
+    return cx.b.transpose(out, perm=_inverse(axes + others))
+
+
+def _flattened(cx, x, indices):
+    """(x with the indexed axes moved first and merged, the combined flat index, lead): lead is where B goes
+    in x[indices] when the indexed axes are adjacent (0 when B leads)."""
+    axes = [i for i, v in enumerate(indices) if v is not None]
     idx = cx.operands([_index(cx, indices[a]) for a in axes], DType.i64)
     rest = [i for i in range(x.type.rank) if i not in axes]
     moved = cx.b.transpose(x, perm=axes + rest) if axes != list(range(len(axes))) else x
     sizes = [x.type.shape[a] for a in axes]
-    flat = cx.b.reshape(moved, shape=(math.prod(sizes),) + tuple(x.type.shape[i] for i in rest))
+    merged = cx.b.reshape(moved, shape=(math.prod(sizes),) + tuple(x.type.shape[i] for i in rest))
     combined = None
     for k, (v, size) in enumerate(zip(idx, sizes)):
         v = _wrap(cx, v, size)
         stride = math.prod(sizes[k + 1:])
         v = v if stride == 1 else cx.b.mul(v, cx.tensor(stride, DType.i64, v.type.shape))
         combined = v if combined is None else cx.b.add(combined, v)
-    out = cx.b.gather(flat, combined, axis=0)
-    b_rank, lead = combined.type.rank, axes[0]
-    if axes == list(range(lead, lead + len(axes))) and lead > 0:  # adjacent: B goes where the axes were
-        perm = list(range(b_rank, b_rank + lead)) + list(range(b_rank)) + list(range(b_rank + lead, out.type.rank))
-        out = cx.b.transpose(out, perm=perm)
+    adjacent = axes == list(range(axes[0], axes[0] + len(axes)))
+    return merged, combined, axes[0] if adjacent else 0
+
+
+def _b_in_place(b_rank: int, lead: int, rank: int) -> list:
+    """The permutation taking [B, rest] to [rest[:lead], B, rest[lead:]]."""
+    return list(range(b_rank, b_rank + lead)) + list(range(b_rank)) + list(range(b_rank + lead, rank))
+
+
+def _inverse(perm) -> list:
+    out = [0] * len(perm)
+    for i, p in enumerate(perm):
+        out[p] = i
     return out
+
+
+_SCATTER_REDUCE = {None: "none", "add": "add", "sum": "add", "multiply": "mul", "prod": "mul", "amax": "max",
+                   "amin": "min"}
+
+
+@aten("scatter", "scatter_add", "scatter_reduce")
+def scatter(cx, x, dim, idx, src, reduce=None, include_self=True):
+    """ONNX ScatterElements semantics, which PyTorch's scatter family shares; src beyond the index's extent
+    is unused, so it is sliced to the index's shape."""
+    reduce = "add" if cx.op_name == "scatter_add" else reduce
+    if reduce not in _SCATTER_REDUCE or not include_self:
+        raise cx.error(f"scatter reduction {reduce!r}" + ("" if include_self else " without include_self")
+                       + " is not supported")
+    shape = idx.type.shape
+    if hasattr(src, "type") and src.type.shape != shape:
+        src = cx.b.slice(src, starts=[0] * len(shape), ends=list(shape), axes=list(range(len(shape))))
+    src = cx.tensor(src, x.type.dtype, shape)
+    return cx.b.scatter_elements(x, _index(cx, idx), src, axis=dim, reduction=_SCATTER_REDUCE[reduce])
+
+
+@aten("sort", "argsort")
+def sort(cx, x, *args):
+    """A stable full `topk`: ascending takes the smallest first."""
+    overload = cx.node.target._overloadname
+    if overload == "stable":
+        dim, descending = args[1], args[2]
+    else:
+        dim, descending = (args + (-1, False))[:2]
+    axis = norm_axis(dim, x.type.rank, "sort")
+    n = x.type.shape[axis]
+    if not isinstance(n, int):
+        raise cx.error("sorting along a symbolic axis is not supported")
+    values, idx = cx.b.topk(x, k=n, axis=axis, largest=bool(descending))
+    return idx if cx.op_name == "argsort" else (values, idx)
 
 
 def _wrap(cx, v, size):

@@ -60,7 +60,8 @@ def export_program(obj, args: tuple, kwargs: dict, dynamic_shapes=None):
         try:
             program = torch.export.export(module, tuple(args), dict(kwargs), dynamic_shapes=dynamic_shapes)
         except Exception as e:  # torch's message says what to change; keep it, under Cuvil's error type
-            raise UnsupportedError(f"torch.export could not capture {type(obj).__name__}: "
+            hint = " (for a transformers model, set config.use_cache=False)" if "Cache" in str(e) else ""
+            raise UnsupportedError(f"torch.export could not capture {type(obj).__name__}{hint}: "
                                    f"{type(e).__name__}: {e}") from e
     table = torch.export.default_decompositions()
     for name in PRESERVED:

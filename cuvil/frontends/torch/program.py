@@ -138,15 +138,18 @@ class ProgramWalker:
         raise UnsupportedError("graph has no output node")
 
     def call(self, node, b):
+        b.loc = node_location(node)
         val = node.meta.get("val")
-        if isinstance(val, (int, torch.SymInt)) and not isinstance(val, bool):
-            return to_dim(val, self.symbols)  # size arithmetic: the example value holds the expression
-        if isinstance(val, (float, torch.SymFloat)) and not isinstance(val, bool):
-            return _to_float(val, node)
+        try:
+            if isinstance(val, (int, torch.SymInt)) and not isinstance(val, bool):
+                return to_dim(val, self.symbols)  # size arithmetic: the example value holds the expression
+            if isinstance(val, (float, torch.SymFloat)) and not isinstance(val, bool):
+                return _to_float(val, node)
+        except UnsupportedError as e:
+            raise UnsupportedError(f"{e.message} (FX node {node.name}{source_text(node)})", b.loc) from None
         name = str(node.target)
         if name.startswith(_SKIP):
             return None
-        b.loc = node_location(node)
         fn = lookup(node.target)
         if fn is None:
             raise UnsupportedError(f"ATen op {name} (FX node {node.name}{source_text(node)}) has no Cuvil converter",

@@ -18,6 +18,15 @@ def ints(*shape, hi=5, dtype=torch.int64):
     return torch.randint(0, hi, shape, generator=g, dtype=dtype)
 
 
+def index_puts(x, i, v):
+    a, b, c, d = x.clone(), x.clone(), x.clone(), x.clone()
+    a[i] = v
+    b[:, i] += 1.0
+    c[i, i] = v[:, 0]
+    d[i[:, None], i[None]] = 2.0
+    return a, b, c, d, x.index_put((i,), v, accumulate=True)
+
+
 # id -> (function, example inputs). Every case runs through export -> IR -> interpreter -> compare.
 CASES = {
     # elementwise: promotion and broadcasting made explicit
@@ -76,6 +85,13 @@ CASES = {
     "cat_promotes": (lambda x, y: torch.cat([x, y]), (r(2, 3), ints(1, 3))),
     "pad_flip_tril": (lambda x: (F.pad(x, (1, 2)), F.pad(x, (1, 0, 0, 2), value=3.0), x.flip(0), x.flip((0, 1)),
                                  x.tril(), x.triu(1), x.tril(-1)), (r(4, 5),)),
+    "index_put": (lambda x, i, v: index_puts(x, i, v), (r(4, 5), torch.tensor([3, 0]), r(2, 5))),
+    "scatter_sort": (lambda x, i, v: (x.scatter(1, i, 0.5), x.scatter(0, i, v), x.scatter_add(0, i, v),
+                                      x.scatter_reduce(1, i, v, "amax"), x.scatter(1, i, v, reduce="multiply"),
+                                      torch.sort(x, 1), torch.sort(x, 0, descending=True), x.argsort(1),
+                                      torch.sort(x, stable=True, dim=0)),
+                     (r(4, 5), torch.tensor([[1, 3], [0, 2]]), r(3, 3))),
+    "roll": (lambda x: (torch.roll(x, 1, 1), torch.roll(x, (2, -1), (0, 1))), (r(4, 5),)),
     "embedding": (lambda w, i: F.embedding(i, w), (r(10, 4), ints(2, 3, hi=10))),
     "creation": (lambda x: (torch.arange(5), torch.arange(2, 11, 3), torch.arange(0, 1, 0.25) + x[0, 0],
                             torch.zeros_like(x), torch.ones(2, 3, dtype=torch.int32), torch.full((2,), 7.0),
