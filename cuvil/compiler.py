@@ -45,17 +45,21 @@ class Executable:
 
 
 def compile_module(module: Module, target: str = "cpu", passes: Iterable = (), level: int = 2,
-                   copy_module: bool = True) -> Executable:
+                   copy_module: bool = True, enable_fusion: Optional[bool] = None) -> Executable:
     """Optimise `module` with the default pipeline (plus user `passes`) and build it for `target`.
 
     The module is copied first unless `copy_module=False`, so the caller's IR stays as it was.
+    `enable_fusion=False` gives every op a kernel of its own (default: on, or the module's
+    `enable_fusion` metadata).
     """
     from .passes import default_pipeline, run_pipeline
 
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}; expected one of {', '.join(TARGETS)}")
     module = clone_module(module) if copy_module else module
-    manager = run_pipeline(module, default_pipeline(target, level, passes))
+    if enable_fusion is None:
+        enable_fusion = module.metadata.get("enable_fusion", "true") != "false"
+    manager = run_pipeline(module, default_pipeline(target, level, passes, enable_fusion))
     log.debug("pass timings:\n%s", manager.timing_report())
     if target == "cpu":
         from .backends.cpu.backend import build

@@ -16,7 +16,8 @@ from .rewrite import Match, Pat, Rule, apply_rules
 from .simplify import CSE, DCE, Canonicalize, Decompose, FoldConstants, Simplify
 
 
-def default_pipeline(target: str = "cpu", level: int = 2, passes: Iterable[Pass] = ()) -> Pipeline:
+def default_pipeline(target: str = "cpu", level: int = 2, passes: Iterable[Pass] = (),
+                     enable_fusion: bool = True) -> Pipeline:
     """The passes `cuvil.jit`, `cuvil.compile` and `.optimize()` run, in order."""
     pb = PipelineBuilder(f"{target}-O{level}")
     pb.add(Canonicalize())
@@ -29,7 +30,9 @@ def default_pipeline(target: str = "cpu", level: int = 2, passes: Iterable[Pass]
 
         pb.add(Decompose(keep=keeps_composite), SplitToSlices())
         pb.add_fixpoint("cleanup-lowered", FoldConstants(), Simplify(), Canonicalize(), CSE(), DCE())
-        pb.add(FuseGemmEpilogue(), FuseOps(is_loop_op, REDUCE_OPS))
+        if enable_fusion:
+            pb.add(FuseGemmEpilogue())
+        pb.add(FuseOps(is_loop_op, REDUCE_OPS, join=enable_fusion))
     for p in passes:
         pb.insert(p)
     return pb.build()

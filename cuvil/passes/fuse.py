@@ -46,10 +46,12 @@ class FuseOps(Pass):
 
     name = "fuse"
 
-    def __init__(self, loop_ops, reduce_ops: frozenset):
-        """`loop_ops`: a set of op names, or a predicate on the name (user ops may join at any time)."""
+    def __init__(self, loop_ops, reduce_ops: frozenset, join: bool = True):
+        """`loop_ops`: a set of op names, or a predicate on the name (user ops may join at any time).
+        With `join=False` every op gets a kernel of its own (fusion off, for comparison and debugging)."""
         self.is_loop = loop_ops if callable(loop_ops) else frozenset(loop_ops).__contains__
         self.reduce_ops = frozenset(reduce_ops)
+        self.join = join
 
     def run_on_operation(self, fn: Function) -> bool:
         return self._region(fn, fn.body)
@@ -75,7 +77,7 @@ class FuseOps(Pass):
                 continue
             if len(op.results) != 1:
                 continue
-            target = self._target_group(op, users, group_of, position)
+            target = self._target_group(op, users, group_of, position) if self.join else None
             if target is None:
                 target = _Group(op, reduce=op if op.name in self.reduce_ops else None)
                 groups.append(target)

@@ -29,7 +29,8 @@ REDUCE_INT_INIT = {"reduce_max": "{t}_MIN", "reduce_min": "{t}_MAX"}
 # results (full reductions over many threads) uses plain max/min, which may drop a NaN.
 REDUCE_COMBINE = {"reduce_sum": "{a} + {x}", "reduce_prod": "{a} * {x}", "reduce_max": "CUVIL_MAX({a}, {x})",
                   "reduce_min": "CUVIL_MIN({a}, {x})"}
-_INT_LIMITS = {DType.i64: "INT64", DType.i32: "INT32", DType.i16: "INT16", DType.i8: "INT8", DType.u8: "UINT8"}
+_INT_LIMITS = {DType.i64: "INT64", DType.i32: "INT32", DType.i16: "INT16", DType.i8: "INT8", DType.u8: "UINT8",
+               DType.bool: "UINT8"}
 
 
 @dataclass
@@ -164,7 +165,8 @@ class LoopKernel:
         acc = "acc"
         init = REDUCE_INIT[red.name]
         if not ct.is_float and red.name in REDUCE_INT_INIT:
-            init = REDUCE_INT_INIT[red.name].format(t=_INT_LIMITS[out_t.dtype])
+            unsigned_min = out_t.dtype in (DType.u8, DType.bool) and red.name == "reduce_max"
+            init = "0" if unsigned_min else REDUCE_INT_INIT[red.name].format(t=_INT_LIMITS[out_t.dtype])
         self._line(depth, f"{ct.name} {acc} = {init};")
         reduced = sorted(axes_reduced)
         omp_op = {"reduce_sum": "+", "reduce_prod": "*", "reduce_max": "max", "reduce_min": "min"}[red.name]

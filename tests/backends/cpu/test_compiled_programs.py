@@ -180,3 +180,21 @@ def test_row_kernels(op, attrs, n_params):
     for rows in (1, 9):
         x_in = (rng.standard_normal((rows, 6, 40)) * 5).astype(np.float32)
         assert_matches(exe(x_in), interpret(m, [x_in]))
+
+
+def test_fusion_can_be_turned_off():
+    m = _dynamic_inference()
+    fused = cuvil.inspect_ir(compile_module(m))
+    unfused = cuvil.inspect_ir(compile_module(m, enable_fusion=False))
+    assert unfused.count("= fused") > fused.count("= fused")
+
+
+def test_integer_and_bool_reductions():
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("u8", (3, 5)), TensorType("i8", (3, 5))], ["x", "y"])
+    x, y = b.args
+    b.ret(b.reduce_max(x, axes=(1,)), b.reduce_min(x, axes=(0,)), b.reduce_max(y, axes=(1,)),
+          b.reduce_min(y, axes=(1,)), b.reduce_sum(y, axes=(0,)))
+    rng = np.random.default_rng(0)
+    inputs = [rng.integers(0, 255, (3, 5)).astype(np.uint8), rng.integers(-128, 127, (3, 5)).astype(np.int8)]
+    assert_matches(compile_module(m)(*inputs), interpret(m, inputs))
