@@ -2,6 +2,7 @@
 import os
 import pathlib
 import re
+import runpy
 
 import pytest
 
@@ -11,6 +12,8 @@ EXAMPLES = [(path.name, i, block) for path in [ROOT / "README.md", *sorted((ROOT
 
 
 @pytest.mark.parametrize("name, index, code", EXAMPLES, ids=[f"{n}-{i}" for n, i, _ in EXAMPLES])
-def test_doc_example_runs(name, index, code, monkeypatch):
+def test_doc_example_runs(name, index, code, monkeypatch, tmp_path):
     monkeypatch.setenv("CUVIL_OPT_LEVEL", os.environ.get("CUVIL_OPT_LEVEL", "1"))
-    exec(compile(code, f"{name}[{index}]", "exec"), {})
+    path = tmp_path / f"{pathlib.Path(name).stem}_{index}.py"  # a real file: @cuvil.jit reads its source
+    path.write_text(code)
+    runpy.run_path(str(path), run_name="__main__")
