@@ -333,9 +333,9 @@ def _window(op, x_shape, kernel, out_shape, transpose: bool = False) -> str:
 
 
 # -- scratch and dtype handling ----------------------------------------------------------------------------
-def _as_compute(gen, depth: int, dt: DType, values: dict, parts: list) -> dict:
-    """Names of the buffers in the compute type: f16/bf16 operands are converted into f32 scratch (the
-    results get scratch too; `_store_back` converts them); others use their own buffers."""
+def _as_compute(dt: DType, values: dict, parts: list) -> dict:
+    """Names of the buffers in the compute type: f16/bf16 operands and results get f32 scratch copies
+    (`_convert_in` and `_store_back` fill them); other dtypes use their own buffers."""
     if dt not in (DType.f16, DType.bf16):
         return {name: name for name in values}
     for name, v in values.items():
@@ -365,91 +365,96 @@ def _gemm(t: str, m, n, k, a, rsa, csa, b, rsb, c, ldc, accumulate: bool) -> str
     return f"cuvil_dgemm({m}, {n}, {k}, {a}, {rsa}, {csa}, {b}, {rsb}, {int(accumulate)}, {c}, {ldc});"
 
 
-def _setup(gen, op, depth: int, parts: list):
-    """Open the op's block: named buffers, the compute type and, for f16/bf16, f32 copies."""
-    names = dict(zip(("x", "w", "b"), op.operands))
-    names["y"] = op.results[0]
-    d = open_block(gen, depth, op, names)
-    dt = op.results[0].type.dtype
-    t = "double" if dt is DType.f64 else "float"
-    if t == "double":
-        gen.helpers["cuvil_dgemm"] = DGEMM.format(par=par_if("M * N * K"))
-    return d, dt, t, _as_compute(gen, d, dt, names, parts), names
+class _Conv:
+    """One conv or conv_transpose being emitted: its sizes (Dims), compute type and C buffer names."""
+
+    def __init__(self, gen, op, depth: int, transpose: bool):
+        x, w = op.operands[:2]
+        self.op, self.gen, self.depth, self.y, self.transpose = op, gen, depth, op.results[0], transpose
+        self.groups, self.kernel = op.attrs["groups"], w.type.shape[2:]
+        self.n, self.c, self.o = x.type.shape[0], x.type.shape[1], self.y.type.shape[1]
+        self.cg, self.og = (self.c // self.groups, w.type.shape[1]) if transpose else \
+            (w.type.shape[1], self.o // self.groups)
+        self.taps, self.in_plane, self.out_plane = prod(self.kernel), prod(x.type.shape[2:]), \
+            prod(self.y.type.shape[2:])
+        self.dt = self.y.type.dtype
+        self.t = "double" if self.dt is DType.f64 else "float"
+        if self.t == "double":
+            gen.helpers["cuvil_dgemm"] = DGEMM.format(par=par_if("M * N * K"))
+        self.names = {**dict(zip(("x", "w", "b"), op.operands)), "y": self.y}
+        self.d = open_block(gen, depth, op, self.names)
+        self.parts: list = []
+        self.buf = _as_compute(self.dt, self.names, self.parts)
+
+    def begin(self, scratch: list, window: bool) -> None:
+        """Declare scratch (f16/bf16 copies, then `scratch`), convert the inputs, declare the window `g`."""
+        scratch_parts(self.gen, self.d, self.parts + scratch)
+        _convert_in(self.gen, self.d, self.dt, self.names, self.op.results)
+        if window:
+            self.gen.helpers.setdefault("cuvil_win", WIN_STRUCT)
+            g = _window(self.op, self.op.operands[0].type.shape, self.kernel, self.y.type.shape, self.transpose)
+            self.gen.line(self.d, f"const cuvil_win g = {g};")
+
+    def fill(self) -> None:
+        """y = bias (or 0) per channel plane: the value the GEMMs accumulate onto."""
+        _helper(self.gen, "fill_planes", self.t)
+        self.gen.line(self.d, f"cuvil_fill_planes_{self.t}({self.buf['y']}, {self.buf.get('b', 'NULL')}, "
+                              f"{c_dim(self.n)}, {c_dim(self.o)}, {c_dim(self.out_plane)});")
+
+    def per_image_and_group(self, lines) -> None:
+        """Emit `lines(xs, ws, ys)` (C statements) once per image and group; xs, ws, ys are the C pointers to
+        that image's and group's input channels, weights and output channels."""
+        w_group = self.og * self.cg * self.taps
+        xs = f"{self.buf['x']} + (img * {c_dim(self.c)} + grp * {c_dim(self.cg)}) * {c_dim(self.in_plane)}"
+        ys = f"{self.buf['y']} + (img * {c_dim(self.o)} + grp * {c_dim(self.og)}) * {c_dim(self.out_plane)}"
+        self.gen.line(self.d, f"for (int64_t img = 0; img < {c_dim(self.n)}; img++)")
+        self.gen.line(self.d + 1, f"for (int64_t grp = 0; grp < {self.groups}; grp++) {{")
+        for text in lines(xs, f"{self.buf['w']} + grp * {c_dim(w_group)}", ys):
+            self.gen.line(self.d + 2, text)
+        self.gen.line(self.d + 1, "}")
+
+    def end(self) -> None:
+        _store_back(self.gen, self.d, self.dt, "y", self.y)
+        self.gen.line(self.depth, "}")
 
 
 # -- conv ----------------------------------------------------------------------------------------------------
 def _conv(gen, op, depth: int) -> None:
-    x, w = op.operands[:2]
-    y = op.results[0]
-    groups, kernel = op.attrs["groups"], w.type.shape[2:]
-    n, c, o = x.type.shape[0], x.type.shape[1], w.type.shape[0]
-    cg, og, taps = w.type.shape[1], o // groups, prod(kernel)
-    in_plane, out_plane = prod(x.type.shape[2:]), prod(y.type.shape[2:])
-    parts: list = []
-    d, dt, t, buf, names = _setup(gen, op, depth, parts)
-    pointwise = all(k == 1 for k in kernel) and all(s == 1 for s in op.attrs["strides"]) \
+    cv = _Conv(gen, op, depth, transpose=False)
+    pointwise = all(k == 1 for k in cv.kernel) and all(s == 1 for s in op.attrs["strides"]) \
         and not any(op.attrs["pads"])
-    direct = cg == 1
-    if not direct and not pointwise:
-        parts.append(("col", t, c_dim(cg * taps * out_plane)))
-    scratch_parts(gen, d, parts)
-    _convert_in(gen, d, dt, names, op.results)
-    if direct or not pointwise:
-        gen.helpers.setdefault("cuvil_win", WIN_STRUCT)
-        gen.line(d, f"const cuvil_win g = {_window(op, x.type.shape, kernel, y.type.shape)};")
-    bias = buf.get("b", "NULL")
+    direct = cv.cg == 1
+    cols = [] if direct or pointwise else [("col", cv.t, c_dim(cv.cg * cv.taps * cv.out_plane))]
+    cv.begin(cols, window=direct or not pointwise)
     if direct:
-        gen.line(d, f"{_helper(gen, 'dwconv', t)}({buf['x']}, {buf['w']}, {bias}, {buf['y']}, {c_dim(n)}, "
-                    f"{c_dim(c)}, {c_dim(o)}, &g);")
+        gen.line(cv.d, f"{_helper(gen, 'dwconv', cv.t)}({cv.buf['x']}, {cv.buf['w']}, {cv.buf.get('b', 'NULL')}, "
+                       f"{cv.buf['y']}, {c_dim(cv.n)}, {c_dim(cv.c)}, {c_dim(cv.o)}, &g);")
     else:
-        if "b" in buf:
-            _helper(gen, "fill_planes", t)
-            gen.line(d, f"cuvil_fill_planes_{t}({buf['y']}, {bias}, {c_dim(n)}, {c_dim(o)}, {c_dim(out_plane)});")
-        gen.line(d, f"for (int64_t img = 0; img < {c_dim(n)}; img++)")
-        gen.line(d + 1, f"for (int64_t grp = 0; grp < {groups}; grp++) {{")
-        xs = f"{buf['x']} + (img * {c_dim(c)} + grp * {c_dim(cg)}) * {c_dim(in_plane)}"
-        ws = f"{buf['w']} + grp * {c_dim(og * cg * taps)}"
-        ys = f"{buf['y']} + (img * {c_dim(o)} + grp * {c_dim(og)}) * {c_dim(out_plane)}"
-        if pointwise:
-            src = xs
-        else:
-            gen.line(d + 2, f"{_helper(gen, 'im2col', t)}({xs}, col, {c_dim(cg)}, &g);")
-            src = "col"
-        gen.line(d + 2, _gemm(t, c_dim(og), c_dim(out_plane), c_dim(cg * taps), ws, c_dim(cg * taps), 1, src,
-                              c_dim(out_plane), ys, c_dim(out_plane), "b" in buf))
-        gen.line(d + 1, "}")
-    _store_back(gen, d, dt, "y", y)
-    gen.line(depth, "}")
+        if "b" in cv.buf:
+            cv.fill()
+        k, hw = c_dim(cv.cg * cv.taps), c_dim(cv.out_plane)
+        im2col = _helper(gen, "im2col", cv.t) if cols else None
+
+        def lines(xs, ws, ys):  # W[og, cg*taps] @ (x's channels, or their windows)[cg*taps, out pixels]
+            gemm = _gemm(cv.t, c_dim(cv.og), hw, k, ws, k, 1, "col" if cols else xs, hw, ys, hw, "b" in cv.buf)
+            return [f"{im2col}({xs}, col, {c_dim(cv.cg)}, &g);", gemm] if cols else [gemm]
+        cv.per_image_and_group(lines)
+    cv.end()
 
 
 # -- conv_transpose ------------------------------------------------------------------------------------------
 def _conv_transpose(gen, op, depth: int) -> None:
-    x, w = op.operands[:2]
-    y = op.results[0]
-    groups, kernel = op.attrs["groups"], w.type.shape[2:]
-    n, c, o = x.type.shape[0], x.type.shape[1], y.type.shape[1]
-    cg, og, taps = c // groups, w.type.shape[1], prod(kernel)
-    in_plane, out_plane = prod(x.type.shape[2:]), prod(y.type.shape[2:])
-    parts: list = []
-    d, dt, t, buf, names = _setup(gen, op, depth, parts)
-    parts.append(("col", t, c_dim(og * taps * in_plane)))
-    scratch_parts(gen, d, parts)
-    _convert_in(gen, d, dt, names, op.results)
-    gen.line(d, f"const cuvil_win g = {_window(op, x.type.shape, kernel, y.type.shape, transpose=True)};")
-    _helper(gen, "fill_planes", t)
-    gen.line(d, f"cuvil_fill_planes_{t}({buf['y']}, {buf.get('b', 'NULL')}, {c_dim(n)}, {c_dim(o)}, "
-                f"{c_dim(out_plane)});")
-    gen.line(d, f"for (int64_t img = 0; img < {c_dim(n)}; img++)")
-    gen.line(d + 1, f"for (int64_t grp = 0; grp < {groups}; grp++) {{")
-    xs = f"{buf['x']} + (img * {c_dim(c)} + grp * {c_dim(cg)}) * {c_dim(in_plane)}"
-    ws = f"{buf['w']} + grp * {c_dim(cg * og * taps)}"
-    ys = f"{buf['y']} + (img * {c_dim(o)} + grp * {c_dim(og)}) * {c_dim(out_plane)}"
-    gen.line(d + 2, _gemm(t, c_dim(og * taps), c_dim(in_plane), c_dim(cg), ws, 1, c_dim(og * taps), xs,
-                          c_dim(in_plane), "col", c_dim(in_plane), False))
-    gen.line(d + 2, f"{_helper(gen, 'col2im', t)}(col, {ys}, {c_dim(og)}, &g);")
-    gen.line(d + 1, "}")
-    _store_back(gen, d, dt, "y", y)
-    gen.line(depth, "}")
+    cv = _Conv(gen, op, depth, transpose=True)
+    rows, hw = c_dim(cv.og * cv.taps), c_dim(cv.in_plane)
+    cv.begin([("col", cv.t, c_dim(cv.og * cv.taps * cv.in_plane))], window=True)
+    cv.fill()
+    col2im = _helper(gen, "col2im", cv.t)
+
+    def lines(xs, ws, ys):  # cols[og*taps, x pixels] = W^T @ x's channels, then added into y's windows
+        return [_gemm(cv.t, rows, hw, c_dim(cv.cg), ws, 1, rows, xs, hw, "col", hw, False),
+                f"{col2im}(col, {ys}, {c_dim(cv.og)}, &g);"]
+    cv.per_image_and_group(lines)
+    cv.end()
 
 
 # -- pools ---------------------------------------------------------------------------------------------------
