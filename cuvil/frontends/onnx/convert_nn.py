@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ...ir.dtypes import DType
 from ...ops.nn import window_out
 from .context import broadcast_dims
@@ -135,10 +137,51 @@ def _pool_attrs(ctx, x) -> dict:
 
 @converter("MaxPool")
 def max_pool(ctx):
-    if len(ctx.node.output) > 1 and ctx.node.output[1]:
-        raise ctx.unsupported("the Indices output of MaxPool is not supported")
     x = ctx.x(0)
+    if len(ctx.node.output) > 1 and ctx.node.output[1]:
+        return _max_pool_with_indices(ctx, x, _pool_attrs(ctx, x))
     return [ctx.b.max_pool(x, **_pool_attrs(ctx, x))]
+
+
+def _window_tables(spatial, attrs, order: str) -> tuple:
+    """For every output position and kernel tap: its flat position in the padded input and its flat index in
+    the unpadded one (`order` "C" row-major, "F" column-major); and the padded sizes."""
+    s = len(spatial)
+    pads, kernel = attrs["pads"], attrs["kernel"]
+    geo = list(zip(spatial, kernel, attrs["strides"], attrs["dilations"], pads[:s], pads[s:]))
+    out = [window_out(*g, attrs["ceil_mode"]) for g in geo]
+    padded = [max(n + pb + pe, (o - 1) * st + d * (k - 1) + 1) for o, (n, k, st, d, pb, pe) in zip(out, geo)]
+    o_idx = np.indices(out).reshape(s, -1, 1)
+    k_idx = np.indices(kernel).reshape(s, 1, -1)
+    at = [o_idx[i] * geo[i][2] + k_idx[i] * geo[i][3] for i in range(s)]
+    flat_padded = np.ravel_multi_index(at, padded)
+    orig = [np.clip(a - geo[i][4], 0, spatial[i] - 1) for i, a in enumerate(at)]
+    return flat_padded, np.ravel_multi_index(orig, spatial, order=order), padded, out
+
+
+def _max_pool_with_indices(ctx, x, attrs):
+    """Values and indices (flat over the whole input; the spatial part row- or column-major by storage_order) of
+    each window's first maximum: windows are gathered from the padded, flattened input through a table."""
+    spatial = x.type.shape[2:]
+    if not x.type.is_static:
+        raise ctx.unsupported("MaxPool's Indices output needs static shapes")
+    n, c = x.type.shape[:2]
+    s = len(spatial)
+    where, orig, padded_sizes, out = _window_tables(spatial, attrs, "F" if ctx.attr("storage_order", 0) else "C")
+    low = -math.inf if x.type.dtype.is_float else float(np.iinfo(x.type.dtype.numpy).min)
+    ends = tuple(p - d - b for p, d, b in zip(padded_sizes, spatial, attrs["pads"][:s]))
+    padded = ctx.b.pad(x, pads=(0, 0) + attrs["pads"][:s] + (0, 0) + ends, value=low)
+    flat = ctx.b.reshape(padded, shape=(n, c, math.prod(padded_sizes)))
+    windows = ctx.b.gather(flat, ctx.const(where), axis=2)
+    best = ctx.b.argmax(windows, axis=3, keepdims=True)
+    table = ctx.expand(ctx.const(orig.reshape((1, 1) + orig.shape)), windows.type.shape)
+    local = ctx.b.reshape(ctx.b.gather_elements(table, best, axis=3), shape=(n, c, len(where)))
+    plane = ctx.b.iota(shape=local.type.shape, axis=0, dtype=DType.i64)
+    plane = ctx.b.add(ctx.b.mul(plane, ctx.scalar_like(c, plane)), ctx.b.iota(shape=local.type.shape, axis=1))
+    index = ctx.b.add(local, ctx.b.mul(plane, ctx.scalar_like(math.prod(spatial), plane)))
+    values = ctx.b.reduce_max(windows, axes=(3,), keepdims=False)
+    shape = (n, c, *out)
+    return [ctx.b.reshape(values, shape=shape), ctx.b.reshape(index, shape=shape)]
 
 
 def _window_sum(ctx, x, attrs: dict, pad_value: float):

@@ -140,6 +140,8 @@ def squeeze_shape(ctx, shape: tuple) -> tuple:
 def unsqueeze_shape(ctx, shape: tuple) -> tuple:
     rank = len(shape) + len(_axes(ctx, 0) or ())
     axes = _axes(ctx, rank) or []
+    if len(set(axes)) != len(axes) or any(not 0 <= a < rank for a in axes):
+        raise ctx.error(f"axes {axes} must be distinct and within the result's rank {rank}")
     rest = iter(shape)
     return tuple(1 if i in axes else next(rest) for i in range(rank))
 

@@ -71,10 +71,17 @@ def _div(x, y):
     raise CannotFold
 
 
+def nonnegative(d) -> bool:
+    """A size expression whose terms all have positive coefficients (sums and products of sizes)."""
+    return isinstance(d, int) and d >= 0 or isinstance(d, SymExpr) and all(c > 0 for _, c in d.terms)
+
+
 def _equal(x, y):
     if x == y:
         return True
     if isinstance(x, int) and isinstance(y, int):
+        return False
+    if nonnegative(x) and isinstance(y, int) and y < 0 or nonnegative(y) and isinstance(x, int) and x < 0:
         return False
     raise CannotFold
 
@@ -82,7 +89,7 @@ def _equal(x, y):
 def _max(x, y):
     if x == y or (isinstance(x, int) and isinstance(y, int)):
         return max(x, y)
-    if isinstance(y, int) and y <= 0 or isinstance(x, int) and x <= 0:  # a size is never negative
+    if isinstance(y, int) and y <= 0 and nonnegative(x) or isinstance(x, int) and x <= 0 and nonnegative(y):
         return x if isinstance(y, int) else y
     raise CannotFold
 

@@ -26,6 +26,7 @@ from .tensors import Tensor, ir_dtype, sanitize, tensor_to_array
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 FOLD_LIMIT = 4096  # known values up to this many elements are folded at conversion time
+MAX_ELEMENTS = 2 ** 36  # a static result larger than this is a corrupt model, not a real one
 # Ops whose results hold only values of their inputs (or zeros), so carried narrow integers need no wrap.
 VALUE_PRESERVING = {"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Concat", "Split", "Slice",
                     "Gather", "GatherElements", "GatherND", "Expand", "Tile", "Pad", "Where", "Max", "Min", "ReduceMax",
@@ -98,13 +99,13 @@ class GraphConverter:
             if e.message.startswith("ONNX "):
                 raise
             raise type(e)(f"{ctx.where}: {e.message}", loc) from None
-        except (ValueError, TypeError, IndexError, KeyError, ArithmeticError, AttributeError) as e:
+        except (ValueError, TypeError, IndexError, KeyError, ArithmeticError, AttributeError, RuntimeError) as e:
             raise ShapeError(f"{ctx.where}: cannot convert: {type(e).__name__}: {e}", loc) from None
         self.bind_outputs(ctx, outs)
 
     def dispatch(self, ctx: NodeContext) -> list:
-        if ctx.node.domain in DEFAULT_DOMAINS and not _defined(ctx.op_type, ctx.opset):
-            raise ctx.unsupported(f"{ctx.op_type} is not an op of the default domain at opset {ctx.opset}")
+        if ctx.node.domain in DEFAULT_DOMAINS:
+            _check_against_schema(ctx)
         folder = FOLDERS.get(ctx.op_type) if ctx.node.domain in DEFAULT_DOMAINS else None
         out = folder(ctx) if folder is not None else None
         out = out if out is not None else self.fold_concrete(ctx)
@@ -153,6 +154,8 @@ class GraphConverter:
             if out is None:
                 raise ctx.unsupported(f"does not produce its optional output {name!r}")
             t = out if isinstance(out, Tensor) else self.carried(ctx, i, out, deps)
+            if t.type.is_static and t.type.numel > MAX_ELEMENTS:
+                raise ctx.error(f"output {name!r} would have {t.type.numel} elements ({t.type}), more than any memory")
             t.deps = t.deps or deps
             if t.value is not None and t.value.name is None:
                 t.value.name = sanitize(name)
@@ -229,9 +232,18 @@ def _schema(op_type: str, opset: int):
         return None
 
 
-@functools.lru_cache(maxsize=None)
-def _defined(op_type: str, opset: int) -> bool:
-    return _schema(op_type, opset) is not None
+def _check_against_schema(ctx: NodeContext) -> None:
+    """The node is an op of its opset, with an input and output count and the attributes the spec requires."""
+    schema = _schema(ctx.op_type, ctx.opset)
+    if schema is None:
+        raise ctx.unsupported(f"{ctx.op_type} is not an op of the default domain at opset {ctx.opset}")
+    n_in, n_out = len(ctx.node.input), len(ctx.node.output)
+    if not schema.min_input <= n_in <= schema.max_input or not schema.min_output <= n_out <= schema.max_output:
+        raise ctx.error(f"has {n_in} inputs and {n_out} outputs; the spec allows {schema.min_input} to "
+                        f"{schema.max_input} inputs and {schema.min_output} to {schema.max_output} outputs")
+    missing = sorted(name for name, a in schema.attributes.items() if a.required and not ctx.has_attr(name))
+    if missing:
+        raise ctx.error(f"lacks the required attribute(s) {', '.join(missing)}")
 
 
 def _opset_of(node, opsets: dict, functions: dict, where: str) -> int:
