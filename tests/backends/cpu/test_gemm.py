@@ -108,6 +108,7 @@ def test_strided_and_transposed(m, n, k):
         "a.T, b.T": (rand(rng, k, m).T, rand(rng, n, k).T),
         "leading dims": (big_a[:m, :k], big_b[:k, :n]),
         "column steps": (big_a[:m, : 2 * k : 2], big_b[1 : k + 1, 1 : 2 * n : 2]),
+        "reversed": (big_a[:m, :k][::-1, ::-1], big_b[:k, :n][::-1, ::-1]),
         "float64": (rand(rng, m, k).astype(np.float64), rand(rng, k, n)),
     }
     for name, (a, b) in views.items():

@@ -1,9 +1,9 @@
 /* Cuvil's fp32 GEMM, BLIS-style: B packed into NR-wide panels of KC rows, an MR x NR register block
- * (8 x 32 with AVX-512: 16 accumulators), A read in place, each thread owning a rectangle of C.
- * The ABI and its semantics are in cuvil_kernels.h. What mattered for speed (shared/PEERS.md): KC = 256 and
- * NC = 512 (the B block stays in L2), K split into near-equal blocks (784 = 392 + 392), row blocks that
- * divide the thread's rows, packing B while the first row of micro-kernels runs, and, for M = 1, each
- * thread streaming its own columns of B eight rows at a time.
+ * (6 x 64 with AVX-512: 24 accumulators), A read in place, work items (rectangles of C) handed to threads.
+ * The ABI and its semantics are in cuvil_kernels.h. What mattered for speed (shared/PEERS.md and measurements
+ * here): KC = 256 and NC = 512 (the B block stays in L2), K split into near-equal blocks (784 = 4 x 196, not
+ * 256 + 256 + 256 + 16), row blocks that divide the rows (128 = 18 x 6 + 4 x 5), packing B while the first
+ * row of micro-kernels runs, and, for M = 1, each thread streaming its own columns of B eight rows at a time.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -17,8 +17,8 @@
 #define VL CUVIL_VL
 typedef cuvil_vf vf;
 
-/* Block sizes; -D overrides them for experiments (bench/gemm.py --define). */
-/* AVX-512: 6 x 64 (24 accumulators; 4 loads of B and 6 broadcasts per 24 FMAs). On Ice Lake it ran 10-25%
+/* Block sizes; -D overrides them for experiments (bench/gemm.py --variant).
+ * AVX-512: 6 x 64 (24 accumulators; 4 loads of B and 6 broadcasts per 24 FMAs). On Ice Lake it ran 10-25%
  * faster than 8 x 32, whose 10 loads per 16 FMAs saturate the two load ports; shared/PEERS.md found 8 x 32 and
  * 4 x 64 equal on Zen 5. AVX2 (16 ymm registers): 6 x 16. NEON (32 registers): 8 x 8. */
 #ifndef CUVIL_MR
@@ -43,11 +43,8 @@ typedef cuvil_vf vf;
 #ifndef CUVIL_NC
 #define CUVIL_NC 512
 #endif
-#ifndef CUVIL_MC
-#define CUVIL_MC 240 /* rows of A per block (with CUVIL_PANEL_OUTER: the A block that stays in L2) */
-#endif
-#ifndef CUVIL_PANEL_OUTER
-#define CUVIL_PANEL_OUTER 0
+#ifndef CUVIL_PREFETCH_C
+#define CUVIL_PREFETCH_C 1
 #endif
 #if CUVIL_MR < 1 || CUVIL_MR > 12
 #error "CUVIL_MR must be in 1..12"
@@ -58,7 +55,6 @@ typedef cuvil_vf vf;
 #define NR (NV * VL)
 #define KC CUVIL_KC
 #define NC_PANELS ((CUVIL_NC + NR - 1) / NR)
-#define MC_BLOCKS ((CUVIL_MC + MR - 1) / MR)
 #define MIN_WORK_PER_THREAD (1 << 17) /* multiply-adds: below this an extra thread costs more than it gives */
 #define GEMV_COLS 512                 /* columns a thread accumulates at once on the M = 1 path */
 
@@ -346,10 +342,23 @@ static void tile_at(const gemm_t *g, const block_t *b, int64_t rb, int64_t p, in
     store_tile(g, acc, mr, nr, i, j, b->first, b->last);
 }
 
+/* Ask for the C tile of row block rb x panel p ahead of its epilogue (C makes a round trip per K block, and
+ * from L3 when the thread's part of C outgrows L2). */
+static void prefetch_c(const gemm_t *g, const block_t *b, int64_t rb, int64_t p)
+{
+    if (rb >= b->nrb || (b->first && g->beta == 0.0f)) return;
+    int64_t i = b->m0 + split_at(b->rows, b->nrb, rb), mr = b->m0 + split_at(b->rows, b->nrb, rb + 1) - i;
+    int64_t j = p * NR, nr = min64(NR, g->N - j);
+    for (int64_t r = 0; r < mr; r++)
+        for (int64_t jj = 0; jj < nr; jj += 16) __builtin_prefetch(g->C + (i + r) * g->ldc + j + jj, 1, 3);
+}
+
+/* The row block of A stays in L1 while the panels of B stream from L2 (panels outermost, with a smaller KC so
+ * that a panel fits L1, ran 5-10% slower on Ice Lake). */
 static void gemm_rect(const gemm_t *g, int64_t m0, int64_t m1, int64_t p0, int64_t p1)
 {
     block_t b = {m0, m1 - m0, ceil_div(m1 - m0, MR), 0, 0, 0, NULL, 0, 0};
-    int64_t nk = ceil_div(g->K, KC), nch = ceil_div(p1 - p0, NC_PANELS), group = MC_BLOCKS;
+    int64_t nk = ceil_div(g->K, KC), nch = ceil_div(p1 - p0, NC_PANELS);
     float *buf = g->packed ? NULL : pack_buffer();
     for (int64_t ch = 0; ch < nch; ch++) {
         int64_t q1 = p0 + split_at(p1 - p0, nch, ch + 1);
@@ -358,16 +367,14 @@ static void gemm_rect(const gemm_t *g, int64_t m0, int64_t m1, int64_t p0, int64
             b.k0 = split_at(g->K, nk, kb), b.kc = split_at(g->K, nk, kb + 1) - b.k0;
             b.first = kb == 0, b.last = kb == nk - 1;
             b.bp = g->packed ? (float *)g->packed + b.k0 * padded_n(g->N) + b.q0 * b.kc * NR : buf;
-            for (int64_t r0 = 0; r0 < b.nrb; r0 += group) {
-                int64_t r1 = min64(b.nrb, r0 + group);
-#if CUVIL_PANEL_OUTER /* the panel stays in L1 while the row blocks of A stream from L2 */
-                for (int64_t p = b.q0; p < q1; p++)
-                    for (int64_t rb = r0; rb < r1; rb++) tile_at(g, &b, rb, p, rb == 0);
-#else /* the row block of A stays in L1 while the panels stream from L2 */
-                for (int64_t rb = r0; rb < r1; rb++)
-                    for (int64_t p = b.q0; p < q1; p++) tile_at(g, &b, rb, p, rb == 0);
+            for (int64_t rb = 0; rb < b.nrb; rb++)
+                for (int64_t p = b.q0; p < q1; p++) {
+#if CUVIL_PREFETCH_C
+                    if (p + 1 < q1) prefetch_c(g, &b, rb, p + 1);
+                    else prefetch_c(g, &b, rb + 1, b.q0);
 #endif
-            }
+                    tile_at(g, &b, rb, p, rb == 0);
+                }
         }
     }
 }
