@@ -32,11 +32,15 @@ def compile_to_ir(fn, *specs, name: str = "main") -> Module:
     return JaxprWalker().build(closed, _arg_names(fn, specs), name)
 
 
-def _arg_names(fn, specs) -> list[str]:
+def _params(fn) -> list[str]:
     try:
-        params = list(inspect.signature(fn).parameters)
+        return list(inspect.signature(fn).parameters)
     except (TypeError, ValueError):
-        params = []
+        return []
+
+
+def _arg_names(fn, specs) -> list[str]:
+    params = _params(fn)
     names = []
     for path, _ in jax.tree_util.tree_flatten_with_path(specs)[0]:
         head = params[path[0].idx] if params and path[0].idx < len(params) else f"arg{path[0].idx}"
@@ -60,25 +64,38 @@ class JaxFunction:
     """A JAX function compiled by Cuvil on its first call for each input signature (shapes and dtypes).
 
     JAX arrays in give JAX arrays out; NumPy arrays (and Python scalars) in give NumPy arrays out.
+    `dynamic_dims={"x": {0: "batch"}}` keeps those sizes symbolic, so one compilation serves them all.
     """
 
-    def __init__(self, fn, target: str = "cpu", passes=(), level: int = 2):
+    def __init__(self, fn, target: str = "cpu", passes=(), level: int = 2, dynamic_dims: dict | None = None):
         self.fn, self.target, self.passes, self.level = fn, target, tuple(passes), level
+        self.dynamic_dims = dynamic_dims or {}
         self.cache: dict = {}
         self.__wrapped__ = fn
 
     def __call__(self, *args):
-        leaves, tree = jax.tree_util.tree_flatten(args)
+        paths, tree = jax.tree_util.tree_flatten_with_path(args)
+        leaves = [leaf for _, leaf in paths]
         arrays = [_as_array(x) for x in leaves]
-        key = (tree, tuple((a.shape, a.dtype.str) for a in arrays))
+        symbolic = [self._symbolic_axes(path) for path, _ in paths]
+        key = (tree, tuple((tuple(dims.get(i, n) for i, n in enumerate(a.shape)), a.dtype.str)
+                           for a, dims in zip(arrays, symbolic)))
         if key not in self.cache:
-            specs = jax.tree_util.tree_unflatten(tree, [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in arrays])
-            self.cache[key] = self._compile(specs)
+            scope = jax.export.SymbolicScope()
+            specs = [jax.ShapeDtypeStruct(_shape(a.shape, dims, scope), a.dtype) for a, dims in zip(arrays, symbolic)]
+            self.cache[key] = self._compile(jax.tree_util.tree_unflatten(tree, specs))
         executable, out_tree = self.cache[key]
         outs = executable(*arrays)
         if any(isinstance(x, jax.Array) for x in leaves):
             outs = [jax.numpy.asarray(o) for o in outs]
         return jax.tree_util.tree_unflatten(out_tree, outs)
+
+    def _symbolic_axes(self, path) -> dict:
+        """{axis: name} for a top-level array argument named in `dynamic_dims`."""
+        if len(path) != 1 or not self.dynamic_dims:
+            return {}
+        params = _params(self.fn)
+        return self.dynamic_dims.get(params[path[0].idx], {}) if path[0].idx < len(params) else {}
 
     def _compile(self, specs):
         _, out_shapes = jax.make_jaxpr(self.fn, return_shape=True)(*specs)
@@ -94,6 +111,13 @@ class JaxFunction:
         return list(self.cache.values())[-1][0].module
 
 
+def _shape(sizes, dims: dict, scope) -> tuple:
+    if not dims:
+        return tuple(sizes)
+    text = ", ".join(dims.get(i, str(n)) for i, n in enumerate(sizes))
+    return jax.export.symbolic_shape(text, scope=scope)
+
+
 def _as_array(x) -> np.ndarray:
     """x as NumPy in the dtype JAX would give it (Python scalars and int64 become 32-bit without x64)."""
     if isinstance(x, (bool, int, float)):
@@ -106,7 +130,7 @@ def _as_array(x) -> np.ndarray:
 def jit(fn=None, **options):
     """Compile a JAX function with Cuvil on first call: `cuvil.frontends.jax.jit(f)(x)`.
 
-    Options: `target` ("cpu" or "interpreter"), `passes`, `level`.
+    Options: `target` ("cpu" or "interpreter"), `passes`, `level`, `dynamic_dims` ({arg: {axis: name}}).
     """
     if fn is None:
         return lambda f: JaxFunction(f, **options)

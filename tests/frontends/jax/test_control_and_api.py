@@ -131,3 +131,13 @@ def test_locations_point_at_the_users_lines():
     module = cuvil.compile_to_ir(fn, r(3))
     sin = next(op for op in module.main.walk() if op.name == "sin")
     assert sin.loc.file == __file__ and sin.loc.node == "jax:sin"
+
+
+def test_jit_with_dynamic_dims_compiles_once():
+    f = jit(lambda x, w: jnp.tanh(x @ w), target="interpreter", dynamic_dims={"x": {0: "batch"}})
+    w = r(4, 2)
+    for n in (1, 3, 6):
+        x = r(n, 4)
+        np.testing.assert_allclose(f(x, w), np.tanh(x @ w), rtol=1e-5, atol=1e-6)
+    assert len(f.cache) == 1
+    assert str(f.module.main.args[0].type) == "f32[batch,4]"

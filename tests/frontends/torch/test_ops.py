@@ -147,3 +147,15 @@ def test_dynamic_dims_through_views_and_reductions():
     compiled = check(fn, r(4, 8), r(2, 8), dynamic_shapes=dims, more=[((r(6, 8), r(4, 8)), None)])
     args = compiled.module.main.args
     assert [str(a.type) for a in args] == ["f32[n,8]", "f32[m,8]"]
+
+
+def test_derived_dims_become_expressions():
+    from torch.export import Dim
+
+    n = Dim("n")
+
+    def fn(x, y):
+        return x.reshape(2, -1) + y, x[: y.shape[0]] * y, torch.cat([x, y]).sum()
+
+    compiled = check(fn, r(6), r(3), dynamic_shapes={"x": {0: 2 * n}, "y": {0: n}}, more=[((r(10), r(5)), None)])
+    assert [str(a.type) for a in compiled.module.main.args] == ["f32[2*n]", "f32[n]"]
