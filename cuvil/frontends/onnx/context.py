@@ -2,6 +2,8 @@
 attributes, its opset, a builder placed at the node) and the helpers every converter family shares."""
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 from onnx import AttributeProto
 
@@ -38,6 +40,12 @@ class NodeContext:
         self.graph, self.node, self.inputs, self.opset = graph, node, inputs, opset
         self.op_type, self.name, self.b, self.scope, self.opsets = node.op_type, name, b, scope, opsets
         self._attrs = {a.name: a for a in node.attribute}
+
+    def within(self, b: Builder) -> "NodeContext":
+        """This node's context building into another region (a loop body)."""
+        other = copy.copy(self)
+        other.b = b
+        return other
 
     # -- messages --------------------------------------------------------------------------------------
     @property

@@ -52,7 +52,7 @@ def _always_true(t: Tensor, arg) -> bool:
     return t.value is arg or (t.known is not None and not has_symbols(t.known) and bool(t.known.all()))
 
 
-def _write_row(nb: Builder, ctx, buf, row, pos):
+def write_row(nb: Builder, buf, row, pos):
     """buf with row `pos` (a scalar i64 value) replaced by `row`."""
     shape = buf.type.shape
     at = nb.eq(nb.iota(shape=shape, axis=0, dtype=DType.i64), nb.broadcast_to(pos, shape=shape))
@@ -74,7 +74,9 @@ def loop(ctx):
     i64, bool_ = TensorType(DType.i64, ()), TensorType(DType.bool, ())
     outs, args = _dry_run(ctx, body, [i64, bool_] + [v.type for v in init])
     types = [t.type for t in outs]
-    if n_scan and not (ctx.known(0) is not None and (not ctx.has(1) or _always_true(ctx.tensor(1), None))
+    if n_scan and ctx.has(0) and ctx.known(0) is None:
+        raise ctx.needs_value(0, "the trip count of a Loop with scan outputs")
+    if n_scan and not (ctx.has(0) and (not ctx.has(1) or _always_true(ctx.tensor(1), None))
                        and _always_true(outs[0], args[1])):
         raise ctx.unsupported("scan outputs of Loop need a trip count known when the model is loaded and a condition "
                               "that stays true (else they would grow to a data-dependent length)")
@@ -89,7 +91,7 @@ def loop(ctx):
     def step(nb, i, c, *rest):
         carried, buffers = rest[:len(init)], rest[len(init):]
         outs = _values(ctx, ctx.graph.run_subgraph(ctx, body, nb, [Tensor(value=v) for v in (i, c, *carried)]))
-        new_bufs = [_write_row(nb, ctx, buf, row, i) for buf, row in zip(buffers, outs[1 + len(init):])]
+        new_bufs = [write_row(nb, buf, row, i) for buf, row in zip(buffers, outs[1 + len(init):])]
         return [nb.add(i, ctx.const(1, DType.i64)), nb.reshape(outs[0], shape=()), *outs[1:1 + len(init)], *new_bufs]
     try:
         results = ctx.b.while_loop([ctx.const(0, DType.i64), cond0, *init, *bufs], cond, step)
@@ -123,7 +125,7 @@ def scan(ctx):
         carried, buffers = rest[:len(states)], rest[len(states):]
         picked = [nb.gather(v, position(nb, i, r), axis=a) for v, a, r in zip(scanned, in_axes, in_rev)]
         outs = _values(ctx, ctx.graph.run_subgraph(ctx, body, nb, [Tensor(value=v) for v in (*carried, *picked)]))
-        new_bufs = [_write_row(nb, ctx, buf, row, position(nb, i, r))
+        new_bufs = [write_row(nb, buf, row, position(nb, i, r))
                     for buf, row, r in zip(buffers, outs[len(states):], out_rev)]
         return [nb.add(i, ctx.const(1, DType.i64)), *outs[:len(states)], *new_bufs]
     try:

@@ -77,7 +77,10 @@ def model_opsets(proto) -> dict:
         opsets["" if o.domain in DEFAULT_DOMAINS else o.domain] = o.version
     newest = defs.onnx_opset_version()
     v = opsets.get("")
-    if v is None or not MIN_OPSET <= v <= newest:
+    if v is None:
+        raise UnsupportedError("the model does not import the default ONNX domain (only e.g. ai.onnx.ml), which "
+                               "Cuvil needs")
+    if not MIN_OPSET <= v <= newest:
         raise UnsupportedError(f"the model imports opset {v} of the default ONNX domain; Cuvil reads opsets "
                                f"{MIN_OPSET} to {newest}")
     return opsets
