@@ -17,14 +17,13 @@ _UNARY = {"abs": "abs", "neg": "neg", "exp": "exp", "log": "log", "sqrt": "sqrt"
           "sin": "sin", "cos": "cos", "tan": "tan", "floor": "floor", "ceil": "ceil", "sign": "sign",
           "silu": "silu", "hardswish": "hardswish"}
 # ATen op -> IR op for binary arithmetic, computed in the result dtype.
-_ARITH = {"mul": "mul", "maximum": "max", "minimum": "min", "floor_divide": "floordiv", "remainder": "mod",
-          "fmax": "max", "fmin": "min"}
+_ARITH = {"mul": "mul", "maximum": "max", "minimum": "min", "floor_divide": "floordiv", "remainder": "mod"}
 _COMPARE = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge"}
 _LOGIC = {"logical_and": "and", "logical_or": "or", "logical_xor": "xor"}
 _BITWISE = {"bitwise_and": "and", "bitwise_or": "or", "bitwise_xor": "xor"}
 # Ops that are the identity for inference (copies, aliases, layout changes, dropout in eval mode).
 _IDENTITY = ("clone", "contiguous", "alias", "detach", "lift_fresh_copy", "dropout", "feature_dropout",
-             "alpha_dropout", "lift_fresh", "_unsafe_view_copy")
+             "alpha_dropout", "lift_fresh")
 
 
 def _unary(op):

@@ -28,13 +28,6 @@ def _per_dim(values, s: int) -> list:
     return values * s if len(values) == 1 else values
 
 
-@aten("conv1d", "conv2d", "conv3d")
-def conv_nd(cx, x, w, bias=None, stride=(1,), padding=(0,), dilation=(1,), groups=1):
-    if isinstance(padding, str):
-        raise cx.error(f"padding={padding!r} is not supported (give the pads as numbers)")
-    return convolution(cx, x, w, bias, stride, padding, dilation, False, (0,), groups)
-
-
 # -- matmuls ---------------------------------------------------------------------------------------------
 @aten("linear")
 def linear(cx, x, w, bias=None):
@@ -144,16 +137,30 @@ def group_norm(cx, x, *args):
     return y if cx.op_name == "group_norm" else (y, None, None)
 
 
-@aten("_softmax", "softmax", "_log_softmax", "log_softmax", "_safe_softmax")
+@aten("_softmax", "softmax", "_log_softmax", "log_softmax")
 def softmax(cx, x, dim, *rest):
     x = cx.tensor(x, cx.out_dtype())
     return cx.b.emit("log_softmax" if "log" in cx.op_name else "softmax", x, axis=dim)
 
 
+@aten("_safe_softmax")
+def safe_softmax(cx, x, dim, dtype=None):
+    return _safe_softmax(cx, cx.tensor(x, cx.out_dtype()), dim)
+
+
+def _safe_softmax(cx, x, axis):
+    """Softmax whose fully masked rows (all -inf) give zeros instead of NaN, as PyTorch's attention does."""
+    t = x.type
+    top = cx.b.reduce_max(x, axes=[axis], keepdims=True)
+    empty = cx.b.eq(top, cx.tensor(-math.inf, t.dtype, top.type.shape))
+    return cx.b.where(cx.broadcast(empty, t.shape), cx.tensor(0, t.dtype, t.shape), cx.b.softmax(x, axis=axis))
+
+
 # -- attention -------------------------------------------------------------------------------------------
 @aten("scaled_dot_product_attention")
 def sdpa(cx, q, k, v, mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-    """softmax(q @ k^T * scale + mask) @ v; a bool mask (or is_causal) sets the excluded scores to -inf."""
+    """softmax(q @ k^T * scale + mask) @ v; a bool mask (or is_causal) sets the excluded scores to -inf, and
+    rows with every score excluded give zeros (PyTorch's safe softmax)."""
     t = q.type
     if enable_gqa and k.type.shape[-3] != t.shape[-3]:
         k, v = (_repeat_heads(cx, z, t.shape[-3]) for z in (k, v))
@@ -170,6 +177,7 @@ def sdpa(cx, q, k, v, mask=None, dropout_p=0.0, is_causal=False, scale=None, ena
             scores = cx.b.where(mask, scores, cx.tensor(-math.inf, st.dtype, st.shape))
         else:
             scores = cx.b.add(scores, cx.tensor(mask, st.dtype))
+        return cx.b.matmul(_safe_softmax(cx, scores, st.rank - 1), v)
     return cx.b.matmul(cx.b.softmax(scores, axis=-1), v)
 
 

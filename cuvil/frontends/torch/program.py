@@ -71,24 +71,30 @@ class ProgramWalker:
     def build(self, name: str = "main") -> tuple[Module, Signature]:
         ep = self.program
         sig = Signature(ep.call_spec.in_spec, ep.call_spec.out_spec, 0)
-        user, arg_types, arg_names = [], [], []
         specs = {s.arg.name: s for s in ep.graph_signature.input_specs}
-        for node in ep.graph.nodes:
-            if node.op == "placeholder" and specs[node.name].kind == InputKind.USER_INPUT:
-                val = node.meta.get("val")
-                if isinstance(val, torch.Tensor):
-                    sig.inputs.append(len(user))
-                    arg_types.append(TensorType(to_dtype(val.dtype), self.shape(val.shape)))
-                    arg_names.append(node.name)
-                user.append(node)
-        sig.n_flat_inputs = len(user)
-        b = Builder.new_function(self.module, name, arg_types, arg_names)
+        b = Builder.new_function(self.module, name, *self._arguments(specs, sig))
         args = iter(b.args)
         for node in ep.graph.nodes:
             if node.op == "placeholder":
                 self.env[node] = self._placeholder(node, specs[node.name], args, b)
         outs = self.run_nodes(ep.graph_module, b)
-        kinds = [s.kind for s in ep.graph_signature.output_specs]
+        b.ret(*self._results(outs, [s.kind for s in ep.graph_signature.output_specs], sig))
+        return self.module, sig
+
+    def _arguments(self, specs, sig: Signature) -> tuple[list, list]:
+        """The IR argument types and names: the user inputs that are tensors (others were fixed at export)."""
+        types, names = [], []
+        for node in self.program.graph.nodes:
+            if node.op == "placeholder" and specs[node.name].kind == InputKind.USER_INPUT:
+                val = node.meta.get("val")
+                if isinstance(val, torch.Tensor):
+                    sig.inputs.append(sig.n_flat_inputs)
+                    types.append(TensorType(to_dtype(val.dtype), self.shape(val.shape)))
+                    names.append(node.name)
+                sig.n_flat_inputs += 1
+        return types, names
+
+    def _results(self, outs, kinds, sig: Signature) -> list:
         results = []
         for value, kind in zip(outs, kinds):
             if kind != OutputKind.USER_OUTPUT:
@@ -99,8 +105,7 @@ class ProgramWalker:
             else:
                 sig.outputs.append(("ir", len(results)))
                 results.append(value)
-        b.ret(*results)
-        return self.module, sig
+        return results
 
     def _placeholder(self, node, spec, args, b):
         if spec.kind == InputKind.USER_INPUT:

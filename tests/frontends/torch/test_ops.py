@@ -125,6 +125,10 @@ CASES = {
                                             F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=0.3)),
                   (r(2, 3, 5, 4), r(2, 3, 5, 4), r(2, 3, 5, 4), torch.tril(torch.ones(5, 5, dtype=torch.bool)),
                    r(2, 1, 5, 5))),
+    "attention_fully_masked_rows": (lambda q, m, bias: (F.scaled_dot_product_attention(q, q, q, attn_mask=m),
+                                                       F.scaled_dot_product_attention(q, q, q, attn_mask=bias)),
+                                    (r(1, 2, 3, 4), torch.tensor([[True] * 3, [False] * 3, [True, False, True]]),
+                                     torch.tensor([[0.0] * 3, [float("-inf")] * 3, [0.0, 1.0, -1.0]]))),
     "attention_gqa": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True),
                       (r(1, 4, 3, 2), r(1, 2, 3, 2), r(1, 2, 3, 2))),
 }
