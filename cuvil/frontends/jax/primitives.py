@@ -18,7 +18,9 @@ _BINARY = {"add": "add", "add_any": "add", "sub": "sub", "mul": "mul", "div": "d
 _COMPARE = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge"}
 _REDUCE = {"reduce_sum": "reduce_sum", "reduce_max": "reduce_max", "reduce_min": "reduce_min",
            "reduce_prod": "reduce_prod"}
-_IDENTITY = ("stop_gradient", "copy", "copy_p", "optimization_barrier", "sharding_constraint", "reduce_precision")
+_IDENTITY = ("stop_gradient", "copy", "copy_p", "optimization_barrier", "sharding_constraint")
+# reduce_precision (exponent_bits, mantissa_bits) -> the IR type that rounds the same way
+_PRECISIONS = {(5, 10): DType.f16, (8, 7): DType.bf16, (8, 23): DType.f32, (11, 52): DType.f64}
 
 
 def _unary(op):
@@ -136,6 +138,14 @@ def select_n(cx, which, *cases):
 def clamp(cx, lo, x, hi):
     lo, x, hi = cx.operands([lo, x, hi], dtype=x.type.dtype)
     return cx.b.min(cx.b.max(x, lo), hi)
+
+
+@primitive("reduce_precision")
+def reduce_precision(cx, x, exponent_bits, mantissa_bits):
+    narrow = _PRECISIONS.get((exponent_bits, mantissa_bits))
+    if narrow is None:
+        raise cx.error(f"rounding to {exponent_bits} exponent and {mantissa_bits} mantissa bits is not supported")
+    return x if narrow is x.type.dtype else cx.b.cast(cx.b.cast(x, dtype=narrow), dtype=x.type.dtype)
 
 
 @primitive("convert_element_type")
