@@ -18,7 +18,8 @@ from ...interpreter import interpret
 from ...ir.core import Function, Location, Module
 from ...ir.symbolic import SymExpr
 from . import (convert_control, convert_elementwise, convert_movement, convert_nn, convert_norm,  # noqa: F401
-               convert_quant, convert_reduce, convert_rnn, convert_shape, fold)
+               convert_quant, convert_reduce, convert_rnn, convert_sample, convert_shape, convert_signal,
+               fold)
 from .context import NodeContext
 from .registry import CONVERTERS, FOLDERS
 from .carriers import CARRIERS, wrap

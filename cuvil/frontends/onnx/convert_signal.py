@@ -1,0 +1,104 @@
+"""Spectral ops: DFT (forward, inverse, one-sided, inverse one-sided) and STFT, as matmuls with cosine and sine
+matrices made at conversion time (float64, so the transform is as exact as the data allows)."""
+from __future__ import annotations
+
+import numpy as np
+
+from ...ir.dtypes import DType
+from .registry import converter
+
+
+def _last(ctx, v, axis: int):
+    """v with `axis` moved last (and the permutation that moves it back)."""
+    rank = v.type.rank
+    perm = tuple(i for i in range(rank) if i != axis) + (axis,)
+    back = tuple(int(i) for i in np.argsort(perm))
+    return ctx.b.transpose(v, perm=perm), back
+
+
+def _fit(ctx, v, length: int):
+    """v cut or zero-padded along its last axis to `length`."""
+    n = v.type.shape[-1]
+    if n > length:
+        return ctx.b.slice(v, starts=(0,), ends=(length,), axes=(v.type.rank - 1,))
+    if n < length:
+        return ctx.b.pad(v, pads=(0,) * (2 * v.type.rank - 1) + (length - n,))
+    return v
+
+
+def spectrum(ctx, re, im, n: int, inverse: bool, onesided: bool) -> tuple:
+    """The DFT of re + i*im along the last axis (length n after cutting or padding): (real, imag), or
+    (real, None) for the inverse of a one-sided spectrum (a real signal)."""
+    if inverse and onesided:
+        bins = n // 2 + 1
+        k, t = np.arange(bins)[:, None], np.arange(n)[None, :]
+        weight = np.where((k == 0) | (2 * k == n), 1.0, 2.0) / n
+        cos, sin = weight * np.cos(2 * np.pi * k * t / n), weight * np.sin(2 * np.pi * k * t / n)
+        re, im = _fit(ctx, re, bins), _fit(ctx, im, bins) if im is not None else None
+        out = ctx.b.matmul(re, ctx.const(cos))
+        return (ctx.b.sub(out, ctx.b.matmul(im, ctx.const(sin))) if im is not None else out), None
+    bins = n // 2 + 1 if onesided else n
+    t, k = np.arange(n)[:, None], np.arange(bins)[None, :]
+    scale = 1.0 / n if inverse else 1.0
+    cos, sin = scale * np.cos(2 * np.pi * t * k / n), scale * np.sin(2 * np.pi * t * k / n)
+    sign = 1.0 if inverse else -1.0  # e^{-i theta} forward, e^{+i theta} inverse
+    re = _fit(ctx, re, n)
+    out_re, out_im = ctx.b.matmul(re, ctx.const(cos)), ctx.b.matmul(re, ctx.const(sign * sin))
+    if im is not None:
+        im = _fit(ctx, im, n)
+        out_re = ctx.b.sub(out_re, ctx.b.matmul(im, ctx.const(sign * sin)))
+        out_im = ctx.b.add(out_im, ctx.b.matmul(im, ctx.const(cos)))
+    return out_re, out_im
+
+
+def _parts(ctx, x) -> tuple:
+    """The real and (if present) imaginary parts of a [..., 1 or 2] signal, in float64, last dim dropped."""
+    rank, pair = x.type.rank, x.type.shape[-1]
+    x64 = ctx.cast(x, DType.f64)
+
+    def part(i):
+        return ctx.b.reshape(ctx.b.slice(x64, starts=(i,), ends=(i + 1,), axes=(rank - 1,)), shape=x.type.shape[:-1])
+    return part(0), part(1) if pair == 2 else None
+
+
+def _join(ctx, parts, back, dtype):
+    moved = [ctx.b.transpose(p, perm=back) for p in parts if p is not None]
+    stacked = ctx.b.concat(*[ctx.b.reshape(p, shape=p.type.shape + (1,)) for p in moved], axis=len(back))
+    return ctx.cast(stacked, dtype)
+
+
+@converter("DFT")
+def dft(ctx):
+    x = ctx.x(0)
+    inverse, onesided = bool(ctx.attr("inverse", 0)), bool(ctx.attr("onesided", 0))
+    axis = ctx.attr("axis", 1) if ctx.opset < 20 else ctx.known_scalar(2, "axis", -2)
+    axis = axis + x.type.rank if axis < 0 else axis
+    length = x.type.shape[axis]
+    n = ctx.known_scalar(1, "dft_length", 2 * (length - 1) if inverse and onesided else length)
+    if not isinstance(n, int):
+        raise ctx.unsupported("the transform length must be static")
+    re, im = _parts(ctx, x)
+    re, back = _last(ctx, re, axis)
+    im = _last(ctx, im, axis)[0] if im is not None else None
+    return [_join(ctx, spectrum(ctx, re, im, n, inverse, onesided), back, x.type.dtype)]
+
+
+@converter("STFT")
+def stft(ctx):
+    """Frames [batch, frames, length] gathered by a table of positions, windowed, then a DFT of each frame."""
+    x = ctx.x(0)
+    step = ctx.known_scalar(1, "frame_step")
+    window = ctx.x(2) if ctx.has(2) else None
+    size = ctx.known_scalar(3, "frame_length", window.type.shape[0] if window is not None else None)
+    signal = x.type.shape[1]
+    if not all(isinstance(v, int) for v in (size, signal)):
+        raise ctx.unsupported("STFT needs a static signal length and frame length")
+    frames = 1 + (signal - size) // step
+    table = np.arange(frames)[:, None] * step + np.arange(size)[None, :]
+    re, im = _parts(ctx, x)
+    re, im = (ctx.b.gather(p, ctx.const(table), axis=1) if p is not None else None for p in (re, im))
+    if window is not None:
+        w = ctx.expand(ctx.b.reshape(ctx.cast(window, DType.f64), shape=(1, 1, size)), re.type.shape)
+        re, im = ctx.b.mul(re, w), ctx.b.mul(im, w) if im is not None else None
+    parts = spectrum(ctx, re, im, size, False, bool(ctx.attr("onesided", 1)))
+    return [_join(ctx, parts, (0, 1, 2), x.type.dtype)]
