@@ -5,13 +5,13 @@ from __future__ import annotations
 from ...ir.core import Op
 from ...ir.dtypes import DType
 from .c_exprs import c_dim
-from .loops import PARALLEL_MIN_ELEMENTS
+from .loops import parallel_clause
 
 ROWWISE = frozenset({"softmax", "log_softmax", "layer_norm"})
 
 _SOFTMAX = """static void {name}(int64_t rows, int64_t cols, const float *restrict x, float *restrict y)
 {{
-    #pragma omp parallel for schedule(static) if(rows * cols >= {par})
+    #pragma omp parallel for {par}
     for (int64_t r = 0; r < rows; r++) {{
         const float *restrict xr = x + r * cols;
         float *restrict yr = y + r * cols;
@@ -34,7 +34,7 @@ _LOG_SOFTMAX_FINISH = """const float shift = m + cuvil_logf(s);
 _LAYER_NORM = """static void layer_norm_f32(int64_t rows, int64_t cols, const float *restrict x,
                            const float *restrict scale, const float *restrict bias, float eps, float *restrict y)
 {{
-    #pragma omp parallel for schedule(static) if(rows * cols >= {par})
+    #pragma omp parallel for {par}
     for (int64_t r = 0; r < rows; r++) {{
         const float *restrict xr = x + r * cols;
         float *restrict yr = y + r * cols;
@@ -72,7 +72,7 @@ def _softmax(gen, op: Op, depth: int) -> None:
     log = op.name == "log_softmax"
     name = f"{op.name}_f32"
     gen.helpers[name] = _SOFTMAX.format(
-        name=name, par=PARALLEL_MIN_ELEMENTS, store_exp="" if log else "yr[j] = e;",
+        name=name, par=parallel_clause("rows * cols"), store_exp="" if log else "yr[j] = e;",
         finish=_LOG_SOFTMAX_FINISH if log else _SOFTMAX_FINISH)
     rows, cols = _rows_cols(op.operands[0].type, op.attrs["axis"])
     x, y = gen.args_of([op.operands[0], op.results[0]])
@@ -80,7 +80,7 @@ def _softmax(gen, op: Op, depth: int) -> None:
 
 
 def _layer_norm(gen, op: Op, depth: int) -> None:
-    gen.helpers["layer_norm_f32"] = _LAYER_NORM.format(par=PARALLEL_MIN_ELEMENTS)
+    gen.helpers["layer_norm_f32"] = _LAYER_NORM.format(par=parallel_clause("rows * cols"))
     rows, cols = _rows_cols(op.operands[0].type, op.attrs["axis"])
     x, scale = gen.args_of(op.operands[:2])
     bias = gen.args_of(op.operands[2:3])[0] if len(op.operands) > 2 else "NULL"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ...ir.dtypes import DType
 from .c_exprs import STORAGE, CType, c_dim
-from .loops import PARALLEL_MIN_ELEMENTS
+from .loops import parallel_clause
 
 INT_MIN = {DType.i64: "INT64_MIN", DType.i32: "INT32_MIN", DType.i16: "INT16_MIN", DType.i8: "INT8_MIN",
            DType.u8: "0", DType.bool: "0"}
@@ -37,7 +37,7 @@ def wide(dtype: DType) -> str:
 
 
 def par_if(work: str) -> str:
-    return f"if(({work}) >= {PARALLEL_MIN_ELEMENTS}) schedule(static)"
+    return parallel_clause(work)
 
 
 def open_loops(gen, depth: int, names, sizes, work: str | None = None) -> int:

@@ -22,6 +22,12 @@ from ...ops import registry
 from .c_exprs import ELEMENTWISE, STORAGE, CType, c_dim, elementwise_expr, is_user_elementwise, load, store_value
 
 PARALLEL_MIN_ELEMENTS = 1 << 15  # below this a kernel runs on one thread: forking costs more than it saves
+
+
+def parallel_clause(work: str) -> str:
+    """OpenMP clauses for a threaded loop over `work` elements: the team size is CUVIL_NUM_THREADS (as the
+    kernel library's), and small loops stay on one thread."""
+    return f"if(({work}) >= {PARALLEL_MIN_ELEMENTS}) num_threads(cuvil_get_num_threads()) schedule(static)"
 INDEX_OPS = {"broadcast_to", "transpose", "slice", "pad", "concat", "gather", "iota"}
 REDUCE_INIT = {"reduce_sum": "0", "reduce_prod": "1", "reduce_max": "-INFINITY", "reduce_min": "INFINITY"}
 REDUCE_INT_INIT = {"reduce_max": "{t}_MIN", "reduce_min": "{t}_MAX"}
@@ -111,7 +117,7 @@ class LoopKernel:
     def _emit_pointwise(self) -> None:
         shape = self.outputs[0].type.shape
         numel = c_dim(self.outputs[0].type.numel)
-        par = f"if({numel} >= {PARALLEL_MIN_ELEMENTS}) schedule(static)"
+        par = parallel_clause(numel)
         if not self._needs_axes() or len(shape) <= 1:
             self._line(1, f"#pragma omp parallel for simd {par}")
             self._line(1, f"for (int64_t i = 0; i < {numel}; i++) {{")
@@ -153,7 +159,7 @@ class LoopKernel:
         out_t = red.results[0].type
         out_axes = tuple(full_axes[k] if k not in axes_reduced else "0" for k in range(src.rank)) \
             if red.attrs["keepdims"] else tuple(full_axes[k] for k in kept)
-        par = f"if({c_dim(src.numel)} >= {PARALLEL_MIN_ELEMENTS}) schedule(static)"
+        par = parallel_clause(c_dim(src.numel))
         depth = 1
         for n, k in enumerate(kept):
             if n == 0:
