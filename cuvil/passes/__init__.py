@@ -11,6 +11,7 @@ from .decompose import decompose
 from .fuse import FuseGemmEpilogue, FuseOps
 from .inference import FoldBatchNorm
 from .lower import SplitToSlices
+from .recompose import Recompose
 from .manager import Pass, PassManager, Pipeline, PipelineBuilder
 from .rewrite import Match, Pat, Rule, apply_rules
 from .simplify import CSE, DCE, Canonicalize, Decompose, FoldConstants, Simplify
@@ -23,7 +24,7 @@ def default_pipeline(target: str = "cpu", level: int = 2, passes: Iterable[Pass]
     pb.add(Canonicalize())
     if level >= 1:
         pb.add_fixpoint("cleanup", FoldConstants(), Simplify(), Canonicalize(), CSE(), DCE())
-        pb.add(FoldBatchNorm(), DCE())
+        pb.add(Recompose(), FoldBatchNorm(), DCE())
     if target == "cpu":
         from ..backends.cpu.backend import keeps_composite
         from ..backends.cpu.loops import REDUCE_OPS, is_loop_op
@@ -46,5 +47,5 @@ def run_pipeline(module, pipeline: Pipeline | None = None, **manager_options) ->
 
 
 __all__ = ["CSE", "Canonicalize", "DCE", "Decompose", "FoldBatchNorm", "FoldConstants", "FuseGemmEpilogue",
-           "FuseOps", "Match", "Pass", "PassManager", "Pat", "Pipeline", "PipelineBuilder", "Rule", "Simplify",
-           "SplitToSlices", "apply_rules", "decompose", "default_pipeline", "run_pipeline"]
+           "FuseOps", "Match", "Pass", "PassManager", "Pat", "Pipeline", "PipelineBuilder", "Recompose", "Rule",
+           "Simplify", "SplitToSlices", "apply_rules", "decompose", "default_pipeline", "run_pipeline"]
