@@ -43,6 +43,7 @@ CARRIERS = {
     T.FLOAT8E5M2: Carrier(DType.f32, "float8_e5m2", float_format=(2, -14, 57344.0, True, True)),
     T.FLOAT8E5M2FNUZ: Carrier(DType.f32, "float8_e5m2fnuz", float_format=(2, -15, 57344.0, False, False)),
     T.FLOAT4E2M1: Carrier(DType.f32, "float4_e2m1fn", float_format=(1, 0, 6.0, False, True)),
+    T.FLOAT8E8M0: Carrier(DType.f32, "float8_e8m0fnu", float_format=(0, -127, 2.0 ** 127, False, False)),
 }
 
 
@@ -103,6 +104,26 @@ def quantize(ctx, v, elem: int, saturate: bool):
     if not neg_zero:
         signed = b.where(b.eq(signed, ctx.scalar_like(0, signed)), ctx.scalar_like(0.0, signed), signed)
     return b.cast(signed, dtype=DType.f32)
+
+
+def quantize_e8m0(ctx, v, saturate: bool, round_mode: str):
+    """A power of two 2^e, e in [-127, 127], from |x| (the format has no sign): e = floor(log2 |x|), plus one
+    when rounding up a value that is not a power of two ("up"), or one at or past 1.5 * 2^e ("nearest").
+    NaN, inf and (without saturation) overflow give NaN."""
+    b = ctx.b
+    a = b.abs(ctx.cast(v, DType.f64))
+    e = _floor_log2(ctx, a)
+    e = b.max(e, ctx.scalar_like(-127, e))
+    power = b.pow(ctx.scalar_like(2.0, e), e)
+    if round_mode != "down":
+        cut = power if round_mode == "up" else b.mul(power, ctx.scalar_like(1.5, power))
+        past = b.gt(a, cut) if round_mode == "up" else b.ge(a, cut)
+        e = b.where(past, b.add(e, ctx.scalar_like(1, e)), e)
+    over = b.gt(e, ctx.scalar_like(127, e))
+    e = b.where(over, ctx.scalar_like(127 if saturate else math.nan, e), e)
+    bad = b.emit("or", b.isnan(a), b.isinf(a))
+    out = b.where(bad, ctx.scalar_like(math.nan, e), b.pow(ctx.scalar_like(2.0, e), e))
+    return b.cast(out, dtype=DType.f32)
 
 
 def _floor_log2(ctx, a):

@@ -5,9 +5,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from onnx import TensorProto as T
 
 from ...ir.dtypes import DType
-from .carriers import CARRIERS, quantize, unsigned_order, wrap
+from .carriers import CARRIERS, quantize, quantize_e8m0, unsigned_order, wrap
 from .registry import converter
 from .tensors import Tensor, ir_dtype
 
@@ -250,6 +251,8 @@ def convert_elem(ctx, v, dst: int, saturate: bool = True) -> Tensor:
     c = CARRIERS.get(dst)
     if c is None:
         return Tensor(value=ctx.cast(v, ir_dtype(dst, f"{ctx.where}: the target type")), elem=dst)
+    if dst == T.FLOAT8E8M0:
+        return Tensor(value=quantize_e8m0(ctx, v, saturate, ctx.attr("round_mode", "up")), elem=dst)
     if c.float_format:
         return Tensor(value=quantize(ctx, v, dst, saturate), elem=dst)
     whole = ctx.cast(v, DType.i64)  # floats truncate toward zero, NaN gives 0

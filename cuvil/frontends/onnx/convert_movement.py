@@ -261,3 +261,62 @@ def _data_dependent(ctx):
 
 for _op in ("NonZero", "Unique", "NonMaxSuppression", "StringSplit"):
     converter(_op)(_data_dependent)
+
+
+# -- scattering into fresh or cached tensors -----------------------------------------------------------------
+@converter("MaxUnpool")
+def max_unpool(ctx):
+    """Values written at MaxPool's indices (flat over the unpooled shape) into zeros; a larger output_shape
+    extends that with zeros at the end of each dim."""
+    x, idx = ctx.x(0), ctx.cast(ctx.x(1), DType.i64)
+    s = x.type.rank - 2
+    kernel, strides = ctx.attr("kernel_shape"), ctx.attr("strides", [1] * s)
+    pads = ctx.attr("pads", [0] * (2 * s))
+    shape = x.type.shape[:2] + tuple((n - 1) * st + k - pb - pe for n, st, k, pb, pe in
+                                     zip(x.type.shape[2:], strides, kernel, pads[:s], pads[s:]))
+    zeros = ctx.b.full(0.0, (math.prod(shape, start=1),), x.type.dtype)
+    flat = ctx.b.scatter_elements(zeros, ctx.b.reshape(idx, shape=(idx.type.numel,)),
+                                  ctx.b.reshape(x, shape=(x.type.numel,)), axis=0)
+    out = ctx.b.reshape(flat, shape=shape)
+    if ctx.has(2):
+        want = ctx.dims(2, "output_shape")
+        out = ctx.b.pad(out, pads=(0,) * len(shape) + tuple(w - d for w, d in zip(want, shape)))
+    return [out]
+
+
+@converter("TensorScatter")
+def tensor_scatter(ctx):
+    """update written into the cache from write_indices[b] on along `axis` (wrapping in circular mode)."""
+    cache, update = ctx.x(0), ctx.x(1)
+    axis = ctx.attr("axis", -2)
+    axis = axis + cache.type.rank if axis < 0 else axis
+    pos = ctx.b.iota(shape=update.type.shape, axis=axis, dtype=DType.i64)
+    if ctx.has(2):
+        start = ctx.cast(ctx.x(2), DType.i64)
+        start = ctx.b.reshape(start, shape=(start.type.shape[0],) + (1,) * (update.type.rank - 1))
+        pos = ctx.b.add(pos, ctx.expand(start, update.type.shape))
+    if ctx.attr("mode", "linear") == "circular":
+        pos = ctx.b.mod(pos, ctx.scalar_like(cache.type.shape[axis], pos))
+    return [ctx.b.scatter_elements(cache, pos, update, axis=axis)]
+
+
+@converter("Col2Im")
+def col2im(ctx):
+    """Columns [N, C*K, L] summed back into the image: a scatter-add through a table of padded positions."""
+    x = ctx.x(0)
+    image, block = ctx.dims(1, "image_shape"), ctx.dims(2, "block_shape")
+    r = len(image)
+    dil, strides = ctx.attr("dilations", [1] * r), ctx.attr("strides", [1] * r)
+    pads = ctx.attr("pads", [0] * (2 * r))
+    padded = [d + pb + pe for d, pb, pe in zip(image, pads[:r], pads[r:])]
+    counts = [(p - (dl * (k - 1) + 1)) // st + 1 for p, k, dl, st in zip(padded, block, dil, strides)]
+    taps, blocks = np.indices(block).reshape(r, -1, 1), np.indices(counts).reshape(r, 1, -1)
+    where = np.ravel_multi_index([blocks[d] * strides[d] + taps[d] * dil[d] for d in range(r)], padded)
+    n, ck, cols = x.type.shape
+    c = ck // math.prod(block)
+    flat = ctx.b.reshape(x, shape=(n, c, where.size))
+    index = ctx.expand(ctx.b.reshape(ctx.const(where.reshape(-1)), shape=(1, 1, where.size)), flat.type.shape)
+    zeros = ctx.b.full(0.0, (n, c, math.prod(padded)), x.type.dtype)
+    summed = ctx.b.reshape(ctx.b.scatter_elements(zeros, index, flat, axis=2, reduction="add"), shape=(n, c, *padded))
+    return [ctx.b.slice(summed, starts=tuple(pads[:r]), ends=tuple(p - pe for p, pe in zip(padded, pads[r:])),
+                        axes=tuple(range(2, 2 + r)))]
