@@ -147,7 +147,8 @@ class LoopKernel:
 
     def _store_outputs(self, idx: Idx, depth: int) -> None:
         for i, v in enumerate(self.outputs):
-            expr = self.value(v, idx, depth)
+            at = idx if v.type.shape == idx.shape else Idx(v.type.shape, None, idx.get_flat())  # a reshaped output
+            expr = self.value(v, at, depth)
             self._line(depth, f"out{i}[{idx.get_flat()}] = {store_value(v.type.dtype, expr)};")
 
     def _emit_reduce(self) -> None:
@@ -190,8 +191,8 @@ class LoopKernel:
         self.memo.pop()
         self._line(inner_depth, f"{acc} = {REDUCE_COMBINE[red.name].format(a=acc, x=x)};")
         self._close(inner_depth, depth)
-        self.memo.append({(id(red.results[0]), out_axes): acc})
         out_idx = Idx(out_t.shape, out_axes)
+        self.memo.append({(id(red.results[0]), out_axes): acc, (id(red.results[0]), out_idx.get_flat()): acc})
         self._store_outputs(out_idx, depth)
         self.memo.pop()
         self._close(depth)

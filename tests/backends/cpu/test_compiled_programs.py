@@ -198,3 +198,13 @@ def test_integer_and_bool_reductions():
     rng = np.random.default_rng(0)
     inputs = [rng.integers(0, 255, (3, 5)).astype(np.uint8), rng.integers(-128, 127, (3, 5)).astype(np.int8)]
     assert_matches(compile_module(m)(*inputs), interpret(m, inputs))
+
+
+def test_reduction_with_a_reshaping_epilogue():
+    """Global average pooling then flatten: the reduction's result is read through a reshape."""
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", (2, 8, 3, 3))], ["x"])
+    pooled = b.reduce_mean(b.args[0], axes=(2, 3), keepdims=True)
+    b.ret(b.relu(b.reshape(pooled, shape=(2, 8))))
+    x = np.random.default_rng(0).standard_normal((2, 8, 3, 3)).astype(np.float32)
+    assert_matches(compile_module(m)(x), interpret(m, [x]))
