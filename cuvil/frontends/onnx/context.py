@@ -124,8 +124,7 @@ class NodeContext:
 
     # -- building helpers ------------------------------------------------------------------------------
     def const(self, array, dtype: DType | None = None):
-        arr = np.asarray(array, dtype.numpy if dtype else None)
-        return self.graph.materialize(Tensor.of_array(arr), self.b.loc)
+        return self.graph.constant(np.asarray(array, dtype.numpy if dtype else None), self.b.loc)
 
     def scalar_like(self, value, like):
         """A scalar (a number or a symbolic size) of `like`'s element type, broadcast to like's shape."""

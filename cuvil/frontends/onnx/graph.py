@@ -13,16 +13,16 @@ import onnx
 from onnx import AttributeProto, defs, helper
 
 from ...errors import CuvilError, ShapeError, UnsupportedError, VerificationError
-from ...ir.builder import Builder
 from ...interpreter import interpret
+from ...ir.builder import Builder
 from ...ir.core import Function, Location, Module
 from ...ir.symbolic import SymExpr
 from . import (convert_control, convert_elementwise, convert_movement, convert_nn, convert_norm,  # noqa: F401
                convert_quant, convert_reduce, convert_rnn, convert_sample, convert_shape, convert_signal,
                fold)
+from .carriers import CARRIERS, wrap
 from .context import NodeContext
 from .registry import CONVERTERS, FOLDERS
-from .carriers import CARRIERS, wrap
 from .tensors import Tensor, ir_dtype, sanitize, tensor_to_array
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
@@ -61,6 +61,7 @@ class GraphConverter:
     def __init__(self, module, fn, functions: dict, base_dir: str | None):
         self.module, self.fn, self.functions, self.base_dir = module, fn, functions, base_dir
         self.top = Builder(module, fn)
+        self.small_constants: dict = {}  # (dtype, shape, bytes) -> IR value, so each is made once
 
     # -- known values into IR --------------------------------------------------------------------------
     def materialize(self, t: Tensor, loc=None):
@@ -69,6 +70,15 @@ class GraphConverter:
             b = Builder(self.module, self.fn, self.fn.body, loc or self.top.loc)
             t.value = _known_to_ir(b, t)
         return t.value
+
+    def constant(self, arr: np.ndarray, loc=None):
+        """A constant the converters make (scalars, tables); small ones are shared."""
+        if arr.size > 16:
+            return self.materialize(Tensor.of_array(arr), loc)
+        key = (arr.dtype.str, arr.shape, arr.tobytes())
+        if key not in self.small_constants:
+            self.small_constants[key] = self.materialize(Tensor.of_array(arr), loc)
+        return self.small_constants[key]
 
     # -- walking ---------------------------------------------------------------------------------------
     def run_graph(self, graph, scope: Scope, b: Builder, opsets: dict, prefix: str = "") -> list:

@@ -14,8 +14,8 @@ from ...ir.core import Module
 from ...ir.symbolic import SymExpr
 from ...ir.types import TensorType
 from ...ir.verifier import verify
-from .graph import DEFAULT_DOMAINS, MIN_OPSET, GraphConverter, Scope
 from .context import NeedsValue
+from .graph import DEFAULT_DOMAINS, MIN_OPSET, GraphConverter, Scope
 from .model import OnnxModel, SpecializingModel, TensorSpec
 from .tensors import Tensor, ir_dtype, sanitize, type_name
 
@@ -30,8 +30,10 @@ def load_onnx(model) -> OnnxModel:
     try:
         return _convert(proto, base_dir, {})
     except NeedsValue as e:
-        return SpecializingModel(_input_specs(proto), _output_specs(proto),
-                                 lambda values: _convert(proto, base_dir, values), e)
+        model = SpecializingModel(_input_specs(proto), _output_specs(proto),
+                                  lambda values: _convert(proto, base_dir, values))
+        model.add_value_inputs(e)
+        return model
 
 
 def _convert(proto, base_dir, values: dict) -> OnnxModel:
@@ -124,7 +126,6 @@ def _output_specs(proto) -> list:
         tt = v.type.tensor_type
         dims = [d.dim_value if d.HasField("dim_value") else symbols.named(d.dim_param or f"{v.name}_{i}")
                 for i, d in enumerate(tt.shape.dim)]
-        ir_dtype(tt.elem_type, f"graph output {v.name!r}")
         out.append(TensorSpec(v.name, tt.elem_type, tuple(dims)))
     return out
 

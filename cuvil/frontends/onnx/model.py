@@ -13,7 +13,7 @@ from ...ir.dtypes import DType
 from ...ir.symbolic import SymExpr
 from ...ir.types import TensorType
 from .carriers import CARRIERS, from_carrier, to_carrier
-from .tensors import ir_dtype
+from .tensors import IR_DTYPES, ir_dtype, type_name
 
 _BACKEND = "interpreter"  # what .optimize() runs on; becomes the requested target once the CPU backend is proven
 
@@ -36,6 +36,8 @@ class TensorSpec:
         return CARRIERS[self.elem].numpy if self.elem in CARRIERS else self.ir_dtype.numpy
 
     def __str__(self) -> str:
+        if self.elem not in CARRIERS and self.elem not in IR_DTYPES:
+            return f"{self.name}: {type_name(self.elem)}[{','.join(map(str, self.shape))}]"
         if self.elem in CARRIERS:
             return f"{self.name}: {self.dtype.name}[{','.join(map(str, self.shape))}]"
         return f"{self.name}: {TensorType(self.ir_dtype, self.shape)}"
@@ -125,19 +127,22 @@ def _check_input(spec: TensorSpec, x) -> np.ndarray:
 class SpecializingModel(OnnxModel):
     """A model whose shapes depend on the values of some small inputs (a Reshape shape or Reduce axes given
     as a graph input). It is converted at call time, once per distinct value of those inputs, with the values
-    known; `value_inputs` names them. `.module` is the most recent specialization."""
+    known; `value_inputs` names them. `.module` and `.outputs` are those of the latest specialization.
+
+    It shares OnnxModel's interface, not its state: there is no single module until a call picks one.
+    """
 
     MAX_CACHED = 16
     MAX_ELEMENTS = 64  # inputs this small may key a specialization; larger ones are data
 
-    def __init__(self, inputs: list, outputs: list, convert, first: UnsupportedError):
+    def __init__(self, inputs: list, outputs: list, convert, value_inputs=frozenset()):
         self.inputs, self.outputs, self._convert = list(inputs), list(outputs), convert
-        self.value_inputs: set = set()
+        self.value_inputs: set = set(value_inputs)
         self._cache: dict = {}
         self._latest = None
-        self._add_value_inputs(first)
 
-    def _add_value_inputs(self, e) -> None:
+    def add_value_inputs(self, e: UnsupportedError) -> None:
+        """Specialize also on the inputs a conversion error says it needed; re-raise it if they are data."""
         specs = {s.name: s for s in self.inputs}
         names = set(getattr(e, "inputs", ())) - self.value_inputs
         if not names or any(n not in specs or not _small_static(specs[n], self.MAX_ELEMENTS) for n in names):
@@ -153,37 +158,33 @@ class SpecializingModel(OnnxModel):
 
     def specialize(self, arrays: list) -> OnnxModel:
         """The model converted for these inputs' values (cached)."""
+        named = {s.name: x for s, x in zip(self.inputs, arrays)}
         while True:
-            named = {s.name: x for s, x in zip(self.inputs, arrays)}
             key = tuple((n, named[n].dtype.str, named[n].shape, named[n].tobytes()) for n in sorted(self.value_inputs))
             if key in self._cache:
-                self._latest = self._cache[key]
-                return self._latest
+                break
             try:
                 model = self._convert({n: named[n] for n in self.value_inputs})
             except UnsupportedError as e:
-                self._add_value_inputs(e)
+                self.add_value_inputs(e)
                 continue
             if len(self._cache) >= self.MAX_CACHED:
                 self._cache.pop(next(iter(self._cache)))
-            self._cache[key] = self._latest = model
-            return model
+            self._cache[key] = model
+        self._latest = self._cache[key]
+        self.outputs = self._latest.outputs
+        return self._latest
 
     def __call__(self, *args, **kwargs) -> list:
         arrays = bind_inputs(self.inputs, args, kwargs)
         return self._outputs(self.specialize(arrays)._run(arrays))
 
     def optimize(self, target: str = "cpu", precision: str = "fp32", enable_fuse: bool = True,
-                 calibrate_dataset=None, passes=None):
-        compiled: dict = {}
-
-        def run(*args, **kwargs):
-            arrays = bind_inputs(self.inputs, args, kwargs)
-            model = self.specialize(arrays)
-            if id(model) not in compiled:
-                compiled[id(model)] = model.optimize(target, precision, enable_fuse, calibrate_dataset, passes)
-            return self._outputs(compiled[id(model)]._run(arrays))
-        return run
+                 calibrate_dataset=None, passes=None) -> "SpecializingModel":
+        """The same per-value conversion, each specialization optimized for `target`."""
+        options = (target, precision, enable_fuse, calibrate_dataset, passes)
+        return SpecializingModel(self.inputs, self.outputs, lambda values: self._convert(values).optimize(*options),
+                                 self.value_inputs)
 
 
 def _small_static(spec: TensorSpec, limit: int) -> bool:

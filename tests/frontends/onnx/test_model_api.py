@@ -119,7 +119,12 @@ def test_shape_inputs_given_at_run_time_specialize_the_model():
                   [("y", F32, None)])
     m = cuvil.load_onnx(proto)
     assert m.value_inputs == {"shape"}
+    with pytest.raises(cuvil.UnsupportedError, match="call it once"):
+        cuvil.inspect_ir(m)
     x = rand(2, 6)
+    fast = m.optimize()
+    np.testing.assert_array_equal(fast(x, np.int64([4, 3]))[0], x.reshape(4, 3))
+    assert str(fast.outputs[0]) == "y: f32[4,3]"
     for shape in ([3, 4], [-1, 2], [12, 1]):
         check_against_ort(proto, {"x": x, "shape": np.int64(shape)})
         assert m(x, np.int64(shape))[0].shape == x.reshape(shape).shape
