@@ -90,9 +90,6 @@ class NodeContext:
     def type(self, i: int = 0) -> TensorType:
         return self.tensor(i).type
 
-    def rank(self, i: int = 0) -> int:
-        return self.type(i).rank
-
     def dims(self, i: int, what: str) -> tuple:
         """A shape-like input (Reshape's shape, Slice's starts...) as a tuple of ints and symbolic dims.
         It must be computable at conversion time: a constant or shape arithmetic on input sizes."""
@@ -172,7 +169,3 @@ def broadcast_dims(a: tuple, b: tuple, ctx=None) -> tuple:
         else:
             out.append(x if isinstance(x, int) else y)
     return tuple(out)
-
-
-def onnx_elem(dtype: DType) -> int:
-    return ONNX_DTYPES[dtype]

@@ -10,11 +10,9 @@ from onnx import TensorProto
 
 from ...ir.dtypes import DType
 from .context import broadcast_dims
-from .fold import dims_tensor, has_symbols, tidy
+from .fold import FOLD_LIMIT, dims_tensor, has_symbols, tidy
 from .registry import converter, folder
 from .tensors import Tensor
-
-FOLD_LIMIT = 4096  # known values larger than this stay IR values
 
 
 def _known_object(ctx, i: int):
@@ -44,8 +42,8 @@ _CONSTANT_ATTRS = {"value_float": (np.float32, TensorProto.FLOAT), "value_floats
 @converter("Constant")
 def constant(ctx):
     if ctx.has_attr("value"):
-        arr = ctx.attr("value")
-        return [Tensor.of_array(arr, name=ctx.node.output[0])]
+        elem = next(a.t.data_type for a in ctx.node.attribute if a.name == "value")
+        return [Tensor.of_array(ctx.attr("value"), elem, name=ctx.node.output[0])]
     for name, (dtype, elem) in _CONSTANT_ATTRS.items():
         if ctx.has_attr(name):
             return [Tensor(known=np.asarray(ctx.attr(name), dtype), elem=elem)]

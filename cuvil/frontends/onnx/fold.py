@@ -15,6 +15,9 @@ from .registry import folder
 from .tensors import Tensor, ir_dtype
 
 
+FOLD_LIMIT = 4096  # known values up to this many elements are folded at conversion time
+
+
 class CannotFold(Exception):
     """The result depends on the values of symbolic sizes."""
 

@@ -22,11 +22,11 @@ from . import (convert_control, convert_elementwise, convert_movement, convert_n
                fold)
 from .carriers import CARRIERS, wrap
 from .context import NodeContext
+from .fold import FOLD_LIMIT
 from .registry import CONVERTERS, FOLDERS
 from .tensors import Tensor, ir_dtype, sanitize, tensor_to_array
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
-FOLD_LIMIT = 4096  # known values up to this many elements are folded at conversion time
 MAX_ELEMENTS = 2 ** 36  # a static result larger than this is a corrupt model, not a real one
 # Ops whose results hold only values of their inputs (or zeros), so carried narrow integers need no wrap.
 VALUE_PRESERVING = {"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Concat", "Split", "Slice",
@@ -84,7 +84,7 @@ class GraphConverter:
     def run_graph(self, graph, scope: Scope, b: Builder, opsets: dict, prefix: str = "") -> list:
         """Convert a (sub)graph's initializers and nodes into `scope`; returns its outputs as Tensors."""
         for init in graph.initializer:
-            scope.define(init.name, Tensor.of_array(tensor_to_array(init, self.base_dir), name=init.name))
+            scope.define(init.name, Tensor.of_array(tensor_to_array(init, self.base_dir), init.data_type, init.name))
         for node in graph.node:
             self.run_node(node, scope, b, opsets, prefix)
         return [self.lookup(scope, o.name, f"graph output {o.name!r}") for o in graph.output]

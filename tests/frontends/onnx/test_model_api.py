@@ -158,3 +158,13 @@ def test_float8_cast_rounds_to_the_format():
     assert y.dtype == ml_dtypes.float8_e4m3fn
     want = np.clip(x, -448, 448).astype(ml_dtypes.float8_e4m3fn)
     np.testing.assert_array_equal(y.astype(np.float32), want.astype(np.float32))
+
+
+def test_initializers_of_carried_types_keep_their_type():
+    import ml_dtypes
+
+    weights = np.array([-8, -1, 0, 7], ml_dtypes.int4)
+    proto = model([helper.make_node("DequantizeLinear", ["w", "scale"], ["y"])], [("scale", F32, [])],
+                  [("y", F32, [4])], [("w", weights)], opset=21)
+    (y,) = cuvil.load_onnx(proto)(np.float32(0.5))
+    np.testing.assert_array_equal(y, [-4, -0.5, 0, 3.5])
