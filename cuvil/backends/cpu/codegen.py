@@ -102,13 +102,8 @@ class CodeGen:
     def _offsets(self) -> str:
         lines = ["    const int64_t off0 = 0;"]
         for k, sizes in enumerate(self.plan.slots):
-            size = c_dim(sizes[0])
-            for s in sizes[1:]:
-                size = f"CUVIL_MAX({size}, {c_dim(s)})"
-            lines.append(f"    const int64_t off{k + 1} = off{k} + {size};")
-        scratch = "0"
-        for size in self.scratch_sizes:
-            scratch = f"CUVIL_MAX({scratch}, ({size} + 63) / 64 * 64)"
+            lines.append(f"    const int64_t off{k + 1} = off{k} + {_c_max([c_dim(s) for s in sizes])};")
+        scratch = _c_max([f"({size} + 63) / 64 * 64" for size in self.scratch_sizes] or ["0"])
         lines.append(f"    const int64_t off_scratch = off{len(self.plan.slots)};")
         lines.append(f"    const int64_t scratch_bytes = {scratch};")
         lines.append("    (void)off_scratch; (void)scratch_bytes;")
@@ -255,6 +250,17 @@ class CodeGen:
         for i, v in enumerate(op.operands):
             if i not in self.direct:
                 self.line(depth, f"memcpy(outs[{i}], {self.ptr[id(v)]}, {c_dim(_nbytes(v))});")
+
+
+def _c_max(exprs: list) -> str:
+    """The largest of C size expressions: literal ints folded here, the rest through cuvil_imax calls (a
+    function, not a macro, so nesting does not re-expand its arguments)."""
+    static = [int(e) for e in exprs if e.isdigit()]
+    out = str(max(static)) if static else None
+    for e in exprs:
+        if not e.isdigit():
+            out = e if out is None else f"cuvil_imax({out}, {e})"
+    return out
 
 
 def _cond_yield_aliases(fn: Function) -> dict:

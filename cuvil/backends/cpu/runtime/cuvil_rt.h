@@ -141,6 +141,8 @@ CUVIL_RT_INLINE int64_t cuvil_ipow(int64_t base, int64_t e)
     return (int64_t)r;
 }
 
+CUVIL_RT_INLINE int64_t cuvil_imax(int64_t a, int64_t b) { return a > b ? a : b; }
+
 /* NaN-propagating max/min, as NumPy's maximum/minimum. */
 #define CUVIL_MAX(a, b) (((a) != (a) || (a) > (b)) ? (a) : (b))
 #define CUVIL_MIN(a, b) (((a) != (a) || (a) < (b)) ? (a) : (b))
