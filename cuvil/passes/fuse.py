@@ -229,9 +229,18 @@ def _only_user(v, users: dict):
     return us[0] if len(us) == 1 and us[0] is not None else None
 
 
+def _swaps_last_two(op) -> bool:
+    perm = op.attrs["perm"]
+    n = len(perm)
+    return n >= 2 and perm == tuple(range(n - 2)) + (n - 1, n - 2)
+
+
 def _epilogue_chain(mm: Op, users: dict) -> list:
-    """[matmul, broadcast_to, add, act] as far as the pattern holds (the bias is a vector along the rows)."""
-    chain = [mm]
+    """[transposes of the operands, matmul, broadcast_to, add, act] as far as the pattern holds (the GEMM
+    reads a transposed operand through strides; the bias is a vector along the rows)."""
+    chain = [v.owner for v in mm.operands if isinstance(v.owner, Op) and v.owner.name == "transpose"
+             and _swaps_last_two(v.owner) and _only_user(v, users) is mm]
+    chain.append(mm)
     out = mm.results[0]
     add = _only_user(out, users)
     if add is not None and add.name == "add":

@@ -131,6 +131,9 @@ class Simplify(Pass):
         return apply_rules(fn, [r for r in SIMPLIFY_RULES if registry.has_op(next(iter(r.pattern.ops)))])
 
 
+VIEW_OPS = frozenset({"transpose", "reshape"})
+
+
 class FoldConstants(Pass):
     """Evaluate ops whose operands are all constants with their reference implementations.
 
@@ -149,6 +152,8 @@ class FoldConstants(Pass):
 
     def _foldable(self, op: Op) -> bool:
         opdef = registry.get_op(op.name)
+        if op.name in VIEW_OPS and op.operands[0].type.is_static and op.operands[0].type.numel > 4096:
+            return False  # a copy of a weight in another layout: kernels read the original through strides
         return (bool(op.operands) and not op.regions and opdef.reference is not None
                 and all(r.type.is_static for r in op.results)
                 and all(isinstance(v.owner, Op) and v.owner.name in ("constant", "full") and v.type.is_static

@@ -109,24 +109,24 @@ class CodeGen:
         lines.append("    (void)off_scratch; (void)scratch_bytes;")
         return "\n".join(lines) + "\n"
 
-    def packed_weight(self, b: Value):
-        """A GEMM-packed copy of constant `b` (K x N), made once by `cuvil_prepare`; None if `b` is not a
-        module constant."""
+    def packed_weight(self, b: Value, k: int, n: int, rsb: str, csb: str):
+        """A GEMM-packed copy of the K x N operand stored in constant `b` with strides (rsb, csb), made once
+        by `cuvil_prepare`; None if `b` is not a module constant."""
         op = b.owner
         if not (isinstance(op, Op) and op.name == "constant"):
             return None
-        k, n = b.type.shape
         slot = self.ptr[id(b)].split("consts[")[1].split("]")[0]
-        self.packed.append((int(slot), k, n))
+        self.packed.append((int(slot), k, n, rsb, csb))
         return f"((const float *)consts[CUVIL_NCONST + {len(self.packed) - 1}])"
 
     def _prepare(self) -> str:
         """cuvil_prepare fills consts[n_constants + j] with packed weights; the caller allocates each buffer
         with cuvil_packed_bytes(j) bytes (64-byte aligned)."""
         sizes = "".join(f"    case {j}: return cuvil_sgemm_packed_size({k}, {n}) * 4;\n"
-                        for j, (_, k, n) in enumerate(self.packed))
-        packs = "".join(f"    cuvil_sgemm_pack_b({k}, {n}, (const float *)consts[{slot}], {n}, 1, "
-                        f"(float *)consts[CUVIL_NCONST + {j}]);\n" for j, (slot, k, n) in enumerate(self.packed))
+                        for j, (_, k, n, _, _) in enumerate(self.packed))
+        packs = "".join(f"    cuvil_sgemm_pack_b({k}, {n}, (const float *)consts[{slot}], {rsb}, {csb}, "
+                        f"(float *)consts[CUVIL_NCONST + {j}]);\n"
+                        for j, (slot, k, n, rsb, csb) in enumerate(self.packed))
         count = f"int64_t cuvil_packed_count(void) {{ return {len(self.packed)}; }}\n\n"
         size = (f"int64_t cuvil_packed_bytes(int64_t j)\n{{\n    switch (j) {{\n{sizes}"
                 "    default: return 0;\n    }\n}\n\n")

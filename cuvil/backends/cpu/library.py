@@ -13,17 +13,19 @@ ACTIVATION_CODES = {"relu": 1, "gelu-tanh": 2, "gelu-none": 3, "sigmoid": 4, "ta
 
 
 def emit_fused(gen, op, depth: int) -> None:
-    """A `fused` op of kind "library": today a GEMM with its bias and activation epilogue."""
+    """A `fused` op of kind "library": a GEMM with its operands' transposes (read through strides) and its
+    bias and activation epilogue."""
     body = op.regions[0].ops[:-1]
-    mm = body[0]
-    arg_value = dict(zip((id(a) for a in op.regions[0].args), op.operands))
+    source = dict(zip((id(a) for a in op.regions[0].args), op.operands))
+    transposed = {id(o.results[0]): source[id(o.operands[0])] for o in body if o.name == "transpose"}
     bias, act = None, 0
-    for inner in body[1:]:
+    for inner in body:
         if inner.name == "broadcast_to":
-            bias = arg_value[id(inner.operands[0])]
+            bias = source[id(inner.operands[0])]
         elif inner.name in ("relu", "gelu", "sigmoid", "tanh"):
             act = ACTIVATION_CODES[inner.name if inner.name != "gelu" else f"gelu-{inner.attrs['approximate']}"]
-    a, b = (arg_value[id(v)] for v in mm.operands)
+    mm = next(o for o in body if o.name == "matmul")
+    a, b = ((transposed[id(v)], True) if id(v) in transposed else (source[id(v)], False) for v in mm.operands)
     _gemm(gen, a, b, op.results[0], bias, act, depth)
 
 
@@ -31,7 +33,7 @@ def _matmul(gen, op, depth: int) -> None:
     a, b = op.operands
     out = op.results[0]
     if out.type.dtype is DType.f32:
-        _gemm(gen, a, b, out, None, 0, depth)
+        _gemm(gen, (a, False), (b, False), out, None, 0, depth)
         return
     m, k = a.type.shape[-2:]
     n = b.type.shape[-1]
@@ -45,28 +47,33 @@ def _matmul(gen, op, depth: int) -> None:
     gen.line(depth, f"{name}({batch}, {c_dim(m)}, {c_dim(n)}, {c_dim(k)}, {pa}, {sa}, {pb}, {sb}, {pc});")
 
 
-def _gemm(gen, a, b, out, bias, act: int, depth: int) -> None:
-    """f32 GEMM on the kernel library. A weight shared by every batch item (rank 2) lets the batch fold
-    into M; a constant weight is packed once, when the library loads, instead of on every call."""
-    m, k = a.type.shape[-2:]
-    n = b.type.shape[-1]
+def _gemm(gen, a_op, b_op, out, bias, act: int, depth: int) -> None:
+    """f32 GEMM on the kernel library. Each operand is (buffer, transposed): a transposed buffer holds the
+    operand with its last two axes swapped and is read through strides, never copied. A weight shared by
+    every batch item (rank 2) lets the batch fold into M; a constant weight is packed once, when the library
+    loads, instead of on every call."""
+    (a, ta), (b, tb) = a_op, b_op
+    m, n = out.type.shape[-2:]
+    k = a.type.shape[-2] if ta else a.type.shape[-1]
+    rsa, csa = ("1", c_dim(m)) if ta else (c_dim(k), "1")
+    rsb, csb = ("1", c_dim(k)) if tb else (c_dim(n), "1")
     pa, pb, pc = gen.args_of([a, b, out])
     pbias = gen.args_of([bias])[0] if bias is not None else "NULL"
-    if b.type.rank == 2:
-        rows = c_dim(_prod(a.type.shape[:-1]))
-        packed = gen.packed_weight(b) if isinstance(k, int) and isinstance(n, int) else None
+    if b.type.rank == 2 and (not ta or a.type.rank == 2):
+        rows = c_dim(_prod(out.type.shape[:-1]))
+        packed = gen.packed_weight(b, k, n, rsb, csb) if isinstance(k, int) and isinstance(n, int) else None
         if packed is not None:
-            gen.line(depth, f"cuvil_sgemm_packed({rows}, {n}, {k}, 1.0f, {pa}, {k}, 1, {packed}, 0.0f, {pc}, {n}, "
-                            f"{pbias}, {act});")
+            gen.line(depth, f"cuvil_sgemm_packed({rows}, {n}, {k}, 1.0f, {pa}, {rsa}, {csa}, {packed}, 0.0f, {pc}, "
+                            f"{n}, {pbias}, {act});")
             return
-        gen.line(depth, f"cuvil_sgemm({rows}, {c_dim(n)}, {c_dim(k)}, 1.0f, {pa}, {c_dim(k)}, 1, {pb}, {c_dim(n)}, 1, "
+        gen.line(depth, f"cuvil_sgemm({rows}, {c_dim(n)}, {c_dim(k)}, 1.0f, {pa}, {rsa}, {csa}, {pb}, {rsb}, {csb}, "
                         f"0.0f, {pc}, {c_dim(n)}, {pbias}, {act});")
         return
     batch = c_dim(_prod(out.type.shape[:-2]))
     sa = c_dim(m * k) if a.type.rank > 2 else "0"
-    gen.line(depth, f"cuvil_sgemm_batched({batch}, {c_dim(m)}, {c_dim(n)}, {c_dim(k)}, 1.0f, {pa}, {c_dim(k)}, 1, "
-                    f"{sa}, {pb}, {c_dim(n)}, 1, {c_dim(k * n)}, 0.0f, {pc}, {c_dim(n)}, {c_dim(m * n)}, {pbias}, "
-                    f"{act});")
+    sb = c_dim(k * n) if b.type.rank > 2 else "0"
+    gen.line(depth, f"cuvil_sgemm_batched({batch}, {c_dim(m)}, {c_dim(n)}, {c_dim(k)}, 1.0f, {pa}, {rsa}, {csa}, "
+                    f"{sa}, {pb}, {rsb}, {csb}, {sb}, 0.0f, {pc}, {c_dim(n)}, {c_dim(m * n)}, {pbias}, {act});")
 
 
 def _naive_matmul(name: str, dtype: DType, t: CType) -> str:

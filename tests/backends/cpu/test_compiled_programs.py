@@ -208,3 +208,22 @@ def test_reduction_with_a_reshaping_epilogue():
     b.ret(b.relu(b.reshape(pooled, shape=(2, 8))))
     x = np.random.default_rng(0).standard_normal((2, 8, 3, 3)).astype(np.float32)
     assert_matches(compile_module(m)(x), interpret(m, [x]))
+
+
+def test_gemm_reads_transposed_operands_through_strides():
+    """x @ W.T with a constant W (a Linear layer) and q @ k^T (attention): no transpose kernel, no copy."""
+    rng = np.random.default_rng(0)
+    m = Module()
+    n = sym("n")
+    b = Builder.new_function(m, "main", [TensorType("f32", (2, n, 64)), TensorType("f32", (2, n, 64))], ["q", "k"])
+    q, k = b.args
+    w = b.constant(rng.standard_normal((96, 64)).astype(np.float32), "w")  # [out, in], as torch stores it
+    y = b.matmul(q, b.transpose(w, perm=(1, 0)))
+    scores = b.matmul(q, b.transpose(k, perm=(0, 2, 1)))
+    b.ret(y, scores)
+    exe = compile_module(m)
+    ir = cuvil.inspect_ir(exe)
+    assert "transpose" in ir and 'kind = "loop"' not in ir and len(exe._run._consts) == 2  # w and its packing
+    for rows in (1, 7):
+        qi, ki = (rng.standard_normal((2, rows, 64)).astype(np.float32) for _ in range(2))
+        assert_matches(exe(qi, ki), interpret(m, [qi, ki]))
