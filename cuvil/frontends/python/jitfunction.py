@@ -100,6 +100,8 @@ class JitFunction:
 
     # -- calling --------------------------------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
+        if any(_is_jax_array(a) for a in (*args, *kwargs.values())):
+            return self._jax_route()(*args, **kwargs)
         try:
             spec = self._bind(args, kwargs)
             compiled = self._compiled(spec)
@@ -113,6 +115,15 @@ class JitFunction:
         outs = iter(compiled.executable(*spec.inputs))
         leaves = [next(outs) if s is OUTPUT else s for s in compiled.static]
         return unflatten(compiled.structure, [_to_caller(x, compiled.mode) for x in leaves])
+
+    def _jax_route(self):
+        """JAX arrays in: the function is JAX code, so it compiles through its jaxpr instead of its source."""
+        if getattr(self, "_jax", None) is None:
+            from ..jax import jit as jax_jit
+
+            keep = {k: self.options[k] for k in ("target", "passes", "level") if k in self.options}
+            self._jax = jax_jit(self.python_function, **keep)
+        return self._jax
 
     def _bind(self, args, kwargs) -> CallSpec:
         try:
@@ -205,3 +216,7 @@ def _check_options(fn, options: dict) -> dict:
     out["runtime_args"] = tuple(out["runtime_args"])
     out["passes"] = tuple(out["passes"])
     return out
+
+
+def _is_jax_array(x) -> bool:
+    return type(x).__module__.startswith("jax") and hasattr(x, "shape")  # without importing jax
