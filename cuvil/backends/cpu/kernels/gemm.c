@@ -43,6 +43,14 @@ typedef cuvil_vf vf;
 #ifndef CUVIL_NC
 #define CUVIL_NC 512
 #endif
+/* Rows of B to prefetch ahead when a micro-kernel reads B in place, packing it (16) or not (8). Measured on
+ * Ice Lake at M = 64 and 128: +15-25% over none; longer distances hurt the unpacked case (M <= MR). */
+#ifndef CUVIL_PREFETCH_PACKING
+#define CUVIL_PREFETCH_PACKING 16
+#endif
+#ifndef CUVIL_PREFETCH_DIRECT
+#define CUVIL_PREFETCH_DIRECT 8
+#endif
 #ifndef CUVIL_PREFETCH_C
 #define CUVIL_PREFETCH_C 1
 #endif
@@ -138,7 +146,8 @@ static float *pack_buffer(void)
  * B comes from a packed panel (ldb = NR) or straight from B's rows (ldb = rsb); `pack`, when not NULL,
  * receives the panel as it streams by (fused packing). mr is a constant in every instance. */
 CUVIL_INLINE void micro_kernel(const int mr, int64_t kc, const float *restrict a, int64_t lda,
-                               const float *restrict b, int64_t ldb, float *restrict pack, vf acc[MR][NV])
+                               const float *restrict b, int64_t ldb, float *restrict pack, const int ahead,
+                               vf acc[MR][NV])
 {
     vf c[MR][NV];
 #pragma GCC unroll 12
@@ -149,6 +158,9 @@ CUVIL_INLINE void micro_kernel(const int mr, int64_t kc, const float *restrict a
         vf bv[NV];
 #pragma GCC unroll 4
         for (int v = 0; v < NV; v++) bv[v] = cuvil_load(b + k * ldb + v * VL);
+        if (ahead) /* B's rows lie far apart: no hardware prefetcher follows them across pages */
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) __builtin_prefetch(b + (k + ahead) * ldb + v * VL, 0, 3);
         if (pack)
 #pragma GCC unroll 4
             for (int v = 0; v < NV; v++) cuvil_store(pack + k * NR + v * VL, bv[v]);
@@ -164,11 +176,11 @@ CUVIL_INLINE void micro_kernel(const int mr, int64_t kc, const float *restrict a
 
 enum { FROM_PACKED, FROM_B, FROM_B_PACKING };
 
-#define KERNEL_CASE(m)                                                                             \
-    case m:                                                                                        \
-        if (mode == FROM_PACKED) micro_kernel(m, kc, a, lda, b, NR, NULL, acc);                   \
-        else if (mode == FROM_B) micro_kernel(m, kc, a, lda, b, ldb, NULL, acc);                  \
-        else micro_kernel(m, kc, a, lda, b, ldb, pack, acc);                                      \
+#define KERNEL_CASE(m)                                                                                 \
+    case m:                                                                                            \
+        if (mode == FROM_PACKED) micro_kernel(m, kc, a, lda, b, NR, NULL, 0, acc);                    \
+        else if (mode == FROM_B) micro_kernel(m, kc, a, lda, b, ldb, NULL, CUVIL_PREFETCH_DIRECT, acc); \
+        else micro_kernel(m, kc, a, lda, b, ldb, pack, CUVIL_PREFETCH_PACKING, acc);                  \
         break;
 
 static void run_kernel(int mode, int mr, int64_t kc, const float *a, int64_t lda, const float *b, int64_t ldb,
