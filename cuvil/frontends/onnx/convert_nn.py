@@ -1,5 +1,5 @@
-"""Neural-network ops: MatMul, Gemm, Conv, ConvTranspose, pooling (auto_pad resolved here), LRN, Dropout,
-Resize/Upsample (every opset's inputs and defaults) and Einsum."""
+"""Neural-network ops: MatMul, Gemm, Conv, ConvTranspose, pooling (auto_pad resolved here; dilated average and
+Lp pools as convolutions with a kernel of ones; MaxPool's indices through a window table), LRN, Dropout, Einsum."""
 from __future__ import annotations
 
 import math
@@ -273,69 +273,3 @@ def dropout(ctx):
 @converter("Einsum")
 def einsum(ctx):
     return [ctx.b.einsum(*[ctx.x(i) for i in range(len(ctx.inputs)) if ctx.has(i)], equation=ctx.attr("equation"))]
-
-
-# -- resize ---------------------------------------------------------------------------------------------------
-_RESIZE_DEFAULTS = {"coordinate_transformation_mode": "half_pixel", "nearest_mode": "round_prefer_floor",
-                    "cubic_coeff_a": -0.75, "exclude_outside": 0}
-
-
-def _resize_inputs(ctx) -> tuple:
-    """(scales, sizes) as given, each None when absent; Upsample and Resize-10 give scales only."""
-    if ctx.op_type == "Upsample" and ctx.opset < 9:
-        return tuple(ctx.attr("scales")), None
-    if ctx.op_type == "Upsample" or ctx.opset < 11:
-        return ctx.floats(1, "scales"), None
-    scales = ctx.floats(2, "scales") if ctx.has(2) and ctx.type(2).numel != 0 else None
-    sizes = ctx.dims(3, "sizes") if ctx.has(3) and ctx.type(3).numel != 0 else None
-    return scales, sizes
-
-
-def _out_sizes(ctx, shape: tuple, scales, sizes, axes: list) -> tuple:
-    """Full output sizes and the scales the coordinate formulas use (None: sizes / input sizes)."""
-    if sizes is not None:
-        wanted = dict(zip(axes, sizes))
-        policy = ctx.attr("keep_aspect_ratio_policy", "stretch")
-        if policy == "stretch":
-            return tuple(wanted.get(i, d) for i, d in enumerate(shape)), None
-        pick = min if policy == "not_larger" else max
-        scale = pick(wanted[a] / shape[a] for a in axes)
-        full = [scale if i in wanted else 1.0 for i in range(len(shape))]
-        return tuple(int(math.floor(d * s + 0.5)) if i in wanted else d for i, (d, s) in enumerate(zip(shape, full))), \
-            tuple(full)
-    given = dict(zip(axes, scales))
-    full = tuple(given.get(i, 1.0) for i in range(len(shape)))
-    out = []
-    for d, s in zip(shape, full):
-        if isinstance(d, int):
-            out.append(int(math.floor(d * s)))
-        elif float(s).is_integer():
-            out.append(d * int(s))
-        else:
-            raise ctx.unsupported(f"scale {s} of a symbolic size does not give a size Cuvil can express")
-    return tuple(out), full
-
-
-@converter("Resize", "Upsample")
-def resize(ctx):
-    x = ctx.x(0)
-    mode = ctx.attr("mode", "nearest")
-    if ctx.attr("antialias", 0) and mode != "nearest":
-        raise ctx.unsupported("antialiased resizing is not supported")
-    ctm = ctx.attr("coordinate_transformation_mode", "half_pixel")
-    if ctx.op_type == "Upsample" or ctx.opset < 11:
-        ctm = "asymmetric"
-    if ctm == "tf_crop_and_resize":
-        raise ctx.unsupported("coordinate_transformation_mode tf_crop_and_resize is not supported")
-    scales, sizes = _resize_inputs(ctx)
-    if scales is None and sizes is None:
-        raise ctx.error("needs scales or sizes")
-    rank = x.type.rank
-    axes = [a + rank if a < 0 else a for a in ctx.attr("axes", list(range(rank)))]
-    out, used_scales = _out_sizes(ctx, x.type.shape, scales, sizes, axes)
-    attrs = {k: ctx.attr(k, v) for k, v in _RESIZE_DEFAULTS.items()}
-    if ctx.op_type == "Upsample":
-        attrs["nearest_mode"] = "floor"
-    attrs.update(coordinate_transformation_mode=ctm, mode={"bilinear": "linear", "trilinear": "linear"}.get(mode, mode),
-                 exclude_outside=bool(attrs["exclude_outside"]))
-    return [ctx.b.resize(x, sizes=out, scales=used_scales or (), **attrs)]

@@ -18,8 +18,8 @@ from ...ir.builder import Builder
 from ...ir.core import Function, Location, Module
 from ...ir.symbolic import SymExpr
 from . import (convert_control, convert_elementwise, convert_movement, convert_nn, convert_norm,  # noqa: F401
-               convert_quant, convert_reduce, convert_rnn, convert_sample, convert_shape, convert_signal,
-               fold)
+               convert_quant, convert_reduce, convert_resize, convert_rnn, convert_sample, convert_shape,
+               convert_signal, fold)
 from .carriers import CARRIERS, wrap
 from .context import NodeContext
 from .fold import FOLD_LIMIT

@@ -1,0 +1,63 @@
+"""Converters that spell an ONNX op with other IR ops, against ONNX Runtime on inputs of their own (or against
+ONNX's reference evaluator where ONNX Runtime departs from the spec)."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx.reference import ReferenceEvaluator
+
+import cuvil
+
+from .helpers import F32, check_against_ort, helper, model, rand
+
+N = helper.make_node
+
+
+@pytest.mark.parametrize("attrs", [
+    {"mode": "linear", "antialias": 1},
+    {"mode": "cubic", "antialias": 1, "exclude_outside": 1},
+    {"mode": "linear", "coordinate_transformation_mode": "tf_crop_and_resize", "extrapolation_value": -1.0},
+    {"mode": "linear", "coordinate_transformation_mode": "align_corners"},
+    {"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"},
+])
+def test_resize_paths(attrs):
+    """ONNX Runtime sizes align_corners and tf_crop_and_resize grids by the rounded output length; the spec (and
+    its reference) by input length * scale, as Cuvil does."""
+    roi = np.float32([0, 0, -0.1, 0.2, 1, 1, 0.9, 1.3])
+    proto = model([N("Resize", ["x", "roi", "scales"], ["y"], **attrs)], [("x", F32, [1, 2, 6, 7])],
+                  [("y", F32, None)], [("roi", roi), ("scales", np.float32([1, 1, 0.6, 0.45]))], opset=19)
+    x = rand(1, 2, 6, 7)
+    (want,) = ReferenceEvaluator(proto).run(None, {"x": x})
+    np.testing.assert_allclose(cuvil.load_onnx(proto)(x)[0], want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode,padding", [("linear", "zeros"), ("nearest", "border"), ("cubic", "reflection"),
+                                          ("linear", "reflection")])
+def test_grid_sample(mode, padding):
+    proto = model([N("GridSample", ["x", "grid"], ["y"], mode=mode, padding_mode=padding, align_corners=0)],
+                  [("x", F32, [2, 3, 5, 4]), ("grid", F32, [2, 6, 7, 2])], [("y", F32, None)], opset=20)
+    grid = np.random.default_rng(3).uniform(-1.4, 1.4, (2, 6, 7, 2)).astype(np.float32)
+    check_against_ort(proto, {"x": rand(2, 3, 5, 4), "grid": grid}, rtol=1e-4, atol=1e-5)
+
+
+def test_qlinear_matmul_and_dynamic_quantize():
+    nodes = [N("DynamicQuantizeLinear", ["a"], ["aq", "a_scale", "a_zp"]),
+             N("QLinearMatMul", ["aq", "a_scale", "a_zp", "bq", "b_scale", "b_zp", "y_scale", "y_zp"], ["yq"]),
+             N("DequantizeLinear", ["yq", "y_scale", "y_zp"], ["y"])]
+    inits = [("bq", np.random.default_rng(1).integers(0, 255, (4, 3)).astype(np.uint8)), ("b_scale", np.float32(0.02)),
+             ("b_zp", np.uint8(128)), ("y_scale", np.float32(0.05)), ("y_zp", np.uint8(120))]
+    proto = model(nodes, [("a", F32, [2, 4])], [("y", F32, None)], inits, opset=13)
+    check_against_ort(proto, {"a": rand(2, 4)})
+
+
+def test_bitwise_and_shifts_on_signed_and_unsigned():
+    nodes = [N("BitwiseAnd", ["a", "b"], ["and"]), N("BitwiseXor", ["a", "b"], ["xor"]),
+             N("BitwiseNot", ["a"], ["not"]), N("BitShift", ["u", "s"], ["left"], direction="LEFT"),
+             N("BitShift", ["u", "s"], ["right"], direction="RIGHT")]
+    i32, u16 = onnx.TensorProto.INT32, onnx.TensorProto.UINT16
+    outputs = [("and", i32, None), ("xor", i32, None), ("not", i32, None), ("left", u16, None), ("right", u16, None)]
+    proto = model(nodes, [("a", i32, [4]), ("b", i32, [4]), ("u", u16, [4]), ("s", u16, [4])], outputs, opset=18)
+    feeds = {"a": np.int32([-7, 12, 2 ** 30, -1]), "b": np.int32([5, -3, 7, 0]),
+             "u": np.uint16([1, 40000, 3, 65535]), "s": np.uint16([3, 1, 15, 4])}
+    check_against_ort(proto, feeds)
