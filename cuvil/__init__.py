@@ -19,6 +19,7 @@ from .errors import CuvilError, ParseError, SerializationError, ShapeError, Unsu
 from .interpreter import interpret
 from .ir import DType, Module, TensorType, sym
 from .log import LogLevel, set_log_level
+from .profiler import profile as profile  # noqa: F401 (public: cuvil.profile)
 from .ops import register_op
 
 __version__ = "0.1.0"

@@ -39,9 +39,16 @@ def opt_level() -> int:
     return int(env) if env.isdigit() else 3
 
 
-def build(module: Module) -> CpuFunction:
-    """Generate, compile (or find in the cache) and load C for `module`'s main function."""
-    program = codegen.generate(module)
+def build(module: Module, instrument: bool = False) -> CpuFunction:
+    """Generate, compile (or find in the cache) and load C for `module`'s main function; `instrument` adds
+    per-op timers (what `cuvil.profile` reads)."""
+    program, lib = build_library(module, instrument)
+    return CpuFunction(program, lib, module.constants)
+
+
+def build_library(module: Module, instrument: bool = False) -> tuple[codegen.CProgram, ctypes.CDLL]:
+    """The generated program and its loaded library (the profiler reads an instrumented one's timers)."""
+    program = codegen.generate(module, instrument=instrument)
     kernels.load(opt_level())  # RTLD_GLOBAL: the model library resolves the kernel ABI against it
     folders = [runtime_dir(), kernels.include_dir()]
     depends = [runtime_dir() / "cuvil_rt.h", kernels.include_dir() / "cuvil_kernels.h"]
@@ -49,4 +56,4 @@ def build(module: Module) -> CpuFunction:
                                  depends=depends, extra_flags=("-fno-math-errno",), mode=ctypes.RTLD_LOCAL)
     log.debug("compiled %s: %d kernels, arena %s", module.main.name, program.source.count("static void k"),
               program.plan.slots)
-    return CpuFunction(program, lib, module.constants)
+    return program, lib

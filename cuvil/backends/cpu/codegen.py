@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from ...errors import UnsupportedError
 from ...ir.core import Function, Module, Op, Region, Value
 from ...passes.memory import MemoryPlan, plan_memory
-from . import library
+from . import instrument, library
 from .c_exprs import STORAGE, c_dim
 from .loops import LoopKernel
 
@@ -36,6 +36,7 @@ class CProgram:
     constants: list
     plan: MemoryPlan
     direct_outputs: dict = field(default_factory=dict)  # output index -> value written in place
+    timed: list = field(default_factory=list)  # instrumented builds: the TimedRegion of each timer index
 
 
 def is_alias(op: Op) -> bool:
@@ -45,8 +46,10 @@ def is_alias(op: Op) -> bool:
 
 
 class CodeGen:
-    def __init__(self, module: Module, fn: Function):
+    def __init__(self, module: Module, fn: Function, instrument: bool = False):
         self.module, self.fn = module, fn
+        self.instrument = instrument  # time each op (cuvil.profile); the default build has no timers
+        self.timed: list = []
         self.symbols = sorted(set().union(*(a.type.free_symbols for a in fn.args), *(
             t.free_symbols for t in fn.result_types)) | _all_symbols(fn))
         self.constants: list = []
@@ -83,10 +86,11 @@ class CodeGen:
         for i, v in self.direct.items():
             self.ptr[id(v)] = f"(({STORAGE[v.type.dtype]} *)outs[{i}])"
         self.region(self.fn.body, 1)
-        source = PRELUDE + f"#define CUVIL_NCONST {len(self.constants)}\n\n" + "\n".join(self.helpers.values())
+        source = PRELUDE + (instrument.prelude(len(self.timed)) if self.instrument else "")
+        source += f"#define CUVIL_NCONST {len(self.constants)}\n\n" + "\n".join(self.helpers.values())
         source += "\n" + "\n".join(self.kernels) + "\n"
         source += self._entry()
-        return CProgram(source, self.fn, self.symbols, self.constants, self.plan, dict(self.direct))
+        return CProgram(source, self.fn, self.symbols, self.constants, self.plan, dict(self.direct), self.timed)
 
     def _entry(self) -> str:
         sym = "".join(f"    const int64_t s_{s} = dims[{i}];\n" for i, s in enumerate(self.symbols))
@@ -149,7 +153,10 @@ class CodeGen:
                     self._return(op, depth)
                 return list(op.operands)
             self.define_results(op, depth)
-            self.emit_op(op, depth)
+            if self.instrument:
+                instrument.emit_timed(self, op, depth)
+            else:
+                self.emit_op(op, depth)
         return []
 
     def define_results(self, op: Op, depth: int) -> None:
@@ -303,7 +310,7 @@ def _all_symbols(fn: Function) -> set:
     return out
 
 
-def generate(module: Module, fn_name: str | None = None) -> CProgram:
+def generate(module: Module, fn_name: str | None = None, instrument: bool = False) -> CProgram:
     fn = module.functions[fn_name] if fn_name else module.main
-    return CodeGen(module, fn).generate()
+    return CodeGen(module, fn, instrument).generate()
 
