@@ -1,0 +1,56 @@
+"""One peer on one workload in a fresh process: seconds to the first result, and peak resident memory.
+
+    python -m bench.probe --suite standard --workload "W1 matmul 1024x512x256" --peer "cuvil jit"
+
+The harness runs it with an empty or a warm `CUVIL_CACHE_DIR` for Cuvil's cold and warm compile times. Prints
+one JSON line: first_s (preparation, compilation and the first call; for ONNX peers the model file is already
+exported), rss_mb (peak resident set of the process) and rss_delta_mb (the peak above what building the
+PyTorch model and its inputs already needed).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import time
+
+from . import harness
+from . import peers as P
+from .workloads import SUITES
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--suite", default="standard")
+    ap.add_argument("--workload", required=True)
+    ap.add_argument("--peer", required=True)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--onnx-dir", required=True)
+    ap.add_argument("--calls", type=int, default=5)
+    args = ap.parse_args()
+    harness.set_threads(args.threads)
+    wl = next(w for w in SUITES[args.suite] if w.name == args.workload)
+    peer = next(p for p in P.PEERS if p.name == args.peer)
+    built = wl.build()
+    ctx = P.Context(args.threads, lambda: harness.onnx_file(wl, built, args.onnx_dir))
+    base = peak_rss_mb()
+    t0 = time.perf_counter()
+    try:
+        run = peer.prepare(built, ctx)
+        run()
+    except P.NotApplicable:
+        print(json.dumps({"n/a": True}))
+        return
+    first = time.perf_counter() - t0
+    for _ in range(args.calls):
+        run()
+    peak = peak_rss_mb()
+    print(json.dumps({"first_s": first, "rss_mb": peak, "rss_delta_mb": max(peak - base, 0.0)}))
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+if __name__ == "__main__":
+    main()
