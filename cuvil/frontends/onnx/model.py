@@ -15,7 +15,6 @@ from ...ir.types import TensorType
 from .carriers import CARRIERS, from_carrier, to_carrier
 from .tensors import IR_DTYPES, ir_dtype, type_name
 
-_BACKEND = "interpreter"  # what .optimize() runs on; becomes the requested target once the CPU backend is proven
 
 
 @dataclass(frozen=True)
@@ -78,15 +77,16 @@ class OnnxModel:
 
     def optimize(self, target: str = "cpu", precision: str = "fp32", enable_fuse: bool = True,
                  calibrate_dataset=None, passes=None) -> "OnnxModel":
-        """A callable for `target`: the default pipeline (plus `passes`) on a copy of the module, then for now
-        the interpreter. `enable_fuse` and `calibrate_dataset` take effect with the CPU backend."""
+        """A callable compiled for `target` ("cpu": native code; "interpreter": the reference) through the
+        default pipeline plus `passes`. `enable_fuse=False` gives every op its own kernel; `calibrate_dataset`
+        is for quantised precisions, which are not supported yet."""
         from ...compiler import TARGETS, compile_module
 
         if target not in TARGETS:
             raise UnsupportedError(f"optimize: unknown target {target!r} (supported: {', '.join(TARGETS)})")
         if precision != "fp32":
             raise UnsupportedError(f"optimize: precision {precision!r} is not supported yet (only 'fp32')")
-        exe = compile_module(self.module, target=_BACKEND, passes=passes or ())
+        exe = compile_module(self.module, target=target, passes=passes or (), enable_fusion=enable_fuse)
         return OnnxModel(exe.module, self.inputs, self.outputs, lambda arrays: exe(*arrays))
 
     def __repr__(self) -> str:
