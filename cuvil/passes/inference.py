@@ -36,12 +36,29 @@ def _fold_bn_into_conv(b, m):
     return b.conv(conv.operands[0], new_w, new_c, **conv.attrs)
 
 
-FOLD_BN_RULES = [Rule(Pat("batch_norm", Pat("conv", bind="conv"), _const("scale"), _const("bias"), _const("mean"),
-                          _const("var")), _fold_bn_into_conv, "fold-bn-into-conv")]
+def _fold_bn_into_matmul(b, m):
+    """batch_norm(x @ w) over the columns (a 2-d matmul: channels are axis 1) = x @ (w * s) + (bias - mean * s)."""
+    mm: Op = m.mm.owner
+    w = mm.operands[1]
+    if m.mm.type.rank != 2 or _users(b.function, m.mm) != 1 or not (isinstance(w.owner, Op)
+                                                                     and w.owner.name == "constant"):
+        return None
+    scale, bias, mean, var = (_array(b, getattr(m, k)).astype(np.float64) for k in ("scale", "bias", "mean", "var"))
+    s = scale / np.sqrt(var + m.root.attrs["epsilon"])
+    dtype = w.type.dtype.numpy
+    new_w = b.constant((_array(b, w).astype(np.float64) * s).astype(dtype), "bn_folded_w")
+    shift = b.constant((bias - mean * s).astype(dtype), "bn_folded_b")
+    y = b.matmul(mm.operands[0], new_w)
+    return b.add(y, b.broadcast_to(shift, shape=y.type.shape))
+
+
+_BN_PARAMS = (_const("scale"), _const("bias"), _const("mean"), _const("var"))
+FOLD_BN_RULES = [Rule(Pat("batch_norm", Pat("conv", bind="conv"), *_BN_PARAMS), _fold_bn_into_conv, "bn-into-conv"),
+                 Rule(Pat("batch_norm", Pat("matmul", bind="mm"), *_BN_PARAMS), _fold_bn_into_matmul, "bn-into-matmul")]
 
 
 class FoldBatchNorm(Pass):
-    """Inference batch norms after convolutions with constant weights fold into the convolution."""
+    """Inference batch norms after convolutions or 2-d matmuls with constant weights fold into the weights."""
 
     name = "fold-batch-norm"
 

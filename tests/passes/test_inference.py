@@ -34,3 +34,18 @@ def test_batch_norm_folds_into_conv_with_and_without_bias():
 def test_conv_with_another_user_is_left_alone():
     m = conv_bn(True, extra_user=True)
     assert not FoldBatchNorm().run_on_operation(m.main)
+
+
+def test_batch_norm_folds_into_a_linear_layer():
+    rng = np.random.default_rng(0)
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", (5, 8))], ["x"])
+    y = b.matmul(b.args[0], b.constant(rng.standard_normal((8, 3)).astype(np.float32), "w"))
+    bn = [b.constant(v.astype(np.float32), k) for k, v in (("scale", rng.standard_normal(3)),
+          ("bias", rng.standard_normal(3)), ("mean", rng.standard_normal(3)), ("var", rng.random(3) + 0.5))]
+    b.ret(b.batch_norm(y, *bn))
+    x = rng.standard_normal((5, 8)).astype(np.float32)
+    want = interpret(m, [x])
+    PassManager().run(Pipeline("p", [FoldBatchNorm(), DCE()]), m)
+    assert "batch_norm" not in [op.name for op in m.main.walk()]
+    np.testing.assert_allclose(interpret(m, [x])[0], want[0], rtol=1e-5, atol=1e-5)
