@@ -27,6 +27,7 @@ import time
 UNFAIR_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 THREAD_ENV = ("CUVIL_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NOISY_PRESSURE = 10.0  # percent: above this other processes compete with the benchmark for the CPUs
 
 
 def fair_env(threads: int) -> dict:
@@ -59,7 +60,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--no-probes", action="store_true", help="skip the fresh-process compile and memory probes")
     ap.add_argument("--no-profile", action="store_true", help="skip cuvil.profile on Cuvil's routes")
     ap.add_argument("--docs", action="store_true", help="write the report and chart into docs/benchmarks.*")
-    ap.add_argument("--wait-max", type=float, default=60.0, help="minutes to wait for another benchmark")
+    ap.add_argument("--wait-max", type=float, default=3.0,
+                    help="minutes to wait, before each workload, for another benchmark or CPU contention to end")
     return ap.parse_args(argv)
 
 
@@ -77,10 +79,24 @@ def other_benchmarks() -> list:
     return found
 
 
+def cpu_pressure(window: str = "avg60") -> float:
+    """Percent of the last minute in which some runnable task waited for a CPU (Linux PSI): other jobs on a
+    shared machine show here; a run alone on the machine stays near 0 (0 where PSI is unavailable)."""
+    try:
+        some = open("/proc/pressure/cpu").readline()
+    except OSError:
+        return 0.0
+    return float(re.search(window + r"=([\d.]+)", some).group(1))
+
+
 def wait_for_quiet(minutes: float) -> None:
+    """Wait (at most `minutes`) while another benchmark runs or the CPUs are contended."""
     deadline = time.time() + 60 * minutes
-    while (others := other_benchmarks()) and time.time() < deadline:
-        print(f"waiting for another benchmark to finish: {others[0][:120]}", flush=True)
+    while time.time() < deadline:
+        others, pressure = other_benchmarks(), cpu_pressure("avg10")
+        if not others and pressure <= NOISY_PRESSURE:
+            return
+        print(f"waiting: {others[0][:100] if others else f'CPU pressure {pressure:.0f}%'}", flush=True)
         time.sleep(15)
 
 
@@ -127,25 +143,29 @@ def main() -> None:
     kernels_cache = None
     if not args.no_probes:
         kernels_cache, meta["kernels_s"] = harness.kernel_library_cache(args.threads)
-    results, probes, loads = [], {}, [meta["load_before"]]
+    results, probes, pressures = [], {}, []
     onnx_dir = os.path.join(args.out, "onnx")
     for wl in workloads:
-        print(f"== {wl.name}", flush=True)
+        wait_for_quiet(args.wait_max)
+        print(f"== {wl.name} (CPU pressure {cpu_pressure():.0f}%)", flush=True)
         res = harness.measure(wl, peers, args.threads, rounds, args.round_ms / 1e3, onnx_dir, not args.no_profile)
         results += res
         gc.collect()  # the workload's models and compiled code go before the next one is built
-        loads.append(load())
+        pressures.append(cpu_pressure())
         if kernels_cache:
             ok = {r.peer for r in res if r.status == "ok"}
             probes[wl.name] = harness.probe_workload(args.suite, wl, [p for p in peers if p.name in ok],
                                                      args.threads, onnx_dir, kernels_cache)
         report.save_json(os.path.join(args.out, "results.json"), meta, results, probes)
-    meta["dispatch_us"] = harness.dispatch_overhead()
-    meta["import_time"] = harness.import_time()
-    meta["load_after"] = load()
-    noisy = max(loads + [meta["load_after"]]) > args.threads + 0.5
-    meta["noise"] = ("NOISY: other processes loaded the machine during the run; rerun before trusting" if noisy
-                     else "quiet")
+    for key, measure in (("dispatch_us", harness.dispatch_overhead), ("import_time", harness.import_time)):
+        try:
+            meta[key] = measure()
+        except Exception as e:  # noqa: BLE001 (the report matters more than one extra figure)
+            meta[key + "_error"] = harness.describe(e)
+    worst = max(pressures, default=0.0)
+    meta["load_after"], meta["cpu_pressure_max"] = load(), worst
+    meta["noise"] = (f"NOISY: other processes competed for the CPUs (pressure up to {worst:.0f}% of the time); "
+                     "rerun before trusting" if worst > NOISY_PRESSURE else f"quiet: CPU pressure at most {worst:.0f}%")
     names = [p.name for p in peers]
     text = report.markdown(meta, results, probes, names)
     report.save_json(os.path.join(args.out, "results.json"), meta, results, probes)

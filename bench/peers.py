@@ -35,6 +35,7 @@ class Peer:
     needs: str = ""  # the module that must be importable
     spins: bool = False  # its thread pool spins after a call: leave a gap before the next peer
     cuvil: bool = False
+    onnx: bool = False  # reads the workload's ONNX export
 
     def available(self) -> bool:
         return not self.needs or importlib.util.find_spec(self.needs) is not None
@@ -126,10 +127,9 @@ def _cuvil_onnx(b: Built, ctx: Context):
     arrays = b.numpy_inputs
     run = _cuvil_runner(model, arrays, lambda: model(*arrays)[0])
     run()
-    exe = executable_of(model)
-    if exe is None or exe.target != "cpu":
-        raise RuntimeError(f".optimize() returned a model that runs on the {exe.target if exe else 'unknown'} "
-                           f"target, not compiled code (cuvil/frontends/onnx/model.py _BACKEND)")
+    target = getattr(executable_of(model), "target", "unknown")
+    if target != "cpu":
+        raise RuntimeError(f".optimize() returned a model that runs on the {target} target, not compiled code")
     return run
 
 
@@ -159,12 +159,12 @@ PEERS = [
     Peer("numpy", _numpy, "numpy"),
     Peer("torch eager", _torch_eager, "torch"),
     Peer("torch.compile", _torch_compile, "torch"),
-    Peer("ONNX Runtime", _onnxruntime, "onnxruntime", spins=True),
-    Peer("OpenVINO", _openvino, "openvino", spins=True),
+    Peer("ONNX Runtime", _onnxruntime, "onnxruntime", spins=True, onnx=True),
+    Peer("OpenVINO", _openvino, "openvino", spins=True, onnx=True),
     Peer("JAX jit", _jax, "jax"),
     Peer("cuvil jit", _cuvil_jit, cuvil=True),
     Peer("cuvil torch", _cuvil_torch, cuvil=True),
-    Peer("cuvil onnx", _cuvil_onnx, "onnx", cuvil=True),
+    Peer("cuvil onnx", _cuvil_onnx, "onnx", cuvil=True, onnx=True),
 ]
 BASELINE = "ONNX Runtime"
 

@@ -135,8 +135,9 @@ def profile_table(results: list) -> list:
 
 def markdown(meta: dict, results: list, probes: dict, peer_names: list) -> str:
     lines = [f"Command: `{meta['command']}`", "",
-             f"Machine: {meta['machine']}; load average {meta['load_before']} before, {meta['load_after']} after "
-             f"({meta['noise']}). Versions: {meta['versions']}. OpenBLAS: {meta['openblas']}.", ""]
+             f"Machine: {meta['machine']}; load average {meta['load_before']} before, {meta['load_after']} after; "
+             f"{meta['noise']}. Versions: {meta['versions']}. OpenBLAS: {meta['openblas']}. Threads: "
+             f"{meta.get('threads')}, rounds: {meta.get('rounds')}, {meta.get('date', '')}.", ""]
     lines += latency_tables(results, peer_names) + failures(results)
     lines += compile_table(probes, peer_names, meta.get("kernels_s"))
     lines += memory_table(results, probes, peer_names) + profile_table(results)

@@ -6,7 +6,7 @@ the forms the other peers and Cuvil's routes take (NumPy, JAX, a `cuvil.jit` Pyt
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 import numpy as np
@@ -24,7 +24,6 @@ class Built:
     jit_fn: Optional[Callable] = None  # plain Python source for cuvil.jit, called with `jit_inputs`
     jit_inputs: Optional[tuple] = None
     export_module: Optional[nn.Module] = None  # what torch.export / ONNX export get (default: module)
-    notes: list = field(default_factory=list)
 
     def __post_init__(self):
         for m in (self.module, self.export_module):

@@ -109,7 +109,7 @@ def test_torch_module_rows_name_fx_nodes_or_lines():
     assert any(s.startswith("fx:") or ".py:" in s for r in report.rows for s in r.sources)
 
 
-def test_onnx_optimized_model_is_profiled_on_its_cpu_build():
+def test_onnx_optimized_models_are_profiled():
     onnx = pytest.importorskip("onnx")
     from onnx import TensorProto as T
     from onnx import helper
@@ -119,11 +119,13 @@ def test_onnx_optimized_model_is_profiled_on_its_cpu_build():
                           [helper.make_tensor_value_info("x", T.FLOAT, [4, 8]),
                            helper.make_tensor_value_info("w", T.FLOAT, [8, 8])],
                           [helper.make_tensor_value_info("y", T.FLOAT, [4, 8])])
-    model = cuvil.load_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])).optimize()
+    loaded = cuvil.load_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]))
     assert onnx is not None
     x, w = np.ones((4, 8), np.float32), np.eye(8, dtype=np.float32)
-    report = cuvil.profile(model, x, w, repeat=2)
-    assert {s for r in report.rows for s in r.sources} & {"onnx:mm", "onnx:act"}
+    for target in ("cpu", "interpreter"):
+        report = cuvil.profile(loaded.optimize(target=target), x, w, repeat=2)
+        assert {s for r in report.rows for s in r.sources} & {"onnx:mm", "onnx:act"}
+        assert bool(report.notes) == (target == "interpreter")  # an interpreted model is profiled on its CPU build
 
 
 def test_instrumented_build_computes_the_same_and_default_has_no_timers():
