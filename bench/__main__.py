@@ -152,6 +152,7 @@ def main() -> None:
         results += res
         gc.collect()  # the workload's models and compiled code go before the next one is built
         pressures.append(cpu_pressure())
+        meta.setdefault("pressure", {})[wl.name] = pressures[-1]
         if kernels_cache:
             ok = {r.peer for r in res if r.status == "ok"}
             probes[wl.name] = harness.probe_workload(args.suite, wl, [p for p in peers if p.name in ok],

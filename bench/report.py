@@ -42,21 +42,26 @@ def cell(res, row: dict) -> str:
     return f"{_ms(res.median)} / {_ms(res.p90)}" + (f" ({r:.2f})" if r is not None and res.peer != BASELINE else "")
 
 
-def latency_tables(results: list, peer_names: list) -> list:
+def latency_tables(results: list, peer_names: list, pressure: dict) -> list:
     table = by_workload(results)
     others = [p for p in peer_names if p not in CUVIL_ROUTES]
     routes = [p for p in peer_names if p in CUVIL_ROUTES]
     lines = ["### Latency: median / p90 ms (median's ratio to ONNX Runtime)", "",
-             "| workload | " + " | ".join(others) + " | Cuvil (best route) | route |",
-             "|---|" + "---|" * (len(others) + 2)]
+             "| workload | " + " | ".join(others) + " | Cuvil (best route) | route | CPU pressure |",
+             "|---|" + "---|" * (len(others) + 3)]
     for wl, row in table.items():
         best = best_route(row)
         lines.append(f"| {wl} | " + " | ".join(cell(row.get(p), row) for p in others) +
-                     f" | **{cell(best, row) if best else 'failed'}** | {best.peer[6:] if best else '-'} |")
+                     f" | **{cell(best, row) if best else 'failed'}** | {best.peer[6:] if best else '-'} | "
+                     f"{_percent(pressure.get(wl))} |")
     lines += ["", "### Cuvil by route", "", "| workload | " + " | ".join(routes) + " |", "|---|" + "---|" * len(routes)]
     for wl, row in table.items():
         lines.append(f"| {wl} | " + " | ".join(cell(row.get(p), row) for p in routes) + " |")
     return lines
+
+
+def _percent(x) -> str:
+    return "-" if x is None else f"{x:.0f}%"
 
 
 def failures(results: list) -> list:
@@ -137,8 +142,9 @@ def markdown(meta: dict, results: list, probes: dict, peer_names: list) -> str:
     lines = [f"Command: `{meta['command']}`", "",
              f"Machine: {meta['machine']}; load average {meta['load_before']} before, {meta['load_after']} after; "
              f"{meta['noise']}. Versions: {meta['versions']}. OpenBLAS: {meta['openblas']}. Threads: "
-             f"{meta.get('threads')}, rounds: {meta.get('rounds')}, {meta.get('date', '')}.", ""]
-    lines += latency_tables(results, peer_names) + failures(results)
+             f"{meta.get('threads')}, rounds: {meta.get('rounds')}, {meta.get('date', '')}. CPU pressure: the share of "
+             f"the last minute in which some task waited for a CPU (/proc/pressure/cpu), after each workload.", ""]
+    lines += latency_tables(results, peer_names, meta.get("pressure", {})) + failures(results)
     lines += compile_table(probes, peer_names, meta.get("kernels_s"))
     lines += memory_table(results, probes, peer_names) + profile_table(results)
     extras = meta.get("dispatch_us")

@@ -65,7 +65,7 @@ def test_report_table_ratios_chart_and_docs(tmp_path):
                                    "warm": {"first_s": 0.05, "rss_mb": 290, "rss_delta_mb": 10}},
                      "ONNX Runtime": {"first_s": 0.01, "rss_mb": 310, "rss_delta_mb": 30}}}
     text = report.markdown(_meta(), rows, probes, names)
-    assert "| W1 | 2 / 2 (2.00) | 1 / 1.8 | **0.5 / 0.5 (0.50)** | jit |" in text
+    assert "| W1 | 2 / 2 (2.00) | 1 / 1.8 | **0.5 / 0.5 (0.50)** | jit | - |" in text
     assert "1.50 / 0.05" in text and "290 (+10)" in text and "| 1.00 | 2.0 |" in text
     png = tmp_path / "chart.png"
     pytest.importorskip("matplotlib")
