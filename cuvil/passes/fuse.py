@@ -239,14 +239,14 @@ def _epilogue_chain(mm: Op, users: dict) -> list:
     """[transposes of the operands, matmul, broadcast_to, add, act] as far as the pattern holds (the GEMM
     reads a transposed operand through strides; the bias is a vector along the rows)."""
     chain = [v.owner for v in mm.operands if isinstance(v.owner, Op) and v.owner.name == "transpose"
-             and _swaps_last_two(v.owner) and _only_user(v, users) is mm]
+             and v.owner.parent is mm.parent and _swaps_last_two(v.owner) and _only_user(v, users) is mm]
     chain.append(mm)
     out = mm.results[0]
     add = _only_user(out, users)
     if add is not None and add.name == "add":
         other = add.operands[1] if add.operands[0] is out else add.operands[0]
         bc = other.owner if isinstance(other.owner, Op) else None
-        if (bc is not None and bc.name == "broadcast_to" and bc.operands[0].type.rank == 1
+        if (bc is not None and bc.name == "broadcast_to" and bc.parent is mm.parent and bc.operands[0].type.rank == 1
                 and bc.operands[0].type.shape[0] == out.type.shape[-1] and _only_user(other, users) is add):
             chain += [bc, add]
             out = add.results[0]
