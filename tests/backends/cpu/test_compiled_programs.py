@@ -233,13 +233,13 @@ def test_gemm_inside_a_loop_with_a_weight_transposed_outside():
     """An RNN step: the transposed weight is made before the loop and read in its body."""
     rng = np.random.default_rng(0)
     m = Module()
-    b = Builder.new_function(m, "main", [TensorType("f32", (2, 8))], ["h0"])
-    w = b.transpose(b.constant(rng.standard_normal((8, 8)).astype(np.float32) / 3, "w"), perm=(1, 0))
-    bias = b.constant(rng.standard_normal(8).astype(np.float32), "bias")
+    b = Builder.new_function(m, "main", [TensorType("f32", (2, 80))], ["h0"])
+    w = b.transpose(b.constant(rng.standard_normal((80, 80)).astype(np.float32) / 9, "w"), perm=(1, 0))
+    bias = b.constant(rng.standard_normal(80).astype(np.float32), "bias")
     i0 = b.full(0, (), "i64")
     _, h = b.while_loop([i0, b.args[0]], lambda c, i, h: c.lt(i, c.full(4, (), "i64")),
                         lambda c, i, h: (c.add(i, c.full(1, (), "i64")),
-                                         c.tanh(c.add(c.matmul(h, w), c.broadcast_to(bias, shape=(2, 8))))))
+                                         c.tanh(c.add(c.matmul(h, w), c.broadcast_to(bias, shape=(2, 80))))))
     b.ret(h)
-    x = rng.standard_normal((2, 8)).astype(np.float32)
+    x = rng.standard_normal((2, 80)).astype(np.float32)
     assert_matches(compile_module(m)(x), interpret(m, [x]))
