@@ -33,13 +33,12 @@ from cuvil.backends.cpu import kernels, toolchain  # noqa: E402
 SHAPES = [(1024, 512, 256), (128, 768, 3072), (64, 784, 1024), (1, 784, 1024), (2048, 2048, 2048)]  # M, K, N
 PEERS_PEAK_PER_CORE = 266.0  # GFLOP/s, shared/PEERS.md (Zen 5 at 4.15 GHz)
 FMA_LOOP = r"""
-#include <omp.h>
 typedef float vf __attribute__((vector_size(64)));
 #define STEP(x) x = x * b + c
-/* FLOP/s of 12 independent FMA chains per thread (named variables: an array would live in memory). */
-double fma_peak(int threads, long iters)
+/* 2 * 16 * 12 * iters FLOP per thread in 12 independent FMA chains (named variables: an array would live in
+ * memory); returns a value that depends on them all, so that nothing is optimised away. */
+float fma_loop(int threads, long iters)
 {
-    double start = omp_get_wtime();
     float sink = 0;
 #pragma omp parallel num_threads(threads) reduction(+ : sink)
     {
@@ -56,16 +55,21 @@ double fma_peak(int threads, long iters)
         vf s = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9 + a10 + a11;
         sink += s[0];
     }
-    return sink * 0 + 2.0 * 16 * 12 * iters * threads / (omp_get_wtime() - start);
+    return sink;
 }
 """
 
 
-def measured_peak(threads: int) -> float:
+def measured_peak(threads: int, clock=time.perf_counter) -> float:
     """GFLOP/s of an AVX-512 (or narrower, lowered by the compiler) FMA loop: best of three."""
     lib = toolchain.load_library(FMA_LOOP, name="bench-fma-peak", opt_level=2)
-    lib.fma_peak.argtypes, lib.fma_peak.restype = [ctypes.c_int, ctypes.c_long], ctypes.c_double
-    return max(lib.fma_peak(threads, 20_000_000) for _ in range(3)) / 1e9
+    lib.fma_loop.argtypes, lib.fma_loop.restype = [ctypes.c_int, ctypes.c_long], ctypes.c_float
+    iters, best = 20_000_000, 0.0
+    for _ in range(3):
+        start = clock()
+        lib.fma_loop(threads, iters)
+        best = max(best, 2 * 16 * 12 * iters * threads / (clock() - start) / 1e9)
+    return best
 
 
 def openblas_kernel() -> str:
@@ -113,7 +117,7 @@ def peers(shape, threads, variants):
     return out
 
 
-def run_shape(shape, threads, rounds, variants, budget_s):
+def run_shape(shape, threads, rounds, variants, budget_s, clock=time.perf_counter):
     fns = peers(shape, threads, variants)
     for fn in fns.values():  # warm up: caches, thread pools, page faults
         for _ in range(3):
@@ -130,9 +134,9 @@ def run_shape(shape, threads, rounds, variants, budget_s):
             time.sleep(0.02)  # let the previous peer's spinning threads go to sleep
             fn = fns[name]
             for _ in range(per_round[name]):
-                start = time.perf_counter()
+                start = clock()
                 fn()
-                samples[name].append(time.perf_counter() - start)
+                samples[name].append(clock() - start)
     return {name: (np.median(s), np.percentile(s, 90)) for name, s in samples.items()}
 
 
@@ -143,6 +147,9 @@ def main():
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--seconds", type=float, default=1.5, help="time budget per shape and thread count")
     parser.add_argument("--variant", action="append", default=[], help="name=DEF1,DEF2 (kernel -D flags)")
+    parser.add_argument("--clock", choices=["wall", "thread"], default="wall",
+                        help="thread: CPU time of the calling thread, for 1-thread runs on a machine shared with "
+                             "other work (time spent preempted does not count; other threads' work is not seen)")
     args = parser.parse_args()
     shapes = [tuple(int(x) for x in s.split(",")) for s in args.shapes] if args.shapes else SHAPES
     variants = {"cuvil": ()} | {v.split("=", 1)[0]: tuple(v.split("=", 1)[1].split(",")) for v in args.variant}
@@ -152,12 +159,13 @@ def main():
           f"{sorted(toolchain.cpu_features())}, {toolchain.physical_cores()} physical cores")
     for threads in (int(t) for t in args.threads.split(",")):
         limiter = set_blas_threads(threads)
-        peak_here, peak_peers = measured_peak(threads), PEERS_PEAK_PER_CORE * threads
+        clock = time.thread_time if args.clock == "thread" and threads == 1 else time.perf_counter
+        peak_here, peak_peers = measured_peak(threads, clock), PEERS_PEAK_PER_CORE * threads
         print(f"\n## {threads} thread(s): FMA-loop peak here {peak_here:.0f} GFLOP/s; PEERS.md peak {peak_peers:.0f}")
         print(f"{'M,K,N':>16} {'peer':>12} {'median ms':>10} {'p90 ms':>9} {'GFLOP/s':>8} {'%PEERS':>7} {'%here':>6}")
         for shape in shapes:
             flops = 2.0 * np.prod(shape, dtype=np.float64)
-            for name, (med, p90) in run_shape(shape, threads, args.rounds, variants, args.seconds).items():
+            for name, (med, p90) in run_shape(shape, threads, args.rounds, variants, args.seconds, clock).items():
                 gf = flops / med / 1e9
                 print(f"{','.join(map(str, shape)):>16} {name:>12} {med * 1e3:10.3f} {p90 * 1e3:9.3f} {gf:8.1f} "
                       f"{100 * gf / peak_peers:6.0f}% {100 * gf / peak_here:5.0f}%", flush=True)
