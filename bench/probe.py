@@ -4,8 +4,8 @@
 
 The harness runs it with an empty or a warm `CUVIL_CACHE_DIR` for Cuvil's cold and warm compile times. Prints
 one JSON line: first_s (preparation, compilation and the first call; for ONNX peers the model file is already
-exported), rss_mb (peak resident set of the process) and rss_delta_mb (the peak above what building the
-PyTorch model and its inputs already needed).
+exported), rss_mb (the process's peak resident set from the moment the PyTorch model and its inputs are
+built) and rss_delta_mb (that peak above the resident set at that moment: what the peer itself needs).
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def main() -> None:
     peer = next(p for p in P.PEERS if p.name == args.peer)
     built = wl.build()
     ctx = P.Context(args.threads, lambda: harness.onnx_file(wl, built, args.onnx_dir))
-    base = peak_rss_mb()
+    base = reset_peak_rss()
     t0 = time.perf_counter()
     try:
         run = peer.prepare(built, ctx)
@@ -48,8 +48,28 @@ def main() -> None:
     print(json.dumps({"first_s": first, "rss_mb": peak, "rss_delta_mb": max(peak - base, 0.0)}))
 
 
+def _status_mb(field: str) -> float | None:
+    try:
+        line = next(line for line in open("/proc/self/status") if line.startswith(field + ":"))
+    except (OSError, StopIteration):
+        return None
+    return int(line.split()[1]) / 1024
+
+
+def reset_peak_rss() -> float:
+    """Forget the peak so far (Linux: clear_refs 5 resets VmHWM; imports and model building leave transient
+    peaks that are not the peer's); returns the resident set now, MiB."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+    return _status_mb("VmRSS") or peak_rss_mb()
+
+
 def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """The peak resident set since the last reset, MiB (getrusage's lifetime peak where /proc is missing)."""
+    return _status_mb("VmHWM") or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 if __name__ == "__main__":

@@ -107,7 +107,8 @@ def memory_table(results: list, probes: dict, peer_names: list) -> list:
     if not probes:
         return []
     table = by_workload(results)
-    lines = ["", "### Memory: peak RSS of a fresh process, MiB (above building the PyTorch model and inputs)", "",
+    lines = ["", "### Memory: peak RSS of a fresh process once the PyTorch model and inputs exist, MiB (in parentheses:"
+             " what the peer added to the RSS of that moment)", "",
              "| workload | " + " | ".join(peer_names) + " | Cuvil arena (plan) | Cuvil weights |",
              "|---|" + "---|" * (len(peer_names) + 2)]
     for wl, row in probes.items():
