@@ -1,6 +1,7 @@
 """Shape-rule helpers shared by op declarations (and by frontends that must broadcast explicitly)."""
 from __future__ import annotations
 
+from ..errors import ShapeError
 from ..ir.dtypes import DType
 from ..ir.types import TensorType
 
@@ -52,18 +53,16 @@ def norm_axes(axes, rank: int, name: str) -> tuple:
     return tuple(sorted(out))
 
 
-def broadcast_shapes(a: tuple, b: tuple) -> tuple:
-    """NumPy broadcasting of two shapes, for frontends that insert `broadcast_to`. Symbolic sizes broadcast
-    only against 1 or an equal size."""
-    rank = max(len(a), len(b))
-    a = (1,) * (rank - len(a)) + tuple(a)
-    b = (1,) * (rank - len(b)) + tuple(b)
+def broadcast_shapes(*shapes) -> tuple:
+    """NumPy broadcasting, for frontends that insert `broadcast_to`. Two different symbolic sizes (or a
+    symbolic and a static one) are taken to be equal: the `broadcast_to` or op that meets them records the
+    relation, which a call checks once sizes are bound. Static sizes that differ raise ShapeError."""
+    rank = max((len(s) for s in shapes), default=0)
     out = []
-    for x, y in zip(a, b):
-        if x == y or y == 1:
-            out.append(x)
-        elif x == 1:
-            out.append(y)
-        else:
-            raise ValueError(f"shapes {a} and {b} do not broadcast")
+    for dims in zip(*[(1,) * (rank - len(s)) + tuple(s) for s in shapes]):
+        big = [d for d in dims if d != 1]
+        static = {d for d in big if isinstance(d, int)}
+        if len(static) > 1:
+            raise ShapeError(f"shapes {', '.join('[' + ','.join(map(str, s)) + ']' for s in shapes)} do not broadcast")
+        out.append(static.pop() if static else big[0] if big else 1)
     return tuple(out)

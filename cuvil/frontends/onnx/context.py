@@ -12,6 +12,7 @@ from ...ir.builder import Builder
 from ...ir.dtypes import DType
 from ...ir.symbolic import SymExpr
 from ...ir.types import TensorType
+from ...ops.common import broadcast_shapes
 from .tensors import ONNX_DTYPES, Tensor, tensor_to_array
 
 _ATTR_READERS = {
@@ -153,19 +154,8 @@ class NodeContext:
 
 
 def broadcast_dims(a: tuple, b: tuple, ctx=None) -> tuple:
-    """Multidirectional broadcasting. Two different symbolic sizes are assumed equal (the op that expands one
-    to the other records the relation, checked when a call binds sizes)."""
-    rank = max(len(a), len(b))
-    a, b = (1,) * (rank - len(a)) + tuple(a), (1,) * (rank - len(b)) + tuple(b)
-    out = []
-    for x, y in zip(a, b):
-        if x == y or y == 1:
-            out.append(x)
-        elif x == 1:
-            out.append(y)
-        elif isinstance(x, int) and isinstance(y, int):
-            message = f"shapes {list(a)} and {list(b)} do not broadcast"
-            raise ctx.error(message) if ctx is not None else ShapeError(message)
-        else:
-            out.append(x if isinstance(x, int) else y)
-    return tuple(out)
+    """Multidirectional broadcasting (`cuvil.ops.broadcast_shapes`), its error naming the node."""
+    try:
+        return broadcast_shapes(a, b)
+    except ShapeError as e:
+        raise (ctx.error(e.message) if ctx is not None else e) from None

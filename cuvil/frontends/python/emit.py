@@ -15,6 +15,7 @@ from ...errors import ShapeError, UnsupportedError
 from ...ir.core import UNKNOWN_LOC
 from ...ir.dtypes import DType
 from ...ir.symbolic import SymExpr
+from ...ops.common import broadcast_shapes
 from .values import TV, common_dtype, dtype_of_array, is_weak, result_dtype, weak_kind
 
 COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge"})
@@ -92,19 +93,6 @@ def to(cx: Context, t: TV, dtype: DType = None, shape: tuple = None) -> TV:
     if shape is not None and tuple(shape) != t.shape:
         v = cx.b.broadcast_to(v, shape=tuple(shape))
     return t if v is t.value else TV(v, t.weak)
-
-
-def broadcast_shapes(*shapes) -> tuple:
-    """NumPy broadcasting; a symbolic size broadcasts against 1 or is required equal to the other size."""
-    rank = max(len(s) for s in shapes)
-    out = []
-    for dims in zip(*[(1,) * (rank - len(s)) + tuple(s) for s in shapes]):
-        big = [d for d in dims if d != 1]
-        static = {d for d in big if isinstance(d, int)}
-        if len(static) > 1:
-            raise ShapeError(f"shapes {', '.join(_fmt(s) for s in shapes)} do not broadcast")
-        out.append(static.pop() if static else big[0] if big else 1)
-    return tuple(out)
 
 
 def _fmt(shape) -> str:
