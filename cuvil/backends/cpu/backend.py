@@ -39,6 +39,14 @@ def opt_level() -> int:
     return int(env) if env.isdigit() else 3
 
 
+def model_flags() -> tuple:
+    """Flags for generated model code: no errno from math (so sqrt vectorises), and full-width AVX-512 vectors
+    where the host has them (GCC's tuning otherwise prefers 256 bits; 512 runs the vectorised exp/tanh/sigmoid
+    1.5-2x faster here)."""
+    wide = ("-mprefer-vector-width=512",) if "avx512f" in toolchain.cpu_features() else ()
+    return ("-fno-math-errno", *wide)
+
+
 def build(module: Module, instrument: bool = False) -> CpuFunction:
     """Generate, compile (or find in the cache) and load C for `module`'s main function; `instrument` adds
     per-op timers (what `cuvil.profile` reads)."""
@@ -53,7 +61,7 @@ def build_library(module: Module, instrument: bool = False) -> tuple[codegen.CPr
     folders = [runtime_dir(), kernels.include_dir()]
     depends = [runtime_dir() / "cuvil_rt.h", kernels.include_dir() / "cuvil_kernels.h"]
     lib = toolchain.load_library(program.source, name="model", opt_level=opt_level(), include_dirs=folders,
-                                 depends=depends, extra_flags=("-fno-math-errno",), mode=ctypes.RTLD_LOCAL)
+                                 depends=depends, extra_flags=model_flags(), mode=ctypes.RTLD_LOCAL)
     log.debug("compiled %s: %d kernels, arena %s", module.main.name, program.source.count("static void k"),
               program.plan.slots)
     return program, lib
