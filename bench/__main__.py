@@ -19,15 +19,12 @@ import gc
 import json
 import os
 import platform
-import re
 import sys
 import tempfile
-import time
 
 UNFAIR_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 THREAD_ENV = ("CUVIL_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-NOISY_PRESSURE = 10.0  # percent: above this other processes compete with the benchmark for the CPUs
 
 
 def fair_env(threads: int) -> dict:
@@ -65,41 +62,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
-def other_benchmarks() -> list:
-    """Command lines of other benchmark processes (bench/gemm.py, python -m bench) running now."""
-    mine = {os.getpid(), os.getppid()}
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if int(pid) not in mine and re.search(r"python\S* .*(bench/gemm\.py|-m bench\b)", cmd):
-            found.append(cmd.strip())
-    return found
-
-
-def cpu_pressure(window: str = "avg60") -> float:
-    """Percent of the last minute in which some runnable task waited for a CPU (Linux PSI): other jobs on a
-    shared machine show here; a run alone on the machine stays near 0 (0 where PSI is unavailable)."""
-    try:
-        some = open("/proc/pressure/cpu").readline()
-    except OSError:
-        return 0.0
-    return float(re.search(window + r"=([\d.]+)", some).group(1))
-
-
-def wait_for_quiet(minutes: float) -> None:
-    """Wait (at most `minutes`) while another benchmark runs or the CPUs are contended."""
-    deadline = time.time() + 60 * minutes
-    while time.time() < deadline:
-        others, pressure = other_benchmarks(), cpu_pressure("avg10")
-        if not others and pressure <= NOISY_PRESSURE:
-            return
-        print(f"waiting: {others[0][:100] if others else f'CPU pressure {pressure:.0f}%'}", flush=True)
-        time.sleep(15)
-
-
 def machine() -> str:
     model = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
                  platform.processor())
@@ -127,7 +89,6 @@ def load() -> float:
 def main() -> None:
     args = parse_args()
     ensure_env(args.threads)
-    wait_for_quiet(args.wait_max)
     from . import harness, report
     from . import peers as P
     from .workloads import select
@@ -146,12 +107,12 @@ def main() -> None:
     results, probes, pressures = [], {}, []
     onnx_dir = os.path.join(args.out, "onnx")
     for wl in workloads:
-        wait_for_quiet(args.wait_max)
-        print(f"== {wl.name} (CPU pressure {cpu_pressure():.0f}%)", flush=True)
+        harness.wait_for_quiet(args.wait_max)
+        print(f"== {wl.name}", flush=True)
         res = harness.measure(wl, peers, args.threads, rounds, args.round_ms / 1e3, onnx_dir, not args.no_profile)
         results += res
         gc.collect()  # the workload's models and compiled code go before the next one is built
-        pressures.append(cpu_pressure())
+        pressures.append(max(r.cpu_pressure or 0.0 for r in res))
         meta.setdefault("pressure", {})[wl.name] = pressures[-1]
         if kernels_cache:
             ok = {r.peer for r in res if r.status == "ok"}
@@ -166,7 +127,8 @@ def main() -> None:
     worst = max(pressures, default=0.0)
     meta["load_after"], meta["cpu_pressure_max"] = load(), worst
     meta["noise"] = (f"NOISY: other processes competed for the CPUs (pressure up to {worst:.0f}% of the time); "
-                     "rerun before trusting" if worst > NOISY_PRESSURE else f"quiet: CPU pressure at most {worst:.0f}%")
+                     "rerun before trusting" if worst > harness.NOISY_PRESSURE
+                     else f"quiet: CPU pressure at most {worst:.0f}% while timing")
     names = [p.name for p in peers]
     text = report.markdown(meta, results, probes, names)
     report.save_json(os.path.join(args.out, "results.json"), meta, results, probes)

@@ -26,7 +26,7 @@ def test_measure_times_peers_and_cuvil_routes(tmp_path):
     assert jit.max_err <= harness.TOLERANCE and jit.first_s > 0
     assert jit.arena_bytes is not None and jit.weights_bytes == 32 * 16 * 4
     assert jit.profile["overhead"] > 0 and jit.profile["top"][0]["ops"].startswith("matmul")
-    assert by_peer["numpy"].profile is None
+    assert by_peer["numpy"].profile is None and all(r.cpu_pressure is not None for r in results)
 
 
 def _raising(b, ctx):
@@ -100,7 +100,7 @@ def test_selection_environment_and_dispatch():
     env = cli.fair_env(2)
     assert env["OPENBLAS_THREAD_TIMEOUT"] == "20" and env["MALLOC_MMAP_THRESHOLD_"] == str(1 << 30)
     assert env["CUVIL_NUM_THREADS"] == env["OMP_NUM_THREADS"] == "2"
-    assert isinstance(cli.other_benchmarks(), list)
+    assert isinstance(harness.other_benchmarks(), list) and harness.cpu_pressure() >= 0 <= harness.cpu_stall_us()
     args = cli.parse_args(["--suite", "quick", "--only", "W1", "--rounds", "1"])
     assert args.suite == "quick" and args.rounds == 1 and args.threads == 2
     us = harness.dispatch_overhead(calls=500)

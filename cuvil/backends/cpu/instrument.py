@@ -22,7 +22,8 @@ _CALL = re.compile(r"^\s*([A-Za-z_]\w*)\(")
 
 @dataclass
 class TimedRegion:
-    """One timer: the C function it calls first (a kernel or library routine) and the IR op it computes."""
+    """One timer: the C function that does its work (a loop kernel or library routine; the last one called, after
+    any set-up such as padding fills) and the IR op it computes."""
 
     kernel: str
     op: Op
@@ -67,5 +68,5 @@ def emit_timed(gen, op: Op, depth: int) -> None:
         gen.body.pop()
         return
     gen.line(depth, f"cuvil_prof_record({k}, cuvil_t{k});")
-    called = next((m.group(1) for m in map(_CALL.match, emitted) if m and m.group(1) not in ("if", "for")), op.name)
-    gen.timed.append(TimedRegion(called, op))
+    calls = [m.group(1) for m in map(_CALL.match, emitted) if m and m.group(1) not in ("if", "for")]
+    gen.timed.append(TimedRegion(calls[-1] if calls else op.name, op))  # the last: set-up calls come first
