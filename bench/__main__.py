@@ -56,6 +56,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "cuvil-bench"))
     ap.add_argument("--no-probes", action="store_true", help="skip the fresh-process compile and memory probes")
     ap.add_argument("--no-profile", action="store_true", help="skip cuvil.profile on Cuvil's routes")
+    ap.add_argument("--retries", type=int, default=2, help="times a workload's rounds rerun after CPU contention")
     ap.add_argument("--docs", action="store_true", help="write the report and chart into docs/benchmarks.*")
     ap.add_argument("--wait-max", type=float, default=3.0,
                     help="minutes to wait, before each workload, for another benchmark or CPU contention to end")
@@ -109,7 +110,8 @@ def main() -> None:
     for wl in workloads:
         harness.wait_for_quiet(args.wait_max)
         print(f"== {wl.name}", flush=True)
-        res = harness.measure(wl, peers, args.threads, rounds, args.round_ms / 1e3, onnx_dir, not args.no_profile)
+        res = harness.measure(wl, peers, args.threads, rounds, args.round_ms / 1e3, onnx_dir, not args.no_profile,
+                              retries=args.retries)
         results += res
         gc.collect()  # the workload's models and compiled code go before the next one is built
         pressures.append(max(r.cpu_pressure or 0.0 for r in res))

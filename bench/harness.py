@@ -64,7 +64,7 @@ def describe(e: BaseException) -> str:
 
 # -- one workload, all peers, in this process ---------------------------------------------------------------------
 def measure(wl: Workload, peers: list, threads: int, rounds: int, round_s: float, onnx_dir: str,
-            profile: bool = True, log=print, retries: int = 2) -> list:
+            profile: bool = True, log=print, retries: int = 0) -> list:
     """Results of every peer on `wl`; the timing rounds run again (up to `retries` times) when other processes
     competed for the CPUs while they ran."""
     built = wl.build()
