@@ -34,7 +34,7 @@ enum {
 };
 
 int cuvil_kernels_abi_version(void);
-/* A static string describing the compiled configuration, e.g. "vl=16 mr=8 nr=32 kc=256 nc=512". */
+/* A static string describing the compiled configuration, e.g. "vl=16 mr=6 nr=4x16 kc=256 nc=512". */
 const char *cuvil_kernels_config(void);
 void cuvil_set_num_threads(int n);
 int cuvil_get_num_threads(void);
@@ -55,7 +55,7 @@ void cuvil_sgemm_packed(int64_t M, int64_t N, int64_t K, float alpha,
                         float beta, float *C, int64_t ldc,
                         const float *bias, int act);
 
-/* batch independent GEMMs; operand b of batch item t starts at A + t*sa, B + t*sb, C + t*sc.
+/* batch independent GEMMs; the operands of batch item t start at A + t*sa, B + t*sb, C + t*sc.
  * A stride of 0 shares an operand across the batch (sc must not be 0 when batch > 1). */
 void cuvil_sgemm_batched(int64_t batch, int64_t M, int64_t N, int64_t K, float alpha,
                          const float *A, int64_t rsa, int64_t csa, int64_t sa,
