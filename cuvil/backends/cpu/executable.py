@@ -19,6 +19,15 @@ from .kernels import aligned_empty
 log = logging.getLogger("cuvil.backends.cpu")
 
 
+def _address(a: np.ndarray) -> int:
+    """The data pointer: through the buffer protocol (3x faster than `a.ctypes.data`), which needs a writable,
+    non-empty buffer; `ctypes.data` otherwise."""
+    try:
+        return ctypes.addressof(ctypes.c_char.from_buffer(a))
+    except (TypeError, ValueError, BufferError):
+        return a.ctypes.data
+
+
 def _plain_symbol(d):
     if isinstance(d, SymExpr) and len(d.terms) == 1 and d.terms[0][1] == 1 and len(d.terms[0][0]) == 1 \
             and isinstance(d.terms[0][0][0], str):
@@ -104,9 +113,9 @@ class CpuFunction:
         arena = self._arena(state, dims)
         args, out_ptrs = state.args, state.outs
         for k, a in enumerate(arrays):
-            args[k] = a.ctypes.data
+            args[k] = _address(a)
         for k, o in enumerate(outs):
-            out_ptrs[k] = o.ctypes.data
+            out_ptrs[k] = _address(o)
         if dims:
             state.dims[:len(dims)] = dims
         rc = self._entry(args, out_ptrs, state.dims, arena, self._const_ptrs)
