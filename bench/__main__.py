@@ -57,6 +57,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--no-probes", action="store_true", help="skip the fresh-process compile and memory probes")
     ap.add_argument("--no-profile", action="store_true", help="skip cuvil.profile on Cuvil's routes")
     ap.add_argument("--retries", type=int, default=2, help="times a workload's rounds rerun after CPU contention")
+    ap.add_argument("--render", metavar="RESULTS_JSON", help="measure nothing: write the report of a saved run")
     ap.add_argument("--docs", action="store_true", help="write the report and chart into docs/benchmarks.*")
     ap.add_argument("--wait-max", type=float, default=3.0,
                     help="minutes to wait, before each workload, for another benchmark or CPU contention to end")
@@ -89,6 +90,8 @@ def load() -> float:
 
 def main() -> None:
     args = parse_args()
+    if args.render:
+        return render(args)
     ensure_env(args.threads)
     from . import harness, report
     from . import peers as P
@@ -131,8 +134,14 @@ def main() -> None:
     meta["noise"] = (f"NOISY: other processes competed for the CPUs (pressure up to {worst:.0f}% of the time); "
                      "rerun before trusting" if worst > harness.NOISY_PRESSURE
                      else f"quiet: CPU pressure at most {worst:.0f}% while timing")
-    names = [p.name for p in peers]
+    write_outputs(args, meta, results, probes, [p.name for p in peers])
+
+
+def write_outputs(args, meta: dict, results: list, probes: dict, names: list) -> None:
+    from . import report
+
     text = report.markdown(meta, results, probes, names)
+    os.makedirs(args.out, exist_ok=True)
     report.save_json(os.path.join(args.out, "results.json"), meta, results, probes)
     with open(os.path.join(args.out, "report.md"), "w") as f:
         f.write(text)
@@ -141,8 +150,16 @@ def main() -> None:
         report.update_docs(os.path.join(ROOT, "docs", "benchmarks.md"),
                            text + "\n![ratios to ONNX Runtime](benchmarks.png)\n")
         report.chart(os.path.join(ROOT, "docs", "benchmarks.png"), results, names)
-    print("\n" + text)
     print(json.dumps({"out": args.out, "noise": meta["noise"]}))
+
+
+def render(args) -> None:
+    from . import report
+
+    meta, results, probes = report.load_json(args.render)
+    names = list(dict.fromkeys(r.peer for r in results))
+    write_outputs(args, meta, results, probes, names)
+    print(open(os.path.join(args.out, "report.md")).read())
 
 
 if __name__ == "__main__":

@@ -144,7 +144,7 @@ def markdown(meta: dict, results: list, probes: dict, peer_names: list) -> str:
              f"Machine: {meta['machine']}; load average {meta['load_before']} before, {meta['load_after']} after; "
              f"{meta['noise']}. Versions: {meta['versions']}. OpenBLAS: {meta['openblas']}. Threads: "
              f"{meta.get('threads')}, rounds: {meta.get('rounds')}, {meta.get('date', '')}. CPU pressure: the share of "
-             f"the last minute in which some task waited for a CPU (/proc/pressure/cpu), after each workload.", ""]
+             f"a workload's timing rounds in which some task waited for a CPU (/proc/pressure/cpu).", ""]
     lines += latency_tables(results, peer_names, meta.get("pressure", {})) + failures(results)
     lines += compile_table(probes, peer_names, meta.get("kernels_s"))
     lines += memory_table(results, probes, peer_names) + profile_table(results)
@@ -163,9 +163,19 @@ def save_json(path: str, meta: dict, results: list, probes: dict) -> None:
         json.dump({"meta": meta, "results": [r.to_dict() for r in results], "probes": probes}, f, indent=1)
 
 
+def load_json(path: str) -> tuple:
+    """(meta, results, probes) of a saved run, to render its report again."""
+    from .harness import Result
+
+    data = json.load(open(path))
+    results = [Result(**{k: v for k, v in r.items() if k not in ("median_ms", "p90_ms")}) for r in data["results"]]
+    return data["meta"], results, data["probes"]
+
+
 def chart(path: str, results: list, peer_names: list) -> None:
     """Grouped horizontal bars: each peer's median latency over ONNX Runtime's, per workload (log scale)."""
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -185,6 +195,10 @@ def chart(path: str, results: list, peer_names: list) -> None:
         ax.barh(ys, values, height, label=name, color="black" if name.startswith("Cuvil") else None)
     ax.axvline(1.0, color="gray", linestyle="--", linewidth=1)
     ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    lo, hi = ax.get_xlim()
+    ax.set_xticks([t for t in (0.25, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 20, 50) if lo <= t <= hi])
     ax.set_yticks([k + 0.4 - height / 2 for k in range(len(workloads))], workloads)
     ax.invert_yaxis()
     ax.set_xlabel("median latency / ONNX Runtime's (lower is faster; log scale; missing bar: not run or failed)")

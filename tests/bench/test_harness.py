@@ -77,6 +77,8 @@ def test_report_table_ratios_chart_and_docs(tmp_path):
     assert doc.read_text() == "intro\n<!-- bench:begin -->\nnew table\n<!-- bench:end -->\noutro\n"
     report.save_json(str(tmp_path / "r.json"), _meta(), rows, probes)
     assert json.loads((tmp_path / "r.json").read_text())["results"][0]["median_ms"] == 1.0
+    meta, again, probes_again = report.load_json(str(tmp_path / "r.json"))  # what --render reads
+    assert report.markdown(meta, again, probes_again, names) == text
 
 
 def test_probe_measures_first_call_and_memory_in_a_fresh_process(tmp_path):
