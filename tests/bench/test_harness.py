@@ -4,12 +4,13 @@ import json
 import numpy as np
 import pytest
 
-from bench import __main__ as cli
-from bench import harness, report
-from bench import peers as P
-from bench.workloads import QUICK, STANDARD, select
+pytest.importorskip("torch")  # the workloads are PyTorch modules
 
-pytest.importorskip("torch")
+from bench import __main__ as cli  # noqa: E402
+from bench import harness, report  # noqa: E402
+from bench import peers as P  # noqa: E402
+from bench.workloads import QUICK, STANDARD, select  # noqa: E402
+
 W1 = QUICK[0]
 
 
