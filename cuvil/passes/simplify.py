@@ -100,6 +100,8 @@ SIMPLIFY_RULES = [
     Rule(Pat("sub", Pat.any("x"), Pat.splat(0.0)), lambda b, m: m.x, "sub-zero"),
     Rule(Pat("pow", Pat.any("x"), Pat.splat(1.0)), lambda b, m: m.x, "pow-one"),
     Rule(Pat("pow", Pat.any("x"), Pat.splat(2.0)), lambda b, m: b.mul(m.x, m.x), "pow-two"),
+    Rule(Pat("pow", Pat.any("x"), Pat.splat(3.0)), lambda b, m: b.mul(b.mul(m.x, m.x), m.x), "pow-three"),
+    Rule(Pat("max", Pat.any("x"), Pat.splat(0.0)), lambda b, m: b.relu(m.x), "max-zero-is-relu"),
     Rule(Pat("neg", Pat("neg", Pat.any("x"))), lambda b, m: m.x, "neg-neg"),
     Rule(Pat("transpose", Pat("transpose", Pat.any(), bind="x")), _compose_transpose, "transpose-transpose"),
     Rule(Pat("reshape", Pat("reshape", Pat.any("x"))), lambda b, m: b.reshape(m.x, shape=m.root.attrs["shape"]),
@@ -152,6 +154,8 @@ class FoldConstants(Pass):
 
     def _foldable(self, op: Op) -> bool:
         opdef = registry.get_op(op.name)
+        if op.name == "broadcast_to":
+            return False  # never smaller than its input; kernels (and GEMM bias epilogues) read it in place
         if op.name in VIEW_OPS and op.operands[0].type.is_static and op.operands[0].type.numel > 4096:
             return False  # a copy of a weight in another layout: kernels read the original through strides
         return (bool(op.operands) and not op.regions and opdef.reference is not None

@@ -108,3 +108,31 @@ def test_dce_removes_unused_constants():
           }
         }""")
     assert DCE().run_on_operation(m) and m.constants == {}
+
+
+def test_powers_and_max_with_zero():
+    got = run_passes("""
+        module {
+          func @main(%x: f32[2,4]) -> (f32[2,4]) {
+            %0:f32[2,4] = full {value = 3.0, shape = [2, 4], dtype = f32}
+            %1:f32[2,4] = pow %x, %0
+            %2:f32[2,4] = full {value = 0.0, shape = [2, 4], dtype = f32}
+            %3:f32[2,4] = max %1, %2
+            return %3
+          }
+        }""", Simplify(), DCE(), inputs=X)
+    assert "pow" not in got and "max" not in got and got.count("mul") == 2 and "relu" in got
+
+
+def test_broadcasts_are_not_materialised():
+    got = run_passes("""
+        module {
+          const @b : f32[4] = dense<"AACAPwAAAEAAAEBAAACAQA==">
+          func @main(%x: f32[1,4]) -> (f32[1,4]) {
+            %0:f32[4] = constant {name = "b"}
+            %1:f32[1,4] = broadcast_to %0 {shape = [1, 4]}
+            %2:f32[1,4] = add %x, %1
+            return %2
+          }
+        }""", FoldConstants(), DCE(), inputs=[np.ones((1, 4), np.float32)])
+    assert "broadcast_to" in got

@@ -162,7 +162,7 @@ ELEMENTWISE = {
     "reciprocal": lambda x, a, t: f"({t.lit(1)} / {x[0]})",
     "tanh": _fn("tanh"),
     "sigmoid": lambda x, a, t: f"cuvil_sigmoidf({x[0]})" if t.f else f"(1.0 / (1.0 + exp(-{x[0]})))",
-    "relu": lambda x, a, t: f"({x[0]} > 0 ? {x[0]} : 0)",
+    "relu": lambda x, a, t: f"CUVIL_MAX({x[0]}, ({t.name})0)",  # NaN stays NaN, as in the reference
     "erf": _fn("erf"),
     "sin": _libm("sin"),
     "cos": _libm("cos"),
