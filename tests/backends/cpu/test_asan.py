@@ -19,11 +19,15 @@ def _libasan():
 
 
 @pytest.mark.skipif(_libasan() is None, reason="gcc's libasan is not installed")
-def test_programs_are_memory_safe_under_asan(tmp_path):
+@pytest.mark.parametrize("program, done", [("asan_programs", "asan programs ok"),
+                                           ("library_asan_programs", "library asan programs ok")])
+def test_programs_are_memory_safe_under_asan(tmp_path, program, done):
+    """asan_programs: whole programs with adversarial indices; library_asan_programs: every library op with
+    exactly sized buffers."""
     env = {**os.environ, "LD_PRELOAD": _libasan(), "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1",
            "CUVIL_EXTRA_CFLAGS": "-fsanitize=address -fno-omit-frame-pointer", "CUVIL_CACHE_DIR": str(tmp_path),
            "CUVIL_OPT_LEVEL": "1", "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-m", "tests.backends.cpu.asan_programs"], cwd=ROOT, env=env,
+    out = subprocess.run([sys.executable, "-m", f"tests.backends.cpu.{program}"], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-6000:]
-    assert "asan programs ok" in out.stdout
+    assert done in out.stdout

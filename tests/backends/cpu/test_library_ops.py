@@ -2,9 +2,6 @@
 shapes, compiled against the reference interpreter, plus the clamping of out-of-range indices and a run under
 AddressSanitizer (library_asan_programs.py). Tolerances as in test_ops_compiled.py; a conv's f32 sums over
 C*k*k products in another order, so it gets 1e-4 relative to the output's scale."""
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -14,7 +11,6 @@ from cuvil.interpreter import interpret
 from cuvil.ir import Builder, Module, TensorType, sym
 from cuvil.ir.dtypes import DType
 
-from .test_asan import ROOT, _libasan
 from .test_ops_compiled import assert_matches
 
 
@@ -181,14 +177,3 @@ def test_out_of_range_indices_clamp():
     want = data.astype(np.float64)
     np.add.at(want, (np.arange(4)[:, None], clamped), upd)
     np.testing.assert_allclose(got, want, rtol=1e-6)
-
-
-@pytest.mark.skipif(_libasan() is None, reason="gcc's libasan is not installed")
-def test_library_ops_under_asan(tmp_path):
-    env = {**os.environ, "LD_PRELOAD": _libasan(), "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1",
-           "CUVIL_EXTRA_CFLAGS": "-fsanitize=address -fno-omit-frame-pointer", "CUVIL_CACHE_DIR": str(tmp_path),
-           "CUVIL_OPT_LEVEL": "1", "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-m", "tests.backends.cpu.library_asan_programs"], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-6000:]
-    assert "library asan programs ok" in out.stdout
