@@ -10,6 +10,7 @@ from typing import Iterable
 from .decompose import decompose
 from .fuse import FuseGemmEpilogue, FuseOps
 from .inference import FoldBatchNorm
+from .layout import BlockLayout
 from .lower import SplitToSlices
 from .recompose import Recompose
 from .manager import Pass, PassManager, Pipeline, PipelineBuilder
@@ -26,10 +27,12 @@ def default_pipeline(target: str = "cpu", level: int = 2, passes: Iterable[Pass]
         pb.add_fixpoint("cleanup", FoldConstants(), Simplify(), Canonicalize(), CSE(), DCE())
         pb.add(Recompose(), FoldBatchNorm(), DCE())
     if target == "cpu":
-        from ..backends.cpu.backend import keeps_composite
+        from ..backends.cpu.backend import conv_block, keeps_composite
         from ..backends.cpu.loops import REDUCE_OPS, is_loop_op
 
         pb.add(Decompose(keep=keeps_composite), SplitToSlices())
+        if level >= 1:
+            pb.add(BlockLayout(conv_block()))
         pb.add_fixpoint("cleanup-lowered", FoldConstants(), Simplify(), Canonicalize(), CSE(), DCE())
         if enable_fusion:
             pb.add(FuseGemmEpilogue())
@@ -46,6 +49,7 @@ def run_pipeline(module, pipeline: Pipeline | None = None, **manager_options) ->
     return manager
 
 
-__all__ = ["CSE", "Canonicalize", "DCE", "Decompose", "FoldBatchNorm", "FoldConstants", "FuseGemmEpilogue",
-           "FuseOps", "Match", "Pass", "PassManager", "Pat", "Pipeline", "PipelineBuilder", "Recompose", "Rule",
-           "Simplify", "SplitToSlices", "apply_rules", "decompose", "default_pipeline", "run_pipeline"]
+__all__ = ["BlockLayout", "CSE", "Canonicalize", "DCE", "Decompose", "FoldBatchNorm", "FoldConstants",
+           "FuseGemmEpilogue", "FuseOps", "Match", "Pass", "PassManager", "Pat", "Pipeline", "PipelineBuilder",
+           "Recompose", "Rule", "Simplify", "SplitToSlices", "apply_rules", "decompose", "default_pipeline",
+           "run_pipeline"]

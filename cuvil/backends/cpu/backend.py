@@ -26,6 +26,14 @@ NATIVE_COMPOSITES = frozenset({"leaky_relu", "elu", "selu", "gelu", "softplus", 
 def keeps_composite(op) -> bool:
     """Whether the backend computes composite `op` itself (the decompose pass leaves it alone)."""
     return op.name in NATIVE_COMPOSITES or library_rows.keeps(op)
+
+
+def conv_block() -> int:
+    """Channels per block of the blocked convolution kernel: one vector of f32 on the host."""
+    features = toolchain.cpu_features()
+    return 16 if "avx512f" in features else 8 if "avx2" in features or "avx" in features else 4
+
+
 SUPPORTED = LOOP_OPS | REDUCE_OPS | frozenset(EMITTERS) | {"constant", "cond", "while", "fused", "yield", "return"}
 
 

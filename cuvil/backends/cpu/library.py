@@ -121,3 +121,6 @@ EMITTERS.update(library_resize.EMITTERS)
 
 from . import library_einsum  # noqa: E402
 EMITTERS.update(library_einsum.EMITTERS)
+
+from . import library_conv_blocked  # noqa: E402
+EMITTERS.update(library_conv_blocked.EMITTERS)

@@ -14,6 +14,7 @@ from cuvil.backends.cpu import executable
 from cuvil.compiler import compile_module
 from cuvil.interpreter import interpret
 from cuvil.ir import Builder, Module, TensorType, sym
+from cuvil.passes.layout import to_blocked
 
 # exact-size heap buffers (no alignment slack) for the arena and packed weights
 executable.aligned_empty = lambda shape, dtype=np.float32, align=64: np.empty(shape, dtype)
@@ -52,6 +53,7 @@ def window_programs() -> list:
 
         def const(*shape, dtype=np.float32):
             return b.constant(rng.standard_normal(shape).astype(dtype))
+        xb = to_blocked(b, x, 4)
         return [b.conv(x, const(6, 4, 3, 3), const(6), strides=(2, 2), pads=(1, 1, 1, 1)),
                 b.conv(x, const(8, 1, 3, 3), groups=4, strides=(2, 1), pads=(0, 1, 2, 0)),
                 b.conv(x, const(5, 4, 1, 1), const(5)),
@@ -62,7 +64,10 @@ def window_programs() -> list:
                 b.avg_pool(x, kernel=(3, 3), strides=(2, 2), pads=(1, 1, 1, 1), ceil_mode=True,
                            count_include_pad=True),
                 b.resize(x, sizes=(n, 4, h * 2, w + 3), mode="cubic", exclude_outside=True),
-                b.resize(x16, sizes=(n, 4, 3, w * 2), coordinate_transformation_mode="align_corners")]
+                b.resize(x16, sizes=(n, 4, 3, w * 2), coordinate_transformation_mode="align_corners"),
+                b.conv_nchwc(xb, const(1, 1, 3, 3, 4, 8), const(1, 8), strides=(2, 2), pads=(1, 0, 2, 1)),
+                b.conv_nchwc(xb, const(2, 1, 3, 2, 4, 8), const(2, 8), b.conv_nchwc(xb, const(2, 1, 1, 1, 4, 8),
+                             const(2, 8)), dilations=(2, 3), pads=(2, 3, 2, 0), activation="relu")]
     return programs([TensorType("f32", (n, 4, h, w)), TensorType("f16", (n, 4, h, w))], make)
 
 

@@ -1,0 +1,88 @@
+"""Blocked-layout convolution: `conv_nchwc`, the op the layout pass (`cuvil.passes.layout`) rewrites f32
+2-D convolutions into.
+
+x is [N, C/cb, H, W, cb] (channel blocks outermost, one block of cb channels innermost), the weight is
+pre-packed as [O/ob, C/cb, kh, kw, cb, ob] and the bias is [O/ob, ob]; the result is [N, O/ob, OH, OW, ob].
+Channel counts are padded up to whole blocks (padded weights and bias are zero). An optional fourth operand
+(a residual of the result's shape) is added before the activation, so a residual block's add and relu
+become the convolution's epilogue.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.dtypes import DType
+from .common import require_dtype
+from .nn import _ref_conv, _spatial_out
+from .registry import Attr, register_op
+
+
+def _conv_nchwc_shape(ctx, types, a):
+    x, w, bias = types[:3]
+    for t in types:
+        require_dtype(ctx, t, lambda d: d is DType.f32, "conv_nchwc")
+    if x.rank != 5 or w.rank != 6 or bias.rank != 2:
+        raise ctx.error(f"'conv_nchwc' needs x [N, C/cb, H, W, cb], w [O/ob, C/cb, kh, kw, cb, ob] and bias "
+                        f"[O/ob, ob], got {x}, {w} and {bias}")
+    ctx.require_equal(x.shape[1], w.shape[1], f"'conv_nchwc' channel blocks of x {x} and weight {w}")
+    ctx.require_equal(x.shape[4], w.shape[4], f"'conv_nchwc' channel block size of x {x} and weight {w}")
+    ctx.require_equal(bias.shape[0], w.shape[0], f"'conv_nchwc' output blocks of bias {bias} and weight {w}")
+    ctx.require_equal(bias.shape[1], w.shape[5], f"'conv_nchwc' output block size of bias {bias} and weight {w}")
+    plain = x.with_shape((x.shape[0], x.shape[1] * x.shape[4], x.shape[2], x.shape[3]))
+    oh, ow = _spatial_out(ctx, "conv_nchwc", plain, w.shape[2:4], a)
+    out = x.with_shape((x.shape[0], w.shape[0], oh, ow, w.shape[5]))
+    if len(types) == 4:
+        if types[3].rank != 5:
+            raise ctx.error(f"'conv_nchwc' residual {types[3]} must have the result's shape {out}")
+        for i, (p, q) in enumerate(zip(types[3].shape, out.shape)):
+            ctx.require_equal(p, q, f"'conv_nchwc' residual {types[3]} dim {i} against the result {out}")
+    return [out]
+
+
+def unblock(x: np.ndarray) -> np.ndarray:
+    """[N, C/cb, H, W, cb] -> [N, C, H, W]."""
+    n, cb, h, w, b = x.shape
+    return x.transpose(0, 1, 4, 2, 3).reshape(n, cb * b, h, w)
+
+
+def block(x: np.ndarray, size: int) -> np.ndarray:
+    """[N, C, H, W] -> [N, C/size, H, W, size], C padded with zeros to a multiple of `size`."""
+    n, c, h, w = x.shape
+    x = np.pad(x, [(0, 0), (0, -c % size), (0, 0), (0, 0)])
+    return x.reshape(n, -1, size, h, w).transpose(0, 1, 3, 4, 2)
+
+
+def pack_weight(w: np.ndarray, cb: int, ob: int) -> np.ndarray:
+    """[O, C, kh, kw] -> [O/ob, C/cb, kh, kw, cb, ob], both channel counts zero-padded to whole blocks."""
+    o, c, kh, kw = w.shape
+    w = np.pad(w, [(0, -o % ob), (0, -c % cb), (0, 0), (0, 0)])
+    return np.ascontiguousarray(w.reshape(-1, ob, w.shape[1] // cb, cb, kh, kw).transpose(0, 2, 4, 5, 3, 1))
+
+
+def _ref_conv_nchwc(xs, a):
+    x, w, bias = (v.astype(np.float64) for v in xs[:3])
+    plain_w = w.transpose(0, 5, 1, 4, 2, 3).reshape(w.shape[0] * w.shape[5], w.shape[1] * w.shape[4], *w.shape[2:4])
+    y = _ref_conv([unblock(x), plain_w, bias.reshape(-1)], {**a, "groups": 1})
+    y = block(y, w.shape[5])
+    if len(xs) == 4:
+        y = y + xs[3].astype(np.float64)
+    if a["activation"] == "relu":
+        y = np.maximum(y, 0)
+    return y.astype(np.float32)
+
+
+def _normalize(types, attrs):
+    out = dict(attrs)
+    for key, n, fill in (("strides", 2, 1), ("dilations", 2, 1), ("pads", 4, 0)):
+        value = tuple(attrs[key]) or (fill,) * n
+        if len(value) != n or min(value) < fill:
+            raise ValueError(f"'conv_nchwc' {key} needs {n} entries >= {fill}, got {list(attrs[key])}")
+        out[key] = value
+    return out
+
+
+register_op("conv_nchwc", operands=(3, 4), shape=_conv_nchwc_shape, reference=_ref_conv_nchwc, normalize=_normalize,
+            attrs={"strides": Attr("ints", ()), "dilations": Attr("ints", ()), "pads": Attr("ints", ()),
+                   "activation": Attr("str", "none", ("none", "relu"))},
+            doc="2-D conv in blocked layout: x [N,C/cb,H,W,cb], w [O/ob,C/cb,kh,kw,cb,ob], bias [O/ob,ob], "
+                "optional residual added before the activation")

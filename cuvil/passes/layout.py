@@ -1,0 +1,258 @@
+"""Blocked layouts for convolution chains: f32 2-D convolutions become `conv_nchwc` on [N, C/cb, H, W, cb]
+tensors, with their weights packed once, at compile time, into new module constants.
+
+The blocked layout spreads from each convolution through elementwise ops (unary ones, and binary ones whose
+other side is blocked too or a scalar), so conv -> relu -> conv and residual adds stay blocked. Convolutions
+joined that way form a chain; a chain is converted only at its boundary (one conversion per value however
+many users it has), and only when its estimated saving beats the cost of those conversions (`COST`). The
+conversions are plain ops (pad, reshape, transpose; transpose, reshape, slice) that the loop fusion folds
+into neighbouring kernels. A relu or residual add right after a blocked convolution becomes its epilogue.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.builder import Builder
+from ..ir.core import Function, Op, Region, Value
+from ..ir.dtypes import DType
+from ..ir.symbolic import evaluate, free_symbols
+from ..ops.nn_blocked import pack_weight
+from .manager import Pass
+from .rewrite import Pat, Rule, apply_rules, splat_value
+
+# Ops the blocked layout passes through: each keeps a finite zero finite, so the padded channels stay harmless.
+UNARY = frozenset({"relu", "neg", "abs", "sigmoid", "tanh", "clip", "leaky_relu", "elu", "gelu", "silu",
+                   "hardswish", "hardsigmoid"})
+BINARY = frozenset({"add", "sub", "mul", "max", "min"})
+
+# The cost model, in seconds: GFLOP/s of a convolution on NCHW (1x1 stride-1 unpadded: a GEMM on the buffers;
+# others: im2col + GEMM) and blocked, and the time of one layout conversion per element (measured on
+# ResNet-18 and MobileNetV2 at 2 threads, docs/passes.md).
+COST = {"nchw-pointwise": 140e9, "nchw-im2col": 100e9, "blocked": 160e9, "convert": 0.4e-9}
+
+
+def _constant(v: Value) -> bool:
+    return isinstance(v.owner, Op) and v.owner.name == "constant"
+
+
+def blockable_conv(op: Op) -> bool:
+    """f32 2-D convolutions with one group, constant weights (and bias) and static channel counts."""
+    if op.name != "conv" or op.results[0].type.dtype is not DType.f32 or op.results[0].type.rank != 4:
+        return False
+    x, w = op.operands[:2]
+    return op.attrs["groups"] == 1 and all(_constant(v) for v in op.operands[1:]) \
+        and isinstance(x.type.shape[1], int) and isinstance(w.type.shape[0], int)
+
+
+def _static(d) -> int:
+    """A size for the cost model: symbolic dims count as 1 (batch and image sizes scale both sides alike)."""
+    return d if isinstance(d, int) else evaluate(d, {s: 1 for s in free_symbols(d)})
+
+
+def _conv_seconds(op: Op, rate: str) -> float:
+    w, y = op.operands[1].type.shape, op.results[0].type
+    return 2 * _static(y.numel) * w[1] * w[2] * w[3] / COST[rate]
+
+
+def _saving(op: Op) -> float:
+    a = op.attrs
+    pointwise = op.operands[1].type.shape[2:] == (1, 1) and set(a["strides"]) == {1} and not any(a["pads"])
+    return _conv_seconds(op, "nchw-pointwise" if pointwise else "nchw-im2col") - _conv_seconds(op, "blocked")
+
+
+class _Chains:
+    """Which ops of one region could compute in the blocked layout, grouped into chains (union-find)."""
+
+    def __init__(self, fn: Function, region: Region):
+        self.region, self.module = region, fn.module
+        self.users: dict = {}
+        for op in region.ops:
+            for v in op.operands:
+                self.users.setdefault(id(v), []).append(op)
+        self.member: dict = {}  # op id -> op, for ops that compute blocked
+        self.parent: dict = {}
+        produced: dict = {}  # value id -> the member op producing it
+        for op in region.ops:
+            inputs = self._blocked_inputs(op, produced)
+            if inputs is None:
+                continue
+            self.member[id(op)] = op
+            self.parent[id(op)] = id(op)
+            produced[id(op.results[0])] = op
+            for other in inputs:
+                self._union(id(op), id(other))
+
+    def _blocked_inputs(self, op: Op, produced: dict):
+        """The member ops whose results `op` reads blocked, or None when `op` cannot compute blocked."""
+        if len(op.results) != 1:
+            return None
+        if blockable_conv(op):
+            return [produced[id(op.operands[0])]] if id(op.operands[0]) in produced else []
+        if op.name in UNARY and id(op.operands[0]) in produced:
+            return [produced[id(op.operands[0])]]
+        if op.name in BINARY:
+            inside = [produced[id(v)] for v in op.operands if id(v) in produced]
+            rest = [v for v in op.operands if id(v) not in produced]
+            return inside if inside and all(self._enters(v, op) for v in rest) else None
+        return None
+
+    def _enters(self, v: Value, op: Op) -> bool:
+        """Whether `v`, not blocked itself, can join `op` blocked: a scalar, or a plain tensor of op's type
+        (converted on the way in, like a residual that comes from a pool)."""
+        return splat_value(v, self.module) is not None or v.type == op.results[0].type
+
+    def _find(self, i):
+        while self.parent[i] != i:
+            self.parent[i] = self.parent[self.parent[i]]
+            i = self.parent[i]
+        return i
+
+    def _union(self, a, b):
+        self.parent[self._find(a)] = self._find(b)
+
+    def chains(self) -> list:
+        out: dict = {}
+        for i, op in self.member.items():
+            out.setdefault(self._find(i), []).append(op)
+        return list(out.values())
+
+    def worth_blocking(self, chain: list) -> bool:
+        """The chain's estimated saving exceeds the cost of its conversions in and out."""
+        ids = {id(op) for op in chain}
+        saving = sum(_saving(op) for op in chain if op.name == "conv")
+        made = {id(op.results[0]) for op in chain}
+        inputs = {id(v): v for op in chain for v in (op.operands[:1] if op.name == "conv" else op.operands)
+                  if id(v) not in made and splat_value(v, self.module) is None}
+        outputs = [op.results[0] for op in chain if any(id(u) not in ids or "terminator" in _traits(u)
+                                                        for u in self.users.get(id(op.results[0]), []))]
+        converted = sum(_static(v.type.numel) for v in [*inputs.values(), *outputs])
+        return saving > converted * COST["convert"]
+
+
+def _traits(op: Op):
+    from ..ops import registry
+    return registry.get_op(op.name).traits
+
+
+def to_blocked(b: Builder, v: Value, size: int) -> Value:
+    """[N, C, H, W] -> [N, C/size, H, W, size]: channels padded with zeros to whole blocks."""
+    n, c, h, w = v.type.shape
+    padded = c + -c % size
+    if padded != c:
+        v = b.pad(v, pads=(0, 0, 0, 0, 0, padded - c, 0, 0))
+    return b.transpose(b.reshape(v, shape=(n, padded // size, size, h, w)), perm=(0, 1, 3, 4, 2))
+
+
+def from_blocked(b: Builder, v: Value, channels: int) -> Value:
+    """[N, C/size, H, W, size] -> [N, C, H, W]: the padding channels dropped."""
+    n, blocks, h, w, size = v.type.shape
+    plain = b.reshape(b.transpose(v, perm=(0, 1, 4, 2, 3)), shape=(n, blocks * size, h, w))
+    return plain if blocks * size == channels else b.slice(plain, starts=(0,), ends=(channels,), axes=(1,))
+
+
+class _Rewriter:
+    """Rewrites the chosen chains' ops in program order, converting values at the chain boundaries once."""
+
+    def __init__(self, fn: Function, chains: _Chains, chosen: list, block: int):
+        self.fn, self.chains, self.block = fn, chains, block
+        self.ids = {id(op) for chain in chosen for op in chain}
+        self.blocked: dict = {}  # value id (made here) or (value id, block size) (converted) -> blocked form
+        self.made = {id(op.results[0]) for chain in chosen for op in chain}
+        self.remap: dict = {}  # value id of a replaced result -> its plain form, for users outside the chains
+
+    def run(self) -> None:
+        region = self.chains.region
+        new_ops = []
+        for op in region.ops:
+            if id(op) not in self.ids:
+                new_ops.append(op)
+                continue
+            scratch = Region()
+            b = Builder(self.fn.module, self.fn, scratch, op.loc)
+            out = self._conv(b, op) if op.name == "conv" else self._elementwise(b, op)
+            self.blocked[id(op.results[0])] = out
+            if any(id(u) not in self.ids for u in self.chains.users.get(id(op.results[0]), [])):
+                self.remap[id(op.results[0])] = from_blocked(b, out, op.results[0].type.shape[1])
+            for new in scratch.ops:
+                new.parent = region
+            new_ops += scratch.ops
+            op.parent = None
+        region.ops = new_ops
+        self.fn.replace_uses(self.remap)
+
+    def _input(self, b: Builder, v: Value, size: int) -> Value:
+        """`v` in blocks of `size`, converted once however many ops read it."""
+        if id(v) in self.made:
+            return self.blocked[id(v)]
+        key = (id(v), size)
+        if key not in self.blocked:
+            self.blocked[key] = to_blocked(b, v, size)
+        return self.blocked[key]
+
+    def _conv(self, b: Builder, op: Op) -> Value:
+        x, w = op.operands[:2]
+        channels, outs = x.type.shape[1], w.type.shape[0]
+        xb = self._input(b, x, channels if channels < self.block else self.block)
+        weights = self.fn.module.constants[w.owner.attrs["name"]]
+        packed = b.constant(pack_weight(weights, xb.type.shape[4], self.block), "nchwc_w")
+        bias = self.fn.module.constants[op.operands[2].owner.attrs["name"]] if len(op.operands) == 3 else None
+        bias_b = np.zeros(outs + -outs % self.block, np.float32)
+        if bias is not None:
+            bias_b[:outs] = bias
+        a = op.attrs
+        return b.conv_nchwc(xb, packed, b.constant(bias_b.reshape(-1, self.block), "nchwc_b"), strides=a["strides"],
+                            pads=a["pads"], dilations=a["dilations"])
+
+    def _elementwise(self, b: Builder, op: Op) -> Value:
+        shape = next(self.blocked[id(v)] for v in op.operands if id(v) in self.made).type.shape
+        scalars = {id(v): splat_value(v, self.fn.module) for v in op.operands}
+        operands = [b.full(scalars[id(v)], shape, v.type.dtype) if id(v) not in self.made and scalars[id(v)]
+                    is not None else self._input(b, v, self.block) for v in op.operands]
+        return b.emit(op.name, *operands, **op.attrs)
+
+
+def _uses(v: Value) -> int:
+    return sum(1 for op in v.owner.parent.walk() for x in op.operands if x is v)
+
+
+def _open_conv(operands: int) -> Pat:
+    """A conv_nchwc with at most `operands` operands, no activation yet and one user."""
+    def check(v, module):
+        op = v.owner
+        return len(op.operands) <= operands and op.attrs["activation"] == "none" and _uses(v) == 1
+    return Pat("conv_nchwc", bind="conv", where=check)
+
+
+def _with_relu(b, m):
+    conv = m.conv.owner
+    return b.emit("conv_nchwc", *conv.operands, **{**conv.attrs, "activation": "relu"})
+
+
+def _with_residual(b, m):
+    conv = m.conv.owner
+    if m.other.type != m.conv.type:
+        return None
+    return b.emit("conv_nchwc", *conv.operands, m.other, **conv.attrs)
+
+
+EPILOGUE_RULES = [Rule(Pat("relu", _open_conv(4)), _with_relu, "relu-into-conv-nchwc"),
+                  Rule(Pat("add", _open_conv(3), Pat.any("other")), _with_residual, "add-into-conv-nchwc")]
+
+
+class BlockLayout(Pass):
+    """Blocked layout (NCHWc) for f32 convolution chains, weights packed once, conversions at the boundaries."""
+
+    name = "block-layout"
+
+    def __init__(self, block: int = 16):
+        self.block = block
+
+    def run_on_operation(self, fn: Function) -> bool:
+        chains = _Chains(fn, fn.body)
+        chosen = [c for c in chains.chains() if any(op.name == "conv" for op in c) and chains.worth_blocking(c)]
+        if not chosen:
+            return False
+        _Rewriter(fn, chains, chosen, self.block).run()
+        apply_rules(fn, EPILOGUE_RULES)
+        fn.body.ops = [op for op in fn.body.ops if op.name != "conv_nchwc" or _uses(op.results[0])]
+        return True

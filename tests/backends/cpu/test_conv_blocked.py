@@ -1,0 +1,71 @@
+"""The blocked convolution kernel (`conv_nchwc`), compiled against the reference interpreter: convs that the
+layout pass blocks (every conv here: conversions are made free) over strides, pads, dilations, kernel sizes,
+channel counts that are not whole blocks and symbolic sizes."""
+import numpy as np
+import pytest
+
+import cuvil
+from cuvil.compiler import compile_module
+from cuvil.interpreter import interpret
+from cuvil.ir import Builder, Module, TensorType, sym
+from cuvil.passes import layout
+
+RNG = np.random.default_rng(0)
+GEOMETRIES = [  # (C, O, kernel, attrs)
+    (16, 16, (3, 3), {"pads": (1, 1, 1, 1)}),
+    (5, 20, (3, 3), {"pads": (1, 1, 1, 1), "strides": (2, 2)}),
+    (20, 33, (1, 1), {}),
+    (24, 8, (1, 1), {"strides": (2, 2)}),
+    (3, 17, (7, 7), {"pads": (3, 3, 3, 3), "strides": (2, 2)}),
+    (7, 9, (3, 2), {"pads": (2, 0, 1, 3), "dilations": (2, 3)}),
+    (16, 32, (5, 5), {"pads": (0, 2, 4, 1), "strides": (1, 3)}),
+]
+
+
+@pytest.fixture(autouse=True)
+def free_conversions(monkeypatch):
+    monkeypatch.setitem(layout.COST, "convert", 0.0)
+
+
+def _conv_relu(c, o, kernel, attrs, shape):
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", shape)], ["x"])
+    w = b.constant(RNG.standard_normal((o, c, *kernel)).astype(np.float32))
+    y = b.conv(b.args[0], w, b.constant(RNG.standard_normal(o).astype(np.float32)), **attrs)
+    b.ret(b.relu(y), b.sigmoid(y))
+    return m
+
+
+def _check(m, inputs):
+    exe = compile_module(m)
+    assert "conv_nchwc" in cuvil.inspect_ir(exe)
+    for got, want in zip(exe(*inputs), interpret(m, inputs)):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(want).max(initial=0))))
+
+
+@pytest.mark.parametrize("c, o, kernel, attrs", GEOMETRIES, ids=[f"{g[0]}-{g[1]}-{g[2]}-{i}"
+                                                                  for i, g in enumerate(GEOMETRIES)])
+def test_conv_matches_interpreter(c, o, kernel, attrs):
+    shape = (2, c, 13, 30)  # 30 columns: strips of every width and edge columns on both sides
+    _check(_conv_relu(c, o, kernel, attrs, shape), [RNG.standard_normal(shape).astype(np.float32)])
+
+
+def test_symbolic_batch_and_image():
+    m = _conv_relu(6, 19, (3, 3), {"pads": (1, 1, 1, 1), "strides": (2, 1)}, (sym("n"), 6, sym("h"), sym("w")))
+    for shape in [(1, 6, 5, 4), (3, 6, 9, 17), (0, 6, 4, 4), (1, 6, 1, 1)]:
+        _check(m, [RNG.standard_normal(shape).astype(np.float32)])
+
+
+def test_residual_block_with_chain():
+    """conv -> relu -> conv -> + x -> relu, the second stage's residual from a downsampling conv."""
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", (2, 16, 10, 10))], ["x"])
+
+    def conv(v, o, k, **attrs):
+        w = b.constant(RNG.standard_normal((o, v.type.shape[1], k, k)).astype(np.float32) * 0.2)
+        return b.conv(v, w, b.constant(RNG.standard_normal(o).astype(np.float32)), **attrs)
+    x = b.args[0]
+    y = b.relu(b.add(conv(b.relu(conv(x, 16, 3, pads=(1,) * 4)), 16, 3, pads=(1,) * 4), x))
+    z = b.relu(b.add(conv(y, 24, 3, pads=(1,) * 4, strides=(2, 2)), conv(y, 24, 1, strides=(2, 2))))
+    b.ret(b.reduce_mean(z, axes=(2, 3)))
+    _check(m, [RNG.standard_normal((2, 16, 10, 10)).astype(np.float32)])

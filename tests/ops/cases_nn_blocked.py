@@ -1,0 +1,55 @@
+"""Cases for the blocked convolution `conv_nchwc`: ONNX's Conv on the unblocked tensors, blocked again."""
+import numpy as np
+
+from tests.ops.cases import Case, onnx_node, rand
+
+
+def _blocked(x, size):
+    n, c, h, w = x.shape
+    x = np.pad(x, [(0, 0), (0, -c % size), (0, 0), (0, 0)])
+    return np.ascontiguousarray(x.reshape(n, -1, size, h, w).transpose(0, 1, 3, 4, 2))
+
+
+def _packed(w, cb, ob):
+    o, c, kh, kw = w.shape
+    w = np.pad(w, [(0, -o % ob), (0, -c % cb), (0, 0), (0, 0)])
+    return np.ascontiguousarray(w.reshape(-1, ob, w.shape[1] // cb, cb, kh, kw).transpose(0, 2, 4, 5, 3, 1))
+
+
+def conv_case(x, w, bias, cb, ob, residual=False, activation="none", case_id="", dims=None, **attrs):
+    """A case from plain NCHW tensors: blocked inputs, and the expected result from ONNX's Conv."""
+    o = w.shape[0]
+    bias_b = np.pad(bias, (0, -o % ob)).reshape(-1, ob).astype(np.float32)
+    inputs = [_blocked(x, cb), _packed(w, cb, ob), bias_b]
+    res = rand(x.shape[0], -(-o // ob), *_out(x.shape[2:], w.shape[2:], attrs), ob, seed=5) if residual else None
+    if residual:
+        inputs.append(res)
+    onnx_attrs = {k: list(v) for k, v in attrs.items()}
+
+    def expected(_):
+        (y,) = onnx_node("Conv", [x, w, bias], onnx_attrs)
+        y = _blocked(y, ob).astype(np.float64)
+        y = y + res if residual else y
+        return [(np.maximum(y, 0) if activation == "relu" else y).astype(np.float32)]
+    return Case("conv_nchwc", inputs, {**attrs, "activation": activation}, expected=expected, id=case_id, dims=dims,
+                rtol=1e-5, atol=1e-5)
+
+
+def _out(sizes, kernel, a):
+    strides, dil, pads = a.get("strides", (1, 1)), a.get("dilations", (1, 1)), a.get("pads", (0,) * 4)
+    return [(n + pads[i] + pads[i + 2] - dil[i] * (k - 1) - 1) // strides[i] + 1
+            for i, (n, k) in enumerate(zip(sizes, kernel))]
+
+
+CASES = [
+    conv_case(rand(1, 3, 6, 6), rand(5, 3, 3, 3, seed=1), rand(5, seed=2), 4, 4, pads=(1, 1, 1, 1), case_id="3x3"),
+    conv_case(rand(2, 8, 5, 7), rand(8, 8, 1, 1, seed=1), rand(8, seed=2), 8, 8, case_id="1x1"),
+    conv_case(rand(1, 4, 9, 8), rand(6, 4, 3, 3, seed=1), rand(6, seed=2), 4, 2, strides=(2, 2), pads=(1, 0, 1, 2),
+              case_id="strides-asym-pads"),
+    conv_case(rand(1, 2, 8, 8), rand(3, 2, 3, 2, seed=1), rand(3, seed=2), 2, 4, dilations=(2, 1), pads=(2, 1, 2, 1),
+              case_id="dilations"),
+    conv_case(rand(1, 4, 5, 5), rand(4, 4, 3, 3, seed=1), rand(4, seed=2), 4, 4, residual=True, activation="relu",
+              pads=(1, 1, 1, 1), case_id="residual-relu"),
+    conv_case(rand(2, 3, 6, 5), rand(4, 3, 3, 3, seed=1), rand(4, seed=2), 4, 4, activation="relu", pads=(1, 1, 1, 1),
+              dims={0: {0: "n", 2: "h", 3: "w"}}, case_id="symbolic"),
+]

@@ -1,0 +1,115 @@
+"""The layout pass: convolution chains in the blocked layout, conversions only at their boundaries."""
+import numpy as np
+import pytest
+
+from cuvil.interpreter import interpret
+from cuvil.ir import Builder, Module, TensorType
+from cuvil.passes import DCE, BlockLayout, PassManager, Pipeline
+from cuvil.passes import layout
+
+from .helpers import body, expect
+
+RNG = np.random.default_rng(0)
+
+
+def _const(b, *shape):
+    return b.constant(RNG.standard_normal(shape).astype(np.float32))
+
+
+def _run(m: Module, x: np.ndarray, block: int = 8) -> str:
+    """Run the pass (verifying) and DCE (the replaced weights), check the interpreter's outputs are unchanged;
+    return the new body."""
+    want = interpret(m, [x])
+    PassManager(verify=True).run(Pipeline("test", [BlockLayout(block), DCE()]), m)
+    for got, w in zip(interpret(m, [x]), want):
+        np.testing.assert_allclose(got, w, rtol=1e-4, atol=1e-4)
+    return body(m)
+
+
+@pytest.fixture
+def free_conversions(monkeypatch):
+    """Conversions cost nothing: every chain is blocked (the IR tests are about structure, not cost)."""
+    monkeypatch.setitem(layout.COST, "convert", 0.0)
+
+
+def _chain(shape=(1, 3, 6, 6)):
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", shape)], ["x"])
+    y = b.relu(b.conv(b.args[0], _const(b, 10, shape[1], 3, 3), _const(b, 10), pads=(1, 1, 1, 1)))
+    z = b.conv(y, _const(b, 10, 10, 3, 3), strides=(2, 2), pads=(1, 1, 1, 1))
+    b.ret(b.max_pool(b.relu(z), kernel=(2, 2)))
+    return m
+
+
+def test_conv_relu_conv_stays_blocked(free_conversions):
+    got = _run(_chain(), RNG.standard_normal((1, 3, 6, 6)).astype(np.float32))
+    ops = [line.split(" = ")[1].split()[0] for line in got.splitlines() if " = " in line]
+    assert [o for o in ops if o != "constant"] == ["reshape", "transpose", "conv_nchwc", "conv_nchwc", "transpose",
+                                                   "reshape", "slice", "max_pool"]
+    assert got.count('activation = "relu"') == 2  # both relus became epilogues
+    assert "f32[1,1,6,6,3] = transpose" in got  # 3 input channels: one block of 3, not padded to 8
+
+
+def test_residual_block_adds_in_the_epilogue(free_conversions):
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", (2, 8, 5, 5))], ["x"])
+    x = b.args[0]
+    y = b.relu(b.conv(x, _const(b, 8, 8, 3, 3), _const(b, 8), pads=(1, 1, 1, 1)))
+    z = b.relu(b.add(b.conv(y, _const(b, 8, 8, 3, 3), _const(b, 8), pads=(1, 1, 1, 1)), x))
+    b.ret(b.reduce_mean(z, axes=(2, 3)))
+    got = _run(m, RNG.standard_normal((2, 8, 5, 5)).astype(np.float32))
+    assert got == expect("""
+        %0:f32[2,1,8,5,5] = reshape %x {shape = [2, 1, 8, 5, 5]}
+        %1:f32[2,1,5,5,8] = transpose %0 {perm = [0, 1, 3, 4, 2]}
+        %2:f32[1,1,3,3,8,8] = constant {name = "nchwc_w"}
+        %3:f32[1,8] = constant {name = "nchwc_b"}
+        %4:f32[2,1,5,5,8] = conv_nchwc %1, %2, %3 {strides = [1, 1], dilations = [1, 1], pads = [1, 1, 1, 1], \
+activation = "relu"}
+        %5:f32[1,1,3,3,8,8] = constant {name = "nchwc_w_1"}
+        %6:f32[1,8] = constant {name = "nchwc_b_1"}
+        %7:f32[2,1,5,5,8] = conv_nchwc %4, %5, %6, %1 {strides = [1, 1], dilations = [1, 1], pads = [1, 1, 1, 1], \
+activation = "relu"}
+        %8:f32[2,1,8,5,5] = transpose %7 {perm = [0, 1, 4, 2, 3]}
+        %9:f32[2,8,5,5] = reshape %8 {shape = [2, 8, 5, 5]}
+        %10:f32[2,8,1,1] = reduce_mean %9 {axes = [2, 3], keepdims = true}
+        return %10""")
+    # x is converted once for both its users (the first conv and the residual add)
+
+
+def test_value_with_many_users_is_converted_once(free_conversions):
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", (1, 4, 4, 4))], ["x"])
+    x = b.args[0]
+    y = b.conv(x, _const(b, 4, 4, 1, 1))
+    b.ret(b.reduce_sum(y, axes=(1,)), b.reduce_max(y, axes=(1,)), b.conv(b.neg(y), _const(b, 4, 4, 3, 3)))
+    got = _run(m, RNG.standard_normal((1, 4, 4, 4)).astype(np.float32), block=4)
+    assert got.count("perm = [0, 1, 3, 4, 2]") == 1 and got.count("perm = [0, 1, 4, 2, 3]") == 2
+
+
+def test_symbolic_batch_and_image(free_conversions):
+    from cuvil.ir import sym
+    m = Module()
+    n, h = sym("n"), sym("h")
+    b = Builder.new_function(m, "main", [TensorType("f32", (n, 5, h, 7))], ["x"])
+    b.ret(b.relu(b.conv(b.args[0], _const(b, 6, 5, 3, 3), _const(b, 6), strides=(2, 1), pads=(1, 1, 1, 1))))
+    got = _run(m, RNG.standard_normal((2, 5, 9, 7)).astype(np.float32))
+    assert "conv_nchwc" in got and "f32[n,1,(h-1)//2+1,7,8] = conv_nchwc" in got
+
+
+def test_cheap_convs_are_left_alone():
+    """A 1x1 conv between two non-blocked ops saves less than its conversions cost (MobileNetV2's case)."""
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", (1, 16, 14, 14))], ["x"])
+    y = b.conv(b.args[0], _const(b, 16, 1, 3, 3), groups=16, pads=(1, 1, 1, 1))
+    b.ret(b.conv(b.relu(y), _const(b, 24, 16, 1, 1)))
+    got = _run(m, RNG.standard_normal((1, 16, 14, 14)).astype(np.float32))
+    assert "conv_nchwc" not in got
+
+
+def test_grouped_and_non_constant_convs_are_left_alone(free_conversions):
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", (1, 4, 5, 5)), TensorType("f32", (4, 4, 3, 3))],
+                             ["x", "w"])
+    x, w = b.args
+    b.ret(b.conv(x, _const(b, 4, 2, 3, 3), groups=2), b.conv(x, w))
+    assert not BlockLayout(8).run_on_operation(m.main)
