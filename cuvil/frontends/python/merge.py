@@ -92,15 +92,17 @@ def flatten(v) -> tuple:
 
 
 def unflatten(structure, leaves):
-    it = iter(leaves)
+    return _build(structure, iter(leaves))
 
-    def build(s):
-        if s is None:
-            return next(it)
-        kind, children = s
-        items = [build(c) for c in children]
-        return kind(*items) if hasattr(kind, "_fields") else kind(items)
-    return build(structure)
+
+def _build(structure, leaves):
+    """A module-level function: a nested recursive one is a reference cycle that keeps the leaves (a compiled
+    call's outputs) alive until the garbage collector runs."""
+    if structure is None:
+        return next(leaves)
+    kind, children = structure
+    items = [_build(c, leaves) for c in children]
+    return kind(*items) if hasattr(kind, "_fields") else kind(items)
 
 
 class Plan(NamedTuple):
