@@ -5,6 +5,8 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import operator
+import sys
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
@@ -17,7 +19,7 @@ from ...ir.builder import Builder
 from ...ir.core import Module
 from . import emit as E
 from .merge import flatten, unflatten
-from .signature import CallSpec, Leaf, numpy_to_torch, take_apart, torch_to_numpy
+from .signature import CallSpec, Leaf, numpy_to_torch, take_apart
 from .source import Source
 from .translator import FunctionTranslator
 from .values import TV, Undefined
@@ -42,6 +44,7 @@ class Compiled:
 
 
 _FALLBACK = "python"
+_PLAIN_CALL = Executable.__call__
 OUTPUT = object()  # marks the result leaves the executable computes
 
 
@@ -66,8 +69,7 @@ class JitFunction:
         self._source: Optional[Source] = None
         self._cache: dict = {}
         self._last: Optional[Compiled] = None
-        self._fast: dict = {}  # (type, dtype, shape) of each positional array argument -> Compiled
-        self._n_params = len(self._signature.parameters)
+        self._hot: dict = {}  # the types of positional arguments -> a call that skips binding (see _hot_call)
 
     # -- introspection -------------------------------------------------------------------------------------------
     @property
@@ -102,9 +104,12 @@ class JitFunction:
 
     # -- calling --------------------------------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
-        fast = self._fast.get(_fast_key(args)) if not kwargs and len(args) == self._n_params else None
-        if fast is not None:  # a signature seen before, every argument an array: skip binding and key building
-            return self._finish(fast, fast.executable(*[_as_numpy(a) for a in args]))
+        if not kwargs:
+            hot = self._hot.get(tuple(map(type, args)))
+            if hot is not None:  # arguments of these types matched a compiled signature before
+                out = hot(args)
+                if out is not None:
+                    return out
         if any(_is_jax_array(a) for a in (*args, *kwargs.values())):
             return self._jax_route()(*args, **kwargs)
         try:
@@ -117,9 +122,10 @@ class JitFunction:
             compiled = _FALLBACK
         if compiled is _FALLBACK:
             return self.python_function(*args, **kwargs)
-        key = _fast_key(args) if not kwargs and len(args) == self._n_params else None
-        if key is not None and len(self._fast) < 64:
-            self._fast[key] = compiled
+        if not kwargs and len(self._hot) < 64:
+            hot = _hot_call(args, spec, compiled, self.options["runtime_args"], self._signature)
+            if hot is not None:
+                self._hot[tuple(map(type, args))] = hot
         return self._finish(compiled, compiled.executable(*spec.inputs))
 
     @staticmethod
@@ -234,15 +240,44 @@ def _is_jax_array(x) -> bool:
     return type(x).__module__.startswith("jax") and hasattr(x, "shape")  # without importing jax
 
 
-def _fast_key(args):
-    """The exact types, dtypes and shapes of array arguments; None if any argument is something else."""
-    key = []
-    for a in args:
-        if not hasattr(a, "shape") or not hasattr(a, "dtype") or _is_jax_array(a):
+def _hot_call(args: tuple, spec: CallSpec, compiled: Compiled, runtime_args: tuple, signature):
+    """For later calls with arguments of the same types: a function of the arguments that hands the arrays
+    straight to the C path, whose exact check of dtypes and sizes (symbolic ones bound) decides whether they
+    still fit this compilation; Python scalars must equal this call's. It returns None on any mismatch (the
+    general path then binds, converts or compiles). None where the C path or this shape of call is missing."""
+    exact = getattr(getattr(compiled.executable, "_run", None), "call_exact", None)
+    params = list(signature.parameters)[:len(args)]
+    arrays = [i for i, a in enumerate(args) if type(a) in _array_types()]
+    scalars = [(i, a) for i, a in enumerate(args) if i not in arrays]
+    if exact is None or len(spec.inputs) != len(arrays) or any(
+            type(a) not in (bool, int, float) or params[i] in runtime_args for i, a in scalars):
+        return None
+    finish = _finisher(compiled)
+
+    def hot(args):
+        if Executable.__call__ is not _PLAIN_CALL or any(args[i] != v for i, v in scalars):
+            return None  # a profiler wraps Executable calls: the general path goes through them
+        try:  # tensors that need grad, conjugate or negative views and bf16 refuse .numpy(): the general path
+            inputs = [a if type(a) is np.ndarray else a.numpy() for a in (args[i] for i in arrays)]
+        except (RuntimeError, TypeError):
             return None
-        key.append((type(a), a.dtype, tuple(a.shape), getattr(a, "device", None)))
-    return tuple(key)
+        outs = exact(*inputs)
+        return None if outs is None else finish(outs)
+    return hot
 
 
-def _as_numpy(a):
-    return a if type(a) is np.ndarray else torch_to_numpy(a)
+def _finisher(compiled: Compiled):
+    """The outputs as the caller gets them: one array as it is, or as a torch tensor for torch callers."""
+    if compiled.structure is not None or compiled.static != [OUTPUT]:
+        return functools.partial(JitFunction._finish, compiled)
+    if compiled.mode != "torch":
+        return operator.itemgetter(0)
+    if any(t.dtype.name == "bf16" for t in compiled.executable.output_types):
+        return lambda outs: numpy_to_torch(outs[0])
+    from_numpy = sys.modules["torch"].from_numpy  # fresh, writable, contiguous outputs: torch shares them
+    return lambda outs: from_numpy(outs[0])
+
+
+def _array_types() -> tuple:
+    torch = sys.modules.get("torch")
+    return (np.ndarray, torch.Tensor) if torch is not None else (np.ndarray,)
