@@ -27,12 +27,16 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--onnx-dir", required=True)
     ap.add_argument("--calls", type=int, default=5)
+    ap.add_argument("--compile", action="store_true", help="Cuvil routes: time import, compile and first call apart")
     args = ap.parse_args()
     harness.set_threads(args.threads)
     wl = next(w for w in SUITES[args.suite] if w.name == args.workload)
     peer = next(p for p in P.PEERS if p.name == args.peer)
     built = wl.build()
     ctx = P.Context(args.threads, lambda: harness.onnx_file(wl, built, args.onnx_dir))
+    if args.compile:
+        print(json.dumps(compile_split(peer.name, built, ctx)))
+        return
     base = reset_peak_rss()
     t0 = time.perf_counter()
     try:
@@ -46,6 +50,28 @@ def main() -> None:
         run()
     peak = peak_rss_mb()
     print(json.dumps({"first_s": first, "rss_mb": peak, "rss_delta_mb": max(peak - base, 0.0)}))
+
+
+def compile_split(route: str, built, ctx) -> dict:
+    """Seconds of `import cuvil`, of the compile call (`cuvil.load_onnx(path).optimize()` or `cuvil.compile`),
+    and of the first call, in this fresh process; whether the artifact cache hit; the passes' share."""
+    path = ctx.onnx_path() if route == "cuvil onnx" else None
+    t0 = time.perf_counter()
+    import cuvil
+
+    t1 = time.perf_counter()
+    if route == "cuvil onnx":
+        compiled, args = cuvil.load_onnx(path).optimize(), built.numpy_inputs
+    elif route == "cuvil torch":
+        compiled, args = cuvil.compile(built.exported, built.inputs), built.inputs
+    else:
+        raise SystemExit(f"--compile measures the routes 'cuvil onnx' and 'cuvil torch', not {route!r}")
+    t2 = time.perf_counter()
+    compiled(*args)
+    t3 = time.perf_counter()
+    exe = P.executable_of(compiled)
+    return {"import_s": t1 - t0, "compile_s": t2 - t1, "first_call_s": t3 - t2, "cache": exe.cache,
+            "passes_s": sum(exe.pass_timings.values()) if exe.cache != "hit" else 0.0}
 
 
 def _status_mb(field: str) -> float | None:

@@ -7,33 +7,49 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
 from typing import Iterable, Optional
 
 import numpy as np
 
+from .errors import VerificationError
 from .interpreter import interpret
 from .ir.core import Module
+from .ir.verifier import verify
 
 log = logging.getLogger("cuvil.compiler")
 TARGETS = ("cpu", "interpreter")
 
 
 class Executable:
-    """A compiled module: call it with NumPy arrays (positional, in the function's argument order)."""
+    """A compiled module: call it with NumPy arrays (positional, in the function's argument order).
 
-    def __init__(self, module: Module, target: str, run, pass_timings: Optional[dict] = None):
-        self.module = module
+    `module` is the optimised IR. An executable loaded from the artifact cache (`cache == "hit"`) parses it
+    only when asked, so a warm start runs no frontend, no pass and no parser.
+    """
+
+    def __init__(self, module, target: str, run, pass_timings: Optional[dict] = None, signature=None,
+                 cache: Optional[str] = None):
+        self._module = module  # a Module, or a function that loads it
+        self._signature = signature  # (input types, output types) while the module is not loaded
         self.target = target
         self._run = run
         self.pass_timings = pass_timings or {}
+        self.cache = cache  # "hit" or "miss" when the artifact cache was consulted, else None
+
+    @property
+    def module(self) -> Module:
+        if not isinstance(self._module, Module):
+            self._module = self._module()
+        return self._module
 
     @property
     def input_types(self):
-        return [a.type for a in self.module.main.args]
+        return self._signature[0] if self._signature else [a.type for a in self.module.main.args]
 
     @property
     def output_types(self):
-        return self.module.main.result_types
+        return self._signature[1] if self._signature else self.module.main.result_types
 
     def __call__(self, *inputs: np.ndarray) -> list[np.ndarray]:
         return self._run(list(inputs))
@@ -59,13 +75,34 @@ def compile_module(module: Module, target: str = "cpu", passes: Iterable = (), l
     module = clone_module(module) if copy_module else module
     if enable_fusion is None:
         enable_fusion = module.metadata.get("enable_fusion", "true") != "false"
-    manager = run_pipeline(module, default_pipeline(target, level, passes, enable_fusion))
+    each_pass = verify_passes()
+    manager = run_pipeline(module, default_pipeline(target, level, passes, enable_fusion), verify=each_pass)
+    if not each_pass:
+        _verify_result(module)
     log.debug("pass timings:\n%s", manager.timing_report())
     if target == "cpu":
-        from .backends.cpu.backend import build
+        from .backends.cpu.backend import build_library
+        from .backends.cpu.executable import CpuFunction
 
-        return Executable(module, target, build(module), dict(manager.timings))
+        program, lib = build_library(module)
+        exe = Executable(module, target, CpuFunction(program, lib, module.constants), dict(manager.timings))
+        exe.library_path = lib._name  # what the artifact cache copies
+        return exe
     return Executable(module, target, lambda inputs: interpret(module, inputs), dict(manager.timings))
+
+
+def verify_passes() -> bool:
+    """Verify the IR after every pass only where asked (`CUVIL_VERIFY=1`; the tests set it): on ResNet-18 the
+    verifier costs ten times what the passes do. The frontend's module and the final one are verified always."""
+    return os.environ.get("CUVIL_VERIFY", "0") == "1"
+
+
+def _verify_result(module: Module) -> None:
+    try:
+        verify(module)
+    except VerificationError as e:
+        raise VerificationError(f"the optimised IR does not verify (CUVIL_VERIFY=1 names the pass that broke it): "
+                                f"{e.message}", e.loc) from None
 
 
 def clone_module(module: Module) -> Module:

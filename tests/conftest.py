@@ -3,3 +3,7 @@ Benchmarks use the real flags (-O3)."""
 import os
 
 os.environ.setdefault("CUVIL_OPT_LEVEL", "1")
+# Verify the IR after every pass (compile_module skips it by default: it costs more than the passes), and keep
+# compiled artifacts out of the shared cache (tests that exercise it give it a folder of their own).
+os.environ.setdefault("CUVIL_VERIFY", "1")
+os.environ.setdefault("CUVIL_ARTIFACT_CACHE", "0")

@@ -72,11 +72,17 @@ class Build:
 
 def find_compiler() -> Compiler:
     """The compiler named by `CC`, else the first of cc, gcc, clang on PATH."""
+    path = compiler_path()
+    return _probe_compiler(path, os.stat(path).st_mtime_ns)
+
+
+def compiler_path() -> str:
+    """The resolved path of the compiler `find_compiler` would use, without running it."""
     names = [os.environ["CC"]] if os.environ.get("CC") else list(COMPILER_CANDIDATES)
     for name in names:
         path = shutil.which(name)
         if path:
-            return _probe_compiler(os.path.realpath(path), os.stat(path).st_mtime_ns)
+            return os.path.realpath(path)
     where = f"CC={os.environ['CC']!r} was not found" if os.environ.get("CC") else "none of cc, gcc, clang is on PATH"
     raise CompilerNotFoundError(f"Cuvil's CPU backend needs a C compiler: {where}. Install gcc or clang, "
                                 "or set CC to a compiler's path.")
@@ -84,14 +90,33 @@ def find_compiler() -> Compiler:
 
 @functools.lru_cache(maxsize=8)
 def _probe_compiler(path: str, mtime_ns: int) -> Compiler:
-    """Run `--version` once per compiler binary (mtime in the cache key catches an upgrade in place)."""
+    """Run `--version` once per compiler binary (mtime in the cache key catches an upgrade in place); the answer
+    is remembered in the cache folder, so a new process does not start the compiler just to ask."""
+    memo = cache_dir() / "cpu" / f"compiler-{hashlib.sha1(f'{path}@{mtime_ns}'.encode()).hexdigest()[:20]}.txt"
+    try:
+        return Compiler(path, memo.read_text())
+    except OSError:
+        pass
     try:
         out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
     except OSError as e:
         raise CompilerNotFoundError(f"the C compiler {path} cannot run: {e}") from e
     if out.returncode != 0:
         raise CompilerNotFoundError(f"the C compiler {path} failed `--version`: {out.stderr.strip()}")
-    return Compiler(path, (out.stdout.strip().splitlines() or [""])[0])
+    compiler = Compiler(path, (out.stdout.strip().splitlines() or [""])[0])
+    write_text_atomic(memo, compiler.version)
+    return compiler
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write a small file by rename (readers see the old or the new text); failures are ignored."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # only a memo: the next process asks the compiler again
 
 
 @functools.lru_cache(maxsize=1)

@@ -26,7 +26,11 @@ def load_onnx(model) -> OnnxModel:
     Inputs' `dim_param` sizes become symbolic dims; initializers become module constants without copying
     (external data files are memory-mapped). Errors are Cuvil errors naming the node, op type and opset.
     """
-    proto, base_dir = read_model(model)
+    return load_proto(*read_model(model))
+
+
+def load_proto(proto, base_dir: str | None = None) -> OnnxModel:
+    """`load_onnx` of a parsed model; `base_dir` is where its external data files lie."""
     try:
         return _convert(proto, base_dir, {})
     except NeedsValue as e:
@@ -34,6 +38,11 @@ def load_onnx(model) -> OnnxModel:
                                   lambda values: _convert(proto, base_dir, values))
         model.add_value_inputs(e)
         return model
+
+
+def has_external_data(proto) -> bool:
+    """Whether some initializer keeps its data in another file (whose contents a digest of the model misses)."""
+    return any(t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer)
 
 
 def _convert(proto, base_dir, values: dict) -> OnnxModel:

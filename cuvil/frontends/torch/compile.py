@@ -9,18 +9,20 @@
 """
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import torch
 import torch.utils._pytree as pytree
 
 from ... import compiler
+from ...cache import store
 from ...errors import UnsupportedError
 from ...ir.core import Module
-from .exporter import as_module, export_program, forward_arg_names
-from .program import ProgramWalker, Signature, tensor_to_numpy
-from .symbols import dim_names
+from .signature import Signature, signature_from_json, signature_json, tensor_to_numpy
 
-_OPTIONS = ("dynamic_shapes", "passes", "target", "level")
+log = logging.getLogger("cuvil.frontends.torch")
+_OPTIONS = ("dynamic_shapes", "passes", "target", "level", "cache")
 
 
 class CompiledModule:
@@ -75,6 +77,10 @@ def _to_torch(arr: np.ndarray) -> torch.Tensor:
 
 def convert(obj, example_inputs, dynamic_shapes=None) -> tuple[Module, Signature, object]:
     """Export `obj` with `example_inputs` and convert the program: (IR module, signature, program)."""
+    from .exporter import as_module, export_program, forward_arg_names
+    from .program import ProgramWalker  # here, not at the top: the converters import sympy (0.8 s)
+    from .symbols import dim_names
+
     args, kwargs = _split_inputs(example_inputs)
     program = export_program(obj, args, kwargs, dynamic_shapes)
     names = dim_names(program, dynamic_shapes, forward_arg_names(as_module(obj)))
@@ -95,17 +101,39 @@ def compile_module(obj, example_inputs, **options) -> CompiledModule:
 
     `example_inputs` is a tensor, a tuple of positional inputs or a dict of keyword inputs. Options:
     `dynamic_shapes` (as `torch.export` takes them, with `torch.export.Dim`s; they become symbolic dims named
-    after the Dims), `passes` (extra IR passes), `target` ("cpu" or "interpreter"), `level` (0-2).
+    after the Dims), `passes` (extra IR passes), `target` ("cpu" or "interpreter"), `level` (0-2), `cache`
+    (default True: look in the artifact cache first, keyed by the module's code, attributes and weights, and
+    save what is compiled; a hit runs neither `torch.export` nor a pass; see `cache_key.py`).
     """
     unknown = sorted(set(options) - set(_OPTIONS))
     if unknown:
         raise TypeError(f"cuvil.compile got unknown options {unknown}; it takes {', '.join(_OPTIONS)}")
     if example_inputs is None:
         raise TypeError("cuvil.compile of a PyTorch module needs example_inputs (a tensor, tuple or dict)")
+    key = _cache_key(obj, example_inputs, options)
+    hit = store.load(key) if key else None
+    if hit is not None:
+        return CompiledModule(hit[0], signature_from_json(hit[1]))
     module, signature, program = convert(obj, example_inputs, options.get("dynamic_shapes"))
     executable = compiler.compile_module(module, target=options.get("target", "cpu"),
                                          passes=options.get("passes", ()), level=options.get("level", 2))
+    if key:
+        executable.cache = "miss"
+        try:
+            store.save(key, executable, signature_json(signature))
+        except (TypeError, ValueError, NotImplementedError) as e:  # an output structure pytree cannot write
+            log.info("not saving the compiled module in the artifact cache: %s", e)
     return CompiledModule(executable, signature, program)
+
+
+def _cache_key(obj, example_inputs, options: dict) -> str | None:
+    """The artifact cache's key (see cache_key.py), or None: cache off, user passes, another target."""
+    if not options.pop("cache", True) or not store.enabled() or options.get("passes") or \
+            options.get("target", "cpu") != "cpu":
+        return None
+    from .cache_key import module_key
+
+    return module_key(obj, example_inputs, {k: v for k, v in options.items() if k != "passes"})
 
 
 _MODES = ("inference", "train")
@@ -125,6 +153,8 @@ def build_ir(model, input_spec: dict, target: str = "cpu", mode: str = "inferenc
                                "batch norm on running statistics); use mode='inference'")
     if target not in compiler.TARGETS:
         raise ValueError(f"unknown target {target!r}; expected one of {', '.join(compiler.TARGETS)}")
+    from .exporter import as_module, forward_arg_names
+
     examples, spec_dims = example_from_spec(input_spec)
     if not set(examples) <= set(forward_arg_names(as_module(model))):  # names that do not match: by position
         examples, spec_dims = tuple(examples.values()), tuple(spec_dims.values()) if spec_dims else None

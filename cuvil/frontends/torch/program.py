@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
-
 import torch
 from torch.export.graph_signature import InputKind, OutputKind
 
@@ -21,6 +19,7 @@ from ...ir.core import Location, Module
 from ...ir.types import TensorType
 from . import convert_control, convert_elementwise, convert_movement, convert_nn, convert_reduce  # noqa: F401
 from .context import Ctx, lookup, source_text, to_dtype
+from .signature import Signature, tensor_to_numpy  # noqa: F401 (tensor_to_numpy: also for importers)
 from .symbols import to_dim
 
 # Frames inside PyTorch or Cuvil are not the user's source.
@@ -29,21 +28,6 @@ _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 # Nodes that only check things PyTorch already checked while exporting.
 _SKIP = ("aten._assert_tensor_metadata", "aten._assert_scalar", "aten.sym_constrain_range",
          "aten.sym_constrain_range_for_size", "aten._assert_async", "aten._print")
-
-
-@dataclass
-class Signature:
-    """How the compiled callable maps the user's (args, kwargs) to IR inputs and IR outputs back.
-
-    `inputs[i]` is the flat position of IR argument i among the user's inputs (in the exported order);
-    `outputs[j]` is ("ir", k) for the k-th IR result or ("const", value) for an output fixed at export.
-    """
-
-    in_spec: object
-    out_spec: object
-    n_flat_inputs: int
-    inputs: list = field(default_factory=list)
-    outputs: list = field(default_factory=list)
 
 
 def node_location(node) -> Location:
@@ -116,7 +100,7 @@ class ProgramWalker:
             if tensor is None:
                 tensor = self.program.constants[spec.target]
             b.loc = Location(node=f"fx:{node.name}")
-            return b.constant(tensor_to_numpy(tensor), spec.target)
+            return b.constant(tensor_to_numpy(tensor), constant_name(spec.target))
         raise UnsupportedError(f"input {node.name} of kind {spec.kind.name} is not supported")
 
     # -- any graph (the program's or a cond/while subgraph) --------------------------------------------------
@@ -191,6 +175,12 @@ class ProgramWalker:
         return a
 
 
+def constant_name(target: str) -> str:
+    """A state-dict name as an IR identifier, so the module prints and parses back ("0.bias" -> "_0.bias")."""
+    name = re.sub(r"[^A-Za-z0-9_.]", "_", target)
+    return name if re.match(r"[A-Za-z_]", name) else f"_{name}"
+
+
 def _to_float(val, node) -> float:
     if isinstance(val, torch.SymFloat):
         expr = val.node.expr
@@ -199,15 +189,3 @@ def _to_float(val, node) -> float:
             raise UnsupportedError(f"the float {expr} computed from symbolic sizes is not supported{where}")
         return float(expr)
     return float(val)
-
-
-def tensor_to_numpy(t: torch.Tensor):
-    """The tensor's memory as a NumPy array, without a copy (bfloat16 through an int16 view)."""
-    t = t.detach()
-    if t.device.type != "cpu":
-        t = t.cpu()
-    if t.dtype == torch.bfloat16:
-        import ml_dtypes
-
-        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
-    return t.numpy()

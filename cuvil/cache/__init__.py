@@ -1,0 +1,9 @@
+"""Compiled artifacts saved on disk and found again before any frontend or pass runs (see store.py), so a new
+process that compiles a model it compiled before loads the result in milliseconds.
+
+    CUVIL_ARTIFACT_CACHE=0     turns it off
+    cuvil.cache.clear()        deletes the saved artifacts (the C compiler's own cache stays)
+"""
+from .store import clear, enabled
+
+__all__ = ["clear", "enabled"]

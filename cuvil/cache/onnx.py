@@ -1,0 +1,158 @@
+"""`cuvil.load_onnx(path).optimize()` through the artifact cache.
+
+The key is the model file's digest (remembered by its stat, see keys.py), the options and the environment.
+The first time a model is seen it is converted at once, as without the cache (so a bad model still fails in
+`load_onnx`), and a marker records that it converts; later `load_onnx` calls return a `LazyOnnxModel` that
+converts only when something needs its IR. A warm `.optimize()` then loads the saved artifact and imports
+neither `onnx` nor the frontend: no parsing, no conversion, no pass, no C compiler.
+
+Models with external data files, quantised element types carried in other dtypes, or inputs whose values
+shape the graph (`SpecializingModel`) take the uncached path.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ..errors import ShapeError
+from . import store
+from .keys import Key, bytes_digest, environment, file_digest
+
+
+def load_onnx(model):
+    """What `cuvil.load_onnx` returns, through the cache where the model is a path or bytes."""
+    if not store.enabled() or not isinstance(model, (str, os.PathLike, bytes, bytearray, memoryview)):
+        from ..frontends.onnx import load_onnx as load
+
+        return load(model)
+    digest = file_digest(model, store.folder() / "stat") if isinstance(model, (str, os.PathLike)) \
+        else bytes_digest(model)
+    if _marker(digest).exists():
+        return LazyOnnxModel(model, digest)
+    return _first_load(model, digest)
+
+
+def _marker(digest: str):
+    return store.folder() / "onnx" / f"{digest}-{environment()[:16]}.ok"
+
+
+def _first_load(model, digest: str):
+    from ..frontends.onnx import loader
+    from ..frontends.onnx.carriers import CARRIERS
+    from ..frontends.onnx.model import SpecializingModel
+
+    proto, base_dir = loader.read_model(model)
+    converted = loader.load_proto(proto, base_dir)
+    specs = converted.inputs + converted.outputs
+    if loader.has_external_data(proto) or isinstance(converted, SpecializingModel) or \
+            any(s.elem in CARRIERS for s in specs):
+        return converted
+    store.toolchain.write_text_atomic(_marker(digest), "")
+    return LazyOnnxModel(model, digest, converted)
+
+
+class LazyOnnxModel:
+    """An ONNX model the artifact cache knows: an `OnnxModel` (same attributes and calls) whose conversion
+    waits until something needs the IR, so that a cached `.optimize()` skips it."""
+
+    def __init__(self, source, digest: str, converted=None):
+        self._source, self.digest, self._converted = source, digest, converted
+
+    def converted(self):
+        """The `OnnxModel` (converting the file now, the first time)."""
+        if self._converted is None:
+            from ..frontends.onnx import load_onnx
+
+            self._converted = load_onnx(self._source)
+        return self._converted
+
+    module = property(lambda self: self.converted().module)
+    weights = property(lambda self: self.converted().weights)
+    inputs = property(lambda self: self.converted().inputs)
+    outputs = property(lambda self: self.converted().outputs)
+
+    def __call__(self, *args, **kwargs) -> list:
+        return self.converted()(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return repr(self.converted())
+
+    def optimize(self, target: str = "cpu", precision: str = "fp32", enable_fuse: bool = True,
+                 calibrate_dataset=None, passes=None):
+        """`OnnxModel.optimize`; compiled code comes from the artifact cache when it holds this model."""
+        if target != "cpu" or precision != "fp32" or passes or calibrate_dataset is not None:
+            return self.converted().optimize(target, precision, enable_fuse, calibrate_dataset, passes)
+        key = Key("onnx").add("model", self.digest).add("fuse", enable_fuse).add("env", environment()).hexdigest()
+        hit = store.load(key)
+        if hit is not None:
+            return CompiledOnnxModel(*hit)
+        return self._compile(key, enable_fuse)
+
+    def _compile(self, key: str, enable_fuse: bool):
+        from ..compiler import compile_module
+        from ..frontends.onnx.model import OnnxModel
+
+        model = self.converted()
+        exe = compile_module(model.module, target="cpu", enable_fusion=enable_fuse)
+        exe.cache = "miss"
+        route = {"inputs": [_spec_json(s) for s in model.inputs], "outputs": [_spec_json(s) for s in model.outputs]}
+        store.save(key, exe, route)
+        compiled = OnnxModel(exe.module, model.inputs, model.outputs, lambda arrays: exe(*arrays))
+        compiled.executable = exe
+        return compiled
+
+
+def _spec_json(spec) -> list:
+    return [spec.name, spec.elem, np.dtype(spec.dtype).str, [str(d) for d in spec.shape]]
+
+
+class CompiledOnnxModel:
+    """An optimised ONNX model loaded from the artifact cache: called like `OnnxModel` (positionally or by input
+    name, a list of outputs back); `.inputs`, `.outputs` and `.module` are built when first read."""
+
+    def __init__(self, executable, route: dict):
+        self.executable = executable
+        self._in, self._out = route["inputs"], route["outputs"]
+        self._dtypes = [np.dtype(dt) for _, _, dt, _ in self._in]
+        self._static = [[int(d) if d.lstrip("-").isdigit() else None for d in shape] for _, _, _, shape in self._in]
+
+    module = property(lambda self: self.executable.module)
+    weights = property(lambda self: self.module.constants)
+    inputs = property(lambda self: _tensor_specs(self._in))
+    outputs = property(lambda self: _tensor_specs(self._out))
+
+    def __call__(self, *args, **kwargs) -> list:
+        return self.executable(*self._bind(args, kwargs))
+
+    def _bind(self, args: tuple, kwargs: dict) -> list:
+        names = [spec[0] for spec in self._in]
+        if len(args) > len(names) or set(kwargs) - set(names[len(args):]):
+            raise ShapeError(f"the model takes the inputs {', '.join(names)}; got {len(args)} positional and "
+                             f"{sorted(kwargs)} by name")
+        given = list(args) + [kwargs[n] for n in names[len(args):] if n in kwargs]
+        if len(given) != len(names):
+            raise ShapeError(f"missing model inputs: {', '.join(n for n in names[len(args):] if n not in kwargs)}")
+        return [self._check(i, x) for i, x in enumerate(given)]
+
+    def _check(self, i: int, x) -> np.ndarray:
+        name, want = self._in[i][0], self._dtypes[i]
+        arr = x if isinstance(x, np.ndarray) else np.asarray(x, want)
+        if arr.dtype != want:
+            raise ShapeError(f"input {name!r} must have element type {want}, got {arr.dtype}")
+        static = self._static[i]
+        if arr.ndim != len(static) or any(d is not None and d != n for d, n in zip(static, arr.shape)):
+            raise ShapeError(f"input {name!r} must have shape ({', '.join(self._in[i][3])}), got {arr.shape}")
+        return arr
+
+    def __repr__(self) -> str:
+        ins = ", ".join(f"{n}: {np.dtype(dt).name}[{','.join(s)}]" for n, _, dt, s in self._in)
+        return f"OnnxModel(({ins}) -> {len(self._out)} outputs, from the artifact cache)"
+
+
+def _tensor_specs(rows: list) -> list:
+    from ..frontends.onnx.model import TensorSpec
+    from ..ir.symbolic import parse_dim
+
+    return [TensorSpec(name, elem, tuple(parse_dim(d) for d in shape)) for name, elem, _, shape in rows]
+

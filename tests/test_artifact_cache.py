@@ -1,0 +1,168 @@
+"""The artifact cache (cuvil/cache): a warm compile loads the saved library without the frontend or the passes,
+keys change with the model, entries publish atomically, concurrent writers are safe, corrupt entries are rebuilt."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import cuvil
+from cuvil.cache import keys, store
+from cuvil.cache.onnx import CompiledOnnxModel, LazyOnnxModel
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUVIL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("CUVIL_ARTIFACT_CACHE", "1")
+    return tmp_path / "cache"
+
+
+def _onnx_file(folder, seed: int = 0):
+    w = np.random.default_rng(seed).standard_normal((4, 3)).astype(np.float32)
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])],
+                              "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3])],
+                              [numpy_helper.from_array(w, "w")])
+    path = folder / f"mlp{seed}.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path, w
+
+
+def _entries(cache) -> list:
+    return [p for p in (cache / "artifacts").glob("*") if p.is_dir() and (p / store.IR_FILE).exists()]
+
+
+def test_onnx_warm_start_runs_no_frontend_and_no_pass(cache, tmp_path, monkeypatch):
+    path, w = _onnx_file(tmp_path)
+    x = np.random.default_rng(1).standard_normal((5, 4)).astype(np.float32)
+    cold = cuvil.load_onnx(path).optimize()
+    assert cold.executable.cache == "miss" and len(_entries(cache)) == 1
+    from cuvil.frontends.onnx import loader
+    from cuvil.passes import manager
+
+    def fail(*args, **kwargs):
+        raise AssertionError("a warm start converted or optimised the model")
+
+    monkeypatch.setattr(loader, "convert_model", fail)
+    monkeypatch.setattr(manager.PassManager, "run", fail)
+    lazy = cuvil.load_onnx(str(path))
+    assert isinstance(lazy, LazyOnnxModel)
+    warm = lazy.optimize()
+    assert isinstance(warm, CompiledOnnxModel) and warm.executable.cache == "hit"
+    np.testing.assert_array_equal(warm(x)[0], cold(x)[0])
+    np.testing.assert_allclose(warm(x=x)[0], np.maximum(x @ w, 0), rtol=1e-5, atol=1e-6)
+    assert cuvil.inspect_ir(warm) == cuvil.inspect_ir(cold)  # the optimised IR, parsed on demand
+    assert [str(s) for s in warm.inputs] == [str(s) for s in cold.inputs]
+    with pytest.raises(cuvil.ShapeError, match="shape"):
+        warm(np.ones((5, 3), np.float32))
+
+
+def test_the_key_follows_the_model_bytes_and_options(cache, tmp_path):
+    path, _ = _onnx_file(tmp_path, seed=0)
+    cuvil.load_onnx(path).optimize()
+    assert cuvil.load_onnx(path).optimize(enable_fuse=False).executable.cache == "miss"
+    other, w = _onnx_file(tmp_path, seed=2)
+    os.replace(other, path)  # new contents under the same name: the stat changes, so the file is read again
+    x = np.ones((2, 4), np.float32)
+    fresh = cuvil.load_onnx(path).optimize()
+    assert fresh.executable.cache == "miss"
+    np.testing.assert_allclose(fresh(x)[0], np.maximum(x @ w, 0), rtol=1e-6)
+
+
+def test_torch_warm_start_runs_no_export(cache, monkeypatch):
+    torch = pytest.importorskip("torch")
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU())
+    x = torch.randn(2, 4)
+    cold = cuvil.compile(model, (x,))
+    assert cold.executable.cache == "miss"
+    from cuvil.frontends.torch import exporter
+
+    monkeypatch.setattr(exporter, "export_program", lambda *a, **k: pytest.fail("a warm start ran torch.export"))
+    warm = cuvil.compile(model, (x,))
+    assert warm.executable.cache == "hit"
+    torch.testing.assert_close(warm(x), model(x))
+    with torch.no_grad():
+        model[0].weight[0, 0] += 1  # other weights: another key
+    monkeypatch.undo()
+    monkeypatch.setenv("CUVIL_CACHE_DIR", str(cache))
+    monkeypatch.setenv("CUVIL_ARTIFACT_CACHE", "1")
+    changed = cuvil.compile(model, (x,))
+    assert changed.executable.cache == "miss"
+    torch.testing.assert_close(changed(x), model(x))
+
+
+def test_modules_without_a_stable_key_are_compiled_uncached(cache):
+    torch = pytest.importorskip("torch")
+    from cuvil.frontends.torch.cache_key import module_key
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3))
+    model.hook = lambda t: t  # its text names an address: no key rather than a wrong hit
+    x = torch.randn(2, 4)
+    assert module_key(model, (x,), {}) is None
+    assert cuvil.compile(model, (x,)).executable.cache is None
+    assert module_key(torch.nn.Linear(4, 3), (x,), {}) != module_key(torch.nn.Linear(4, 3), (x,), {})
+
+
+@pytest.mark.parametrize("target", [store.IR_FILE, store.LIB_FILE])
+def test_a_corrupt_entry_is_detected_and_rebuilt(cache, tmp_path, target):
+    path, w = _onnx_file(tmp_path)
+    cuvil.load_onnx(path).optimize()
+    (entry,) = _entries(cache)
+    data = bytearray((entry / target).read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (entry / target).write_bytes(bytes(data))
+    again = cuvil.load_onnx(path).optimize()
+    assert again.executable.cache == "miss"  # detected, deleted, compiled and saved anew
+    x = np.ones((3, 4), np.float32)
+    np.testing.assert_allclose(again(x)[0], np.maximum(x @ w, 0), rtol=1e-6)
+    assert cuvil.load_onnx(path).optimize().executable.cache == "hit"
+
+
+def test_a_failed_save_publishes_nothing(cache, tmp_path, monkeypatch):
+    path, _ = _onnx_file(tmp_path)
+    from cuvil.ir import serialize
+
+    def disk_full(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(serialize, "save", disk_full)
+    assert cuvil.load_onnx(path).optimize().executable.cache == "miss"
+    assert not _entries(cache) and not [p for p in (cache / "artifacts").glob(".*") if p.is_dir()]
+
+
+def test_concurrent_writers_publish_one_valid_entry(cache, tmp_path):
+    path, w = _onnx_file(tmp_path)
+    code = ("import sys, numpy as np, cuvil\n"
+            "m = cuvil.load_onnx(sys.argv[1]).optimize()\n"
+            "print(m.executable.cache, float(m(np.ones((2, 4), np.float32))[0].sum()))\n")
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE, text=True, env=env)
+             for _ in range(3)]
+    outs = [p.communicate(timeout=300)[0].split() for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    want = float(np.maximum(np.ones((2, 4), np.float32) @ w, 0).sum())
+    assert all(abs(float(total) - want) < 1e-4 for _, total in outs)
+    assert len(_entries(cache)) == 1
+    assert cuvil.load_onnx(path).optimize().executable.cache == "hit"
+
+
+def test_file_digests_are_remembered_by_stat_but_never_for_fresh_files(tmp_path, monkeypatch):
+    memo = tmp_path / "memo"
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"one")
+    first = keys.file_digest(path, memo)
+    assert not memo.exists()  # changed within the last second: it may change again with the same stat
+    monkeypatch.setattr(keys, "RACY_S", -1.0)
+    assert keys.file_digest(path, memo) == first and len(list(memo.glob("*"))) == 1
+    assert keys.file_digest(path, memo) == first  # from the memo
+    path.write_bytes(b"two")  # same size: the stat's times tell the versions apart
+    assert keys.file_digest(path, memo) != first
