@@ -47,8 +47,8 @@ POOL_BYTES = 64 << 20  # outputs up to this size are pooled (reused once the cal
 @functools.lru_cache(maxsize=1)
 def extension():
     """The loaded `cuvil_fastcall` module, or None where it cannot be built (calls then go through ctypes)."""
-    if os.environ.get("CUVIL_FASTCALL", "1") == "0":
-        return None
+    if os.environ.get("CUVIL_FASTCALL", "1") == "0" or sysconfig.get_config_var("Py_GIL_DISABLED"):
+        return None  # free-threaded Python: the output pool's reference counts and the arena flag need the GIL
     include = Path(sysconfig.get_paths()["include"])
     if not (include / "Python.h").exists():
         log.info("no Python.h in %s: compiled functions are called through ctypes", include)

@@ -252,16 +252,21 @@ def _hot_call(args: tuple, spec: CallSpec, compiled: Compiled, runtime_args: tup
     if exact is None or len(spec.inputs) != len(arrays) or any(
             type(a) not in (bool, int, float) or params[i] in runtime_args for i, a in scalars):
         return None
-    finish = _finisher(compiled)
+    finish, convert = _finisher(compiled), any(type(a) is not np.ndarray for a in args)
 
     def hot(args):
-        if Executable.__call__ is not _PLAIN_CALL or any(args[i] != v for i, v in scalars):
+        if Executable.__call__ is not _PLAIN_CALL:
             return None  # a profiler wraps Executable calls: the general path goes through them
-        try:  # tensors that need grad, conjugate or negative views and bf16 refuse .numpy(): the general path
-            inputs = [a if type(a) is np.ndarray else a.numpy() for a in (args[i] for i in arrays)]
-        except (RuntimeError, TypeError):
-            return None
-        outs = exact(*inputs)
+        if scalars:
+            if any(args[i] != v for i, v in scalars):
+                return None
+            args = [args[i] for i in arrays]
+        if convert:
+            try:  # tensors that need grad, conjugate or negative views and bf16 refuse .numpy(): the general path
+                args = [a if type(a) is np.ndarray else a.numpy() for a in args]
+            except (RuntimeError, TypeError):
+                return None
+        outs = exact(*args)
         return None if outs is None else finish(outs)
     return hot
 
