@@ -5,7 +5,8 @@ x is [N, C/cb, H, W, cb] (channel blocks outermost, one block of cb channels inn
 pre-packed as [O/ob, C/cb, kh, kw, cb, ob] and the bias is [O/ob, ob]; the result is [N, O/ob, OH, OW, ob].
 Channel counts are padded up to whole blocks (padded weights and bias are zero). An optional fourth operand
 (a residual of the result's shape) is added before the activation, so a residual block's add and relu
-become the convolution's epilogue.
+become the convolution's epilogue. With `channels` > 0 the result is the plain [N, channels, OH, OW] instead
+(the first `channels` output channels), so a chain that ends in a convolution needs no conversion back.
 """
 from __future__ import annotations
 
@@ -31,6 +32,11 @@ def _conv_nchwc_shape(ctx, types, a):
     plain = x.with_shape((x.shape[0], x.shape[1] * x.shape[4], x.shape[2], x.shape[3]))
     oh, ow = _spatial_out(ctx, "conv_nchwc", plain, w.shape[2:4], a)
     out = x.with_shape((x.shape[0], w.shape[0], oh, ow, w.shape[5]))
+    if a["channels"]:
+        if not 0 < a["channels"] <= w.shape[0] * w.shape[5] or len(types) == 4:
+            raise ctx.error(f"'conv_nchwc' plain output of {a['channels']} channels needs 1 to "
+                            f"{w.shape[0] * w.shape[5]} channels and no residual")
+        return [x.with_shape((x.shape[0], a["channels"], oh, ow))]
     if len(types) == 4:
         if types[3].rank != 5:
             raise ctx.error(f"'conv_nchwc' residual {types[3]} must have the result's shape {out}")
@@ -68,7 +74,7 @@ def _ref_conv_nchwc(xs, a):
         y = y + xs[3].astype(np.float64)
     if a["activation"] == "relu":
         y = np.maximum(y, 0)
-    return y.astype(np.float32)
+    return (unblock(y)[:, :a["channels"]] if a["channels"] else y).astype(np.float32)
 
 
 def _normalize(types, attrs):
@@ -83,6 +89,6 @@ def _normalize(types, attrs):
 
 register_op("conv_nchwc", operands=(3, 4), shape=_conv_nchwc_shape, reference=_ref_conv_nchwc, normalize=_normalize,
             attrs={"strides": Attr("ints", ()), "dilations": Attr("ints", ()), "pads": Attr("ints", ()),
-                   "activation": Attr("str", "none", ("none", "relu"))},
+                   "activation": Attr("str", "none", ("none", "relu")), "channels": Attr("int", 0)},
             doc="2-D conv in blocked layout: x [N,C/cb,H,W,cb], w [O/ob,C/cb,kh,kw,cb,ob], bias [O/ob,ob], "
-                "optional residual added before the activation")
+                "optional residual added before the activation; channels > 0: plain [N,channels,OH,OW] result")

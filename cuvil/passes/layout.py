@@ -235,8 +235,31 @@ def _with_residual(b, m):
     return b.emit("conv_nchwc", *conv.operands, m.other, **conv.attrs)
 
 
+def _single_use(name: str) -> Pat:
+    return Pat("conv_nchwc", bind=name, where=lambda v, module: _uses(v) == 1)
+
+
+def _plain_out(b, m):
+    """A blocked conv whose only user converts it back writes the plain layout itself."""
+    conv = m.conv.owner
+    if len(conv.operands) == 4 or conv.attrs["channels"]:
+        return None
+    return b.emit("conv_nchwc", *conv.operands, **{**conv.attrs, "channels": m.root.results[0].type.shape[1]})
+
+
+def _fewer_channels(b, m):
+    conv, a = m.conv.owner, m.root.attrs
+    if a["axes"] != (1,) or a["starts"] != (0,) or a["steps"] != (1,):
+        return None
+    return b.emit("conv_nchwc", *conv.operands, **{**conv.attrs, "channels": a["ends"][0]})
+
+
 EPILOGUE_RULES = [Rule(Pat("relu", _open_conv(4)), _with_relu, "relu-into-conv-nchwc"),
-                  Rule(Pat("add", _open_conv(3), Pat.any("other")), _with_residual, "add-into-conv-nchwc")]
+                  Rule(Pat("add", _open_conv(3), Pat.any("other")), _with_residual, "add-into-conv-nchwc"),
+                  Rule(Pat("reshape", Pat("transpose", _single_use("conv"), attrs={"perm": (0, 1, 4, 2, 3)},
+                                          where=lambda v, module: _uses(v) == 1)), _plain_out, "conv-nchwc-plain"),
+                  Rule(Pat("slice", Pat("conv_nchwc", bind="conv", where=lambda v, module: _uses(v) == 1 and
+                                        v.owner.attrs["channels"] > 0)), _fewer_channels, "conv-nchwc-channels")]
 
 
 class BlockLayout(Pass):
@@ -254,5 +277,5 @@ class BlockLayout(Pass):
             return False
         _Rewriter(fn, chains, chosen, self.block).run()
         apply_rules(fn, EPILOGUE_RULES)
-        fn.body.ops = [op for op in fn.body.ops if op.name != "conv_nchwc" or _uses(op.results[0])]
+        fn.body.ops = [op for op in fn.body.ops if op.name not in ("conv_nchwc", "transpose") or _uses(op.results[0])]
         return True

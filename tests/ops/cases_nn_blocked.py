@@ -16,7 +16,7 @@ def _packed(w, cb, ob):
     return np.ascontiguousarray(w.reshape(-1, ob, w.shape[1] // cb, cb, kh, kw).transpose(0, 2, 4, 5, 3, 1))
 
 
-def conv_case(x, w, bias, cb, ob, residual=False, activation="none", case_id="", dims=None, **attrs):
+def conv_case(x, w, bias, cb, ob, residual=False, activation="none", case_id="", dims=None, channels=0, **attrs):
     """A case from plain NCHW tensors: blocked inputs, and the expected result from ONNX's Conv."""
     o = w.shape[0]
     bias_b = np.pad(bias, (0, -o % ob)).reshape(-1, ob).astype(np.float32)
@@ -30,9 +30,12 @@ def conv_case(x, w, bias, cb, ob, residual=False, activation="none", case_id="",
         (y,) = onnx_node("Conv", [x, w, bias], onnx_attrs)
         y = _blocked(y, ob).astype(np.float64)
         y = y + res if residual else y
-        return [(np.maximum(y, 0) if activation == "relu" else y).astype(np.float32)]
-    return Case("conv_nchwc", inputs, {**attrs, "activation": activation}, expected=expected, id=case_id, dims=dims,
-                rtol=1e-5, atol=1e-5)
+        y = np.maximum(y, 0) if activation == "relu" else y
+        if channels:  # the plain layout, first `channels` channels
+            y = y.transpose(0, 1, 4, 2, 3).reshape(y.shape[0], -1, *y.shape[2:4])[:, :channels]
+        return [y.astype(np.float32)]
+    return Case("conv_nchwc", inputs, {**attrs, "activation": activation, "channels": channels}, expected=expected,
+                id=case_id, dims=dims, rtol=1e-5, atol=1e-5)
 
 
 def _out(sizes, kernel, a):
@@ -52,4 +55,6 @@ CASES = [
               pads=(1, 1, 1, 1), case_id="residual-relu"),
     conv_case(rand(2, 3, 6, 5), rand(4, 3, 3, 3, seed=1), rand(4, seed=2), 4, 4, activation="relu", pads=(1, 1, 1, 1),
               dims={0: {0: "n", 2: "h", 3: "w"}}, case_id="symbolic"),
+    conv_case(rand(2, 5, 7, 9), rand(21, 5, 3, 3, seed=1), rand(21, seed=2), 8, 8, activation="relu", channels=19,
+              pads=(1, 1, 1, 1), strides=(1, 2), case_id="plain-output"),
 ]

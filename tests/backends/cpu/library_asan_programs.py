@@ -67,7 +67,8 @@ def window_programs() -> list:
                 b.resize(x16, sizes=(n, 4, 3, w * 2), coordinate_transformation_mode="align_corners"),
                 b.conv_nchwc(xb, const(1, 1, 3, 3, 4, 8), const(1, 8), strides=(2, 2), pads=(1, 0, 2, 1)),
                 b.conv_nchwc(xb, const(2, 1, 3, 2, 4, 8), const(2, 8), b.conv_nchwc(xb, const(2, 1, 1, 1, 4, 8),
-                             const(2, 8)), dilations=(2, 3), pads=(2, 3, 2, 0), activation="relu")]
+                             const(2, 8)), dilations=(2, 3), pads=(2, 3, 2, 0), activation="relu"),
+                b.conv_nchwc(xb, const(2, 1, 3, 3, 4, 8), const(2, 8), pads=(1, 1, 1, 1), channels=11)]
     return programs([TensorType("f32", (n, 4, h, w)), TensorType("f16", (n, 4, h, w))], make)
 
 
