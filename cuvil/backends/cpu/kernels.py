@@ -24,7 +24,7 @@ from . import toolchain
 
 ACTIVATIONS = {"none": 0, "relu": 1, "gelu_tanh": 2, "gelu_erf": 3, "sigmoid": 4, "tanh": 5}
 ABI_VERSION = 1
-SOURCES = ("gemm.c",)
+SOURCES = ("gemm.c", "dwconv.c")  # one unit: dwconv.c uses gemm.c's threads and allocator
 HEADERS = ("cuvil_kernels.h", "cuvil_simd.h")
 
 _i64, _f32, _int, _ptr = ctypes.c_int64, ctypes.c_float, ctypes.c_int, ctypes.c_void_p
@@ -41,6 +41,7 @@ SIGNATURES = {
     "cuvil_sgemm_packed": ([_i64, _i64, _i64, _f32, _ptr, _i64, _i64, _ptr, _f32, _ptr, _i64, _ptr, _int], None),
     "cuvil_sgemm_batched": ([_i64, _i64, _i64, _i64, _f32, _ptr, _i64, _i64, _i64, _ptr, _i64, _i64, _i64, _f32,
                              _ptr, _i64, _i64, _ptr, _int], None),
+    "cuvil_dwconv2d": ([_i64, _i64, _i64, _ptr, _ptr, _ptr, _ptr, _ptr, _f32, _f32], None),
     "cuvil_activation": ([_int, _i64, _ptr, _ptr], None),
 }
 

@@ -6,8 +6,10 @@ and dtype serves 1-D, 2-D and 3-D and stays shared by all layers of a model. Con
   NCHW buffers; any other conv copies each image's windows into an im2col scratch buffer first. The bias is
   written into the output before the GEMM, which then accumulates (beta = 1): the GEMM's own bias is per
   column, and rows are output channels here.
-- convs with one input channel per group (depthwise) use a direct loop that threads over channel planes
-  and vectorises along output rows; this beats a GEMM whose K is only the kernel's taps.
+- convs with one input channel per group (depthwise) beat a GEMM whose K is only the kernel's taps: 1-D and 2-D
+  ones in f32 (and f16/bf16) run on the kernel library's `cuvil_dwconv2d` (kernels/dwconv.c: vectorised for
+  every stride, with a clamp epilogue for relu/relu6); f64 and 3-D ones on a direct loop here that threads over
+  channel planes and vectorises along output rows.
 - f64 takes the same paths with a plain double GEMM; f16 and bf16 convert to f32 scratch and back.
 conv_transpose is the adjoint: cols = W^T @ X per image and group, then col2im adds them into the output.
 """
@@ -424,6 +426,9 @@ def _conv(gen, op, depth: int) -> None:
     pointwise = all(k == 1 for k in cv.kernel) and all(s == 1 for s in op.attrs["strides"]) \
         and not any(op.attrs["pads"])
     direct = cv.cg == 1
+    if direct and cv.t == "float" and len(cv.kernel) <= 2:
+        _dwconv2d(gen, cv)
+        return
     cols = [] if direct or pointwise else [("col", cv.t, c_dim(cv.cg * cv.taps * cv.out_plane))]
     cv.begin(cols, window=direct or not pointwise)
     if direct:
@@ -439,6 +444,22 @@ def _conv(gen, op, depth: int) -> None:
             gemm = _gemm(cv.t, c_dim(cv.og), hw, k, ws, k, 1, "col" if cols else xs, hw, ys, hw, "b" in cv.buf)
             return [f"{im2col}({xs}, col, {c_dim(cv.cg)}, &g);", gemm] if cols else [gemm]
         cv.per_image_and_group(lines)
+    cv.end()
+
+
+def _dwconv2d(gen, cv, lo: str = "-INFINITY", hi: str = "INFINITY") -> None:
+    """A 1-D or 2-D f32 depthwise conv on the kernel library's `cuvil_dwconv2d`, with its clamp epilogue."""
+    a, y = cv.op.attrs, cv.y.type.shape
+    x, s = cv.op.operands[0].type.shape, len(cv.kernel)
+
+    def two(v, fill=1):  # 1-D convs are 2-D convs with one row
+        return (fill,) * (2 - s) + tuple(v)
+    geom = [*two(x[2:]), *two(y[2:]), *two(cv.kernel), *two(a["strides"]), *two(a.get("dilations") or (1,) * s),
+            *two(a["pads"][:s], 0)]
+    cv.begin([], window=False)
+    cv.gen.line(cv.d, f"cuvil_dwconv2d({c_dim(cv.n)}, {c_dim(cv.c)}, {c_dim(cv.o)}, {cv.buf['x']}, {cv.buf['w']}, "
+                      f"{cv.buf.get('b', 'NULL')}, {cv.buf['y']}, (const int64_t[]){{{', '.join(map(c_dim, geom))}}}, "
+                      f"{lo}, {hi});")
     cv.end()
 
 

@@ -1,6 +1,6 @@
-/* Runs every GEMM entry point on odd shapes with exactly-sized heap buffers, for AddressSanitizer
- * (tests/backends/cpu/test_gemm.py compiles it with gemm.c and -fsanitize=address). Exit status 1 on a
- * wrong result; ASan aborts on any out-of-bounds access. */
+/* Runs every entry point of the kernel library (GEMMs, depthwise conv) on odd shapes with exactly-sized heap
+ * buffers, for AddressSanitizer (tests/backends/cpu/test_gemm.py compiles it with the library's sources and
+ * -fsanitize=address). Exit status 1 on a wrong result; ASan aborts on any out-of-bounds access. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,8 +56,43 @@ static int run_shape(int64_t M, int64_t N, int64_t K, unsigned seed)
     return bad;
 }
 
+/* Depthwise conv with geometry g (H, W, OH, OW, KH, KW, SH, SW, DH, DW, PT, PL), C channels times mult,
+ * against a reference in double; relu6 epilogue. */
+static int run_dwconv(const int64_t *g, int64_t batch, int64_t C, int64_t mult, unsigned seed)
+{
+    const int64_t O = C * mult, in = g[0] * g[1], out = g[2] * g[3], taps = g[4] * g[5];
+    float *x = random_buffer(batch * C * in, &seed), *w = random_buffer(O * taps, &seed);
+    float *bias = random_buffer(O, &seed), *y = malloc(sizeof(float) * (batch * O * out > 0 ? batch * O * out : 1));
+    cuvil_dwconv2d(batch, C, O, x, w, bias, y, g, 0.0f, 6.0f);
+    int bad = 0;
+    for (int64_t q = 0; q < batch * O && !bad; q++)
+        for (int64_t oy = 0; oy < g[2]; oy++)
+            for (int64_t ox = 0; ox < g[3]; ox++) {
+                const int64_t o = q % O;
+                const float *xp = x + (q / O * C + o / mult) * in;
+                double s = bias[o];
+                for (int64_t t = 0; t < taps; t++) {
+                    int64_t iy = oy * g[6] + t / g[5] * g[8] - g[10], ix = ox * g[7] + t % g[5] * g[9] - g[11];
+                    if (iy >= 0 && iy < g[0] && ix >= 0 && ix < g[1]) s += (double)w[o * taps + t] * xp[iy * g[1] + ix];
+                }
+                s = s < 0 ? 0 : s > 6 ? 6 : s;
+                if (fabs(y[q * out + oy * g[3] + ox] - s) > 1e-4 * (1 + fabs(s))) {
+                    printf("dwconv %ldx%ld k%ldx%ld s%ld: y[%ld,%ld,%ld] = %g, expected %g\n", (long)g[0], (long)g[1],
+                           (long)g[4], (long)g[5], (long)g[6], (long)q, (long)oy, (long)ox, y[q * out + oy * g[3] + ox], s);
+                    bad = 1;
+                }
+            }
+    free(x), free(w), free(bias), free(y);
+    return bad;
+}
+
 int main(void)
 {
+    static const int64_t convs[][12] = {
+        {7, 7, 7, 7, 3, 3, 1, 1, 1, 1, 1, 1}, {14, 13, 7, 7, 3, 3, 2, 2, 1, 1, 1, 1}, {1, 1, 1, 1, 3, 3, 1, 1, 1, 1, 1, 1},
+        {9, 20, 5, 10, 5, 5, 2, 2, 1, 1, 2, 2}, {5, 4, 8, 7, 3, 3, 1, 1, 1, 1, 3, 2}, {3, 40, 1, 38, 3, 3, 1, 1, 1, 1, 0, 0},
+        {13, 14, 13, 14, 3, 3, 1, 1, 2, 2, 2, 2}, {11, 10, 5, 10, 3, 5, 2, 1, 1, 1, 1, 2}, {1, 37, 1, 19, 1, 3, 1, 2, 1, 1, 0, 1},
+    };
     static const int64_t shapes[][3] = {
         {1, 1, 1}, {0, 5, 3}, {4, 0, 3}, {3, 4, 0}, {2, 3, 5}, {1, 37, 300}, {1, 1000, 9}, {5, 1, 9},
         {7, 33, 17}, {6, 64, 256}, {6, 130, 40}, {13, 65, 257}, {29, 129, 300}, {50, 70, 520}, {9, 600, 20},
@@ -67,6 +102,8 @@ int main(void)
         cuvil_set_num_threads(threads);
         for (unsigned s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
             bad |= run_shape(shapes[s][0], shapes[s][1], shapes[s][2], s);
+        for (unsigned s = 0; s < sizeof convs / sizeof convs[0]; s++)
+            bad |= run_dwconv(convs[s], 1 + s % 2, 3 + s % 4, 1 + s % 3 / 2, s);
     }
     puts(bad ? "FAILED" : "OK");
     return bad;

@@ -129,6 +129,18 @@ def test_packed_weights(m, transposed):
     assert_close(kernels.sgemm_packed(a, packed, bias=bias, act="gelu_tanh"), reference(a, b, bias, "gelu_tanh"), k)
 
 
+@pytest.mark.parametrize("m", [1, 2, 3, 4])
+@pytest.mark.parametrize("n,k", [(1024, 784), (10, 1024), (77, 33), (130, 257)])
+def test_small_m_with_epilogue(m, n, k):
+    """Single-request inference (batch 1 to 4): packed and plain weights, bias and relu, sizes off the vector."""
+    rng = np.random.default_rng(m * 7 + n + k)
+    a, b, bias = rand(rng, m, k), rand(rng, k, n), rand(rng, n)
+    want = reference(a, b, bias, "relu")
+    assert_close(kernels.sgemm_packed(a, kernels.PackedB(b, opt_level=OPT), bias=bias, act="relu"), want, k)
+    assert_close(kernels.sgemm(a, b, bias=bias, act="relu", opt_level=OPT), want, k)
+    assert_close(kernels.sgemm(a, np.ascontiguousarray(b.T).T, bias=bias, act="relu", opt_level=OPT), want, k)
+
+
 def test_packed_size_matches_layout(lib):
     _, nr, _, _ = block_sizes()
     assert lib.cuvil_sgemm_packed_size(10, 1) == 10 * nr
@@ -214,9 +226,10 @@ def test_under_address_sanitizer(tmp_path):
     cc = toolchain.find_compiler()
     folder = kernels.include_dir()
     driver = os.path.join(os.path.dirname(__file__), "gemm_asan_driver.c")
-    exe = tmp_path / "driver"
+    exe, unit = tmp_path / "driver", tmp_path / "kernels.c"
+    unit.write_text("".join(f'#include "{name}"\n' for name in kernels.SOURCES))  # one unit, as the library
     cmd = [cc.path, "-O1", "-g", "-fsanitize=address", "-fno-omit-frame-pointer", "-march=native", "-fopenmp",
-           "-std=gnu11", f"-I{folder}", driver, str(folder / "gemm.c"), "-o", str(exe), "-lm"]
+           "-std=gnu11", f"-I{folder}", driver, str(unit), "-o", str(exe), "-lm"]
     built = subprocess.run(cmd, capture_output=True, text=True)
     if built.returncode != 0 and "asan" in built.stderr.lower():
         pytest.skip(f"the compiler cannot build with AddressSanitizer: {built.stderr[-300:]}")

@@ -63,6 +63,13 @@ void cuvil_sgemm_batched(int64_t batch, int64_t M, int64_t N, int64_t K, float a
                          float beta, float *C, int64_t ldc, int64_t sc,
                          const float *bias, int act);
 
+/* Depthwise 2-D convolution, NCHW: x[batch, C, H, W], w[O, 1, KH, KW] (O a multiple of C; output channel o
+ * reads input channel o / (O / C)), bias[O] or NULL, y[batch, O, OH, OW] = clamp(conv + bias, lo, hi) (lo = 0,
+ * hi = INFINITY: relu; -INFINITY, INFINITY: none; NaN passes). geom: H, W, OH, OW, KH, KW, stride h, w,
+ * dilation h, w, pad top, pad left (the bottom and right pads follow from OH and OW). */
+void cuvil_dwconv2d(int64_t batch, int64_t C, int64_t O, const float *x, const float *w, const float *bias,
+                    float *y, const int64_t *geom, float lo, float hi);
+
 /* y[i] = act(x[i]) with the epilogue's vector math (x == y allowed). */
 void cuvil_activation(int act, int64_t n, const float *x, float *y);
 

@@ -1,0 +1,157 @@
+/* Cuvil's depthwise 2-D convolution (one input channel per group, NCHW, fp32), any kernel, stride, dilation and
+ * pads. Compiled in one unit after gemm.c (it uses its thread count and allocator).
+ *
+ * Each plane is first copied, zero-padded, into sh x sw phase planes of one thread's scratch: phase (a, b)
+ * holds the padded input's rows a, a + sh, ... and columns b, b + sw, .... Every tap then reads a contiguous
+ * run of one phase at a fixed offset, whatever the stride: an output laid out with the phases' pitch Q (the
+ * row width plus a few junk columns) is a flat 1-D filter, vectorised over whole rows at once (7-wide rows
+ * fill vectors too), with no bounds checks. Bands of rows go through an L1 buffer, whose valid columns take
+ * the epilogue (clamp to [lo, hi]: relu, relu6) on their way out. */
+
+enum { DW_H, DW_W, DW_OH, DW_OW, DW_KH, DW_KW, DW_SH, DW_SW, DW_DH, DW_DW, DW_PT, DW_PL, DW_FIELDS };
+#define DW_BAND 2048 /* floats of output per band: 8 KB stays in L1 with the input rows it reads */
+
+typedef struct {
+    int64_t H, W, OH, OW, kh, kw, sh, sw, dh, dw, pt, pl;
+    int64_t Q, rows, phase; /* pitch, rows and size (with slack for the last vector) of one phase plane */
+    int64_t *off, *lo, *hi; /* each tap's offset in the phases; each column phase's columns inside x */
+} dw_geom;
+
+static pthread_key_t dw_key;
+static pthread_once_t dw_key_once = PTHREAD_ONCE_INIT;
+
+static void make_dw_key(void) { pthread_key_create(&dw_key, free); }
+
+/* A thread's scratch of at least `floats`, kept (and grown) for the thread's life. */
+static float *dw_scratch(int64_t floats)
+{
+    pthread_once(&dw_key_once, make_dw_key);
+    int64_t *block = pthread_getspecific(dw_key);
+    if (!block || block[0] < floats) {
+        free(block);
+        block = alloc_or_die(64 + sizeof(float) * floats);
+        block[0] = floats;
+        pthread_setspecific(dw_key, block);
+    }
+    return (float *)((char *)block + 64);
+}
+
+/* The [lo, hi) of c where c * step + start lies in [0, n), within [0, count). */
+static void dw_inside(int64_t start, int64_t step, int64_t count, int64_t n, int64_t *lo, int64_t *hi)
+{
+    int64_t a = start < 0 ? (-start + step - 1) / step : 0, b = n - start <= 0 ? 0 : (n - start + step - 1) / step;
+    *lo = min64(a, count);
+    *hi = b < *lo ? *lo : min64(b, count);
+}
+
+/* One row of column phase b: dst[c] = src[c * sw + b - pl], zero outside the row. sw is a constant. */
+CUVIL_INLINE void dw_phase_row(float *restrict dst, const float *restrict src, const dw_geom *g, int64_t b,
+                               const int64_t sw)
+{
+    const int64_t lo = g->lo[b], hi = g->hi[b];
+    for (int64_t c = 0; c < lo; c++) dst[c] = 0;
+    const float *s = src + b - g->pl;
+#pragma omp simd
+    for (int64_t c = lo; c < hi; c++) dst[c] = s[c * sw];
+    for (int64_t c = hi; c < g->Q; c++) dst[c] = 0;
+}
+
+/* Row by row, so that the phases of one input row are written while it is in L1. */
+CUVIL_INLINE void dw_fill_phases(const dw_geom *g, const float *restrict x, float *restrict buf, const int64_t sw)
+{
+    for (int64_t r = 0; r < g->rows; r++)
+        for (int64_t a = 0; a < g->sh; a++) {
+            const int64_t R = r * g->sh + a - g->pt;
+            for (int64_t b = 0; b < sw; b++) {
+                float *dst = buf + (a * sw + b) * g->phase + r * g->Q;
+                if (R < 0 || R >= g->H) memset(dst, 0, sizeof(float) * g->Q);
+                else dw_phase_row(dst, x + R * g->W, g, b, sw);
+            }
+        }
+}
+
+/* out[0, n) (rounded up to vectors) = bias + sum over taps of w[t] * in[off[t] + i]. taps is a constant. */
+CUVIL_INLINE void dw_band(float *restrict out, const float *restrict in, const int64_t *off, const float *w,
+                          float bias, int64_t n, const int taps)
+{
+    for (int64_t i = 0; i < n; i += VL) {
+        vf acc = cuvil_splat(bias);
+#pragma GCC unroll 32
+        for (int t = 0; t < taps; t++) acc += w[t] * cuvil_load(in + off[t] + i);
+        cuvil_store(out + i, acc);
+    }
+}
+
+CUVIL_INLINE float dw_clamp(float v, float lo, float hi)
+{
+    v = v < lo ? lo : v; /* NaN stays NaN, as in the references of relu and clip */
+    return v > hi ? hi : v;
+}
+
+static void dw_plane(const dw_geom *g, const float *x, const float *w, float bias, float *y, float lo, float hi,
+                     float *buf)
+{
+    const int taps = (int)(g->kh * g->kw);
+    const int64_t *off = g->off;
+    float band[DW_BAND + VL] __attribute__((aligned(64)));
+    if (g->sw == 1) dw_fill_phases(g, x, buf, 1);
+    else if (g->sw == 2) dw_fill_phases(g, x, buf, 2);
+    else dw_fill_phases(g, x, buf, g->sw);
+    const int64_t band_rows = g->Q >= DW_BAND ? 1 : DW_BAND / g->Q;
+    for (int64_t oy = 0; oy < g->OH; oy += band_rows) {
+        const int64_t nrows = min64(band_rows, g->OH - oy), n = nrows * g->Q;
+        const float *in = buf + oy * g->Q;
+        for (int64_t j = 0; j < n; j += DW_BAND) { /* one pass unless a row alone outgrows the band */
+            const int64_t m = min64(DW_BAND, n - j);
+            if (taps == 9) dw_band(band, in + j, off, w, bias, m, 9);
+            else if (taps == 25) dw_band(band, in + j, off, w, bias, m, 25);
+            else dw_band(band, in + j, off, w, bias, m, taps);
+            for (int64_t r = 0; r < nrows; r++) { /* the valid columns of each row in this pass */
+                const int64_t a = j > r * g->Q ? j : r * g->Q, b = min64(j + m, r * g->Q + g->OW);
+                float *dst = y + (oy + r) * g->OW;
+#pragma omp simd
+                for (int64_t i = a; i < b; i++) dst[i - r * g->Q] = dw_clamp(band[i - j], lo, hi);
+            }
+        }
+    }
+}
+
+/* The geometry of a call: phase sizes, tap offsets and column ranges, computed once for all planes. */
+static dw_geom dw_plan(const int64_t *p)
+{
+    dw_geom g = {p[DW_H], p[DW_W], p[DW_OH], p[DW_OW], p[DW_KH], p[DW_KW], p[DW_SH], p[DW_SW], p[DW_DH],
+                 p[DW_DW], p[DW_PT], p[DW_PL], 0, 0, 0, NULL, NULL, NULL};
+    g.Q = g.OW + (g.kw - 1) * g.dw / g.sw;
+    g.rows = g.OH + (g.kh - 1) * g.dh / g.sh;
+    g.phase = (g.rows * g.Q + g.Q + VL + 15) / 16 * 16;
+    g.off = alloc_or_die(sizeof(int64_t) * (g.kh * g.kw + 2 * g.sw));
+    g.lo = g.off + g.kh * g.kw, g.hi = g.lo + g.sw;
+    for (int64_t t = 0; t < g.kh * g.kw; t++) {
+        int64_t ty = t / g.kw * g.dh, tx = t % g.kw * g.dw;
+        g.off[t] = (ty % g.sh * g.sw + tx % g.sw) * g.phase + ty / g.sh * g.Q + tx / g.sw;
+    }
+    for (int64_t b = 0; b < g.sw; b++) dw_inside(b - g.pl, g.sw, g.Q, g.W, &g.lo[b], &g.hi[b]);
+    return g;
+}
+
+void cuvil_dwconv2d(int64_t batch, int64_t C, int64_t O, const float *x, const float *w, const float *bias,
+                    float *y, const int64_t *geom, float lo, float hi)
+{
+    if (batch <= 0 || O <= 0 || geom[DW_OH] <= 0 || geom[DW_OW] <= 0) return;
+    dw_geom g = dw_plan(geom);
+    const int64_t mult = O / C, in_plane = g.H * g.W, out_plane = g.OH * g.OW, taps = g.kh * g.kw;
+    int nt = (int)min64(threads_for(batch * O * out_plane * taps), batch * O);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        float *buf = dw_scratch(g.sh * g.sw * g.phase);
+        for (int64_t i = 0; i < g.sh * g.sw; i++) /* the slack after each phase: finite, read by junk lanes */
+            memset(buf + i * g.phase + g.rows * g.Q, 0, sizeof(float) * (g.phase - g.rows * g.Q));
+#pragma omp for schedule(static)
+        for (int64_t q = 0; q < batch * O; q++) {
+            const int64_t o = q % O;
+            dw_plane(&g, x + (q / O * C + o / mult) * in_plane, w + o * taps, bias ? bias[o] : 0.0f,
+                     y + q * out_plane, lo, hi, buf);
+        }
+    }
+    free(g.off);
+}
