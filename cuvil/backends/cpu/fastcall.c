@@ -6,9 +6,10 @@
  * computes the output sizes. `caller(*arrays)` returns the list of outputs, or None when any input is not an
  * aligned C-contiguous ndarray of exactly the right dtype and sizes: the Python path then converts or raises.
  *
- * Outputs come from a one-array pool per output: the array returned last time is returned again once only
- * the pool refers to it (the caller dropped it and every view, tensor or buffer made from it), so a steady
- * call loop touches no fresh pages; otherwise a new array is allocated and becomes the pooled one.
+ * Outputs come from a pool of POOL arrays per output: an array returned before is returned again once only the
+ * pool refers to it (the caller dropped it and every view, tensor or buffer made from it), so a steady call loop
+ * touches no fresh pages; otherwise a new array is allocated and replaces the oldest pooled one. Two arrays
+ * serve `y = f(x)` in a loop, where the previous result is still held while the next call runs.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -24,6 +25,7 @@ typedef int64_t (*arena_fn)(const int64_t *);
 /* The check program's instructions, in fastcall.py's OPCODES order. */
 enum { OP_CONST, OP_SYM, OP_DIM, OP_ADD, OP_MUL, OP_FLOORDIV, OP_MOD, OP_EQ, OP_BIND, OP_OUT };
 #define STACK 32   /* fastcall.py refuses programs that need a deeper stack */
+#define POOL 2
 
 typedef struct {
     PyObject_HEAD
@@ -35,7 +37,8 @@ typedef struct {
     PyArray_Descr **dtypes;      /* n_in inputs, then n_out outputs (owned references) */
     int *ranks;                  /* likewise */
     int64_t *code;
-    PyObject **pool;             /* per output: the array returned last (owned), or NULL */
+    PyObject **pool;             /* POOL slots per output: arrays returned before (owned), or NULL */
+    unsigned turn;               /* the slot a new array replaces next */
     Py_ssize_t pool_bytes;       /* larger outputs are not pooled */
     uint8_t *arena;
     int64_t arena_size;
@@ -79,9 +82,9 @@ static int input_ok(const Caller *s, int i, PyObject *o)
 }
 
 /* The pooled array if nothing but the pool refers to it and it is still what it was, else NULL. */
-static PyObject *pooled(const Caller *s, int j, int nd, const npy_intp *dims)
+static PyObject *pooled(const Caller *s, int j, int slot, int nd, const npy_intp *dims)
 {
-    PyObject *o = s->pool[j];
+    PyObject *o = s->pool[POOL * j + slot];
     if (o == NULL || Py_REFCNT(o) != 1) return NULL;
     PyArrayObject *a = (PyArrayObject *)o;
     const int need = NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_WRITEABLE | NPY_ARRAY_OWNDATA;
@@ -95,7 +98,8 @@ static PyObject *pooled(const Caller *s, int j, int nd, const npy_intp *dims)
 
 static PyObject *output(Caller *s, int j, int nd, npy_intp *dims)
 {
-    PyObject *o = pooled(s, j, nd, dims);
+    PyObject *o = NULL;
+    for (int k = 0; k < POOL && o == NULL; k++) o = pooled(s, j, k, nd, dims);
     if (o != NULL) return o;
     PyArray_Descr *dt = s->dtypes[s->n_in + j];
     Py_INCREF(dt); /* stolen by the constructor */
@@ -103,7 +107,8 @@ static PyObject *output(Caller *s, int j, int nd, npy_intp *dims)
     if (o == NULL) return NULL;
     int keep = PyArray_NBYTES((PyArrayObject *)o) <= s->pool_bytes;
     if (keep) Py_INCREF(o);
-    Py_XSETREF(s->pool[j], keep ? o : NULL);
+    int slot = POOL * j + (int)(s->turn++ % POOL); /* Py_XSETREF evaluates its target twice */
+    Py_XSETREF(s->pool[slot], keep ? o : NULL);
     return o;
 }
 
@@ -171,7 +176,7 @@ static void Caller_dealloc(PyObject *self)
 {
     Caller *s = (Caller *)self;
     for (int k = 0; s->dtypes && k < s->n_in + s->n_out; k++) Py_XDECREF(s->dtypes[k]);
-    for (int j = 0; s->pool && j < s->n_out; j++) Py_XDECREF(s->pool[j]);
+    for (int k = 0; s->pool && k < POOL * s->n_out; k++) Py_XDECREF(s->pool[k]);
     Py_XDECREF(s->error);
     free(s->dtypes); free(s->ranks); free(s->code); free(s->pool); free(s->arena);
     Py_TYPE(self)->tp_free(self);
@@ -197,7 +202,7 @@ static int Caller_init(PyObject *self, PyObject *args, PyObject *kwargs)
     s->dtypes = calloc(n + 1, sizeof(PyArray_Descr *));
     s->ranks = calloc(n + 1, sizeof(int));
     s->code = malloc(code.len + sizeof(int64_t));
-    s->pool = calloc(s->n_out + 1, sizeof(PyObject *));
+    s->pool = calloc(POOL * (s->n_out > 0 ? s->n_out : 0) + 1, sizeof(PyObject *));
     if (!s->dtypes || !s->ranks || !s->code || !s->pool || s->n_out < 0 || PySequence_Size(ranks) != n) {
         PyBuffer_Release(&code);
         PyErr_SetString(PyExc_ValueError, "Caller: inconsistent arguments (or out of memory)");

@@ -252,7 +252,7 @@ def _hot_call(args: tuple, spec: CallSpec, compiled: Compiled, runtime_args: tup
     if exact is None or len(spec.inputs) != len(arrays) or any(
             type(a) not in (bool, int, float) or params[i] in runtime_args for i, a in scalars):
         return None
-    finish, convert = _finisher(compiled), any(type(a) is not np.ndarray for a in args)
+    finish, convert = _finisher(compiled), any(type(args[i]) is not np.ndarray for i in arrays)
 
     def hot(args):
         if Executable.__call__ is not _PLAIN_CALL:

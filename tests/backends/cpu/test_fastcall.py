@@ -34,6 +34,11 @@ def _pair_sum():
     return m
 
 
+def _address(a):
+    """The data pointer (not `a.ctypes.data`: that object is a reference cycle holding the array until GC)."""
+    return a.__array_interface__["data"][0]
+
+
 @pytest.fixture(scope="module")
 def pair():
     return compile_module(_pair_sum())
@@ -83,9 +88,21 @@ def test_an_output_is_not_reused_while_anything_holds_it():
     assert not np.shares_memory(first, again) and not np.shares_memory(view, again)
     np.testing.assert_array_equal(first, 1)
     np.testing.assert_array_equal(view, 1)
-    address = again.ctypes.data
+    address = _address(again)
     del again
-    assert exe(x)[0].ctypes.data == address  # dropped: its buffer serves the next call
+    assert _address(exe(x)[0]) == address  # dropped: its buffer serves the next call
+
+
+@needs_extension
+def test_a_loop_that_keeps_the_last_result_cycles_through_two_buffers():
+    exe = compile_module(_add_one())
+    x = np.zeros(4, np.float32)
+    y, seen = exe(x)[0], set()
+    for k in range(6):
+        y = exe(x + k)[0]  # the previous y is held while this call runs
+        seen.add(_address(y))
+        np.testing.assert_array_equal(y, k + 1)
+    assert len(seen) == 2
 
 
 @needs_extension
