@@ -44,28 +44,23 @@ static void dw_inside(int64_t start, int64_t step, int64_t count, int64_t n, int
     *hi = b < *lo ? *lo : min64(b, count);
 }
 
-/* One row of column phase b: dst[c] = src[c * sw + b - pl], zero outside the row. sw is a constant. */
-CUVIL_INLINE void dw_phase_row(float *restrict dst, const float *restrict src, const dw_geom *g, int64_t b,
-                               const int64_t sw)
-{
-    const int64_t lo = g->lo[b], hi = g->hi[b];
-    for (int64_t c = 0; c < lo; c++) dst[c] = 0;
-    const float *s = src + b - g->pl;
-#pragma omp simd
-    for (int64_t c = lo; c < hi; c++) dst[c] = s[c * sw];
-    for (int64_t c = hi; c < g->Q; c++) dst[c] = 0;
-}
-
-/* Row by row, so that the phases of one input row are written while it is in L1. */
+/* The columns of row R inside x, into the phases of its column parity classes: dst_b[c] = src[c * sw + b - pl].
+ * The pads around them were zeroed once per call and are never written. sw is a constant. */
 CUVIL_INLINE void dw_fill_phases(const dw_geom *g, const float *restrict x, float *restrict buf, const int64_t sw)
 {
     for (int64_t r = 0; r < g->rows; r++)
         for (int64_t a = 0; a < g->sh; a++) {
             const int64_t R = r * g->sh + a - g->pt;
+            if (R < 0 || R >= g->H) continue;
             for (int64_t b = 0; b < sw; b++) {
                 float *dst = buf + (a * sw + b) * g->phase + r * g->Q;
-                if (R < 0 || R >= g->H) memset(dst, 0, sizeof(float) * g->Q);
-                else dw_phase_row(dst, x + R * g->W, g, b, sw);
+                const float *src = x + R * g->W + b - g->pl;
+                if (sw == 1) {
+                    memcpy(dst + g->lo[0], src + g->lo[0], sizeof(float) * (g->hi[0] - g->lo[0]));
+                    continue;
+                }
+#pragma omp simd
+                for (int64_t c = g->lo[b]; c < g->hi[b]; c++) dst[c] = src[c * sw];
             }
         }
 }
@@ -141,12 +136,12 @@ void cuvil_dwconv2d(int64_t batch, int64_t C, int64_t O, const float *x, const f
     dw_geom g = dw_plan(geom);
     const int64_t mult = O / C, in_plane = g.H * g.W, out_plane = g.OH * g.OW, taps = g.kh * g.kw;
     int nt = (int)min64(threads_for(batch * O * out_plane * taps), batch * O);
+    const int64_t chunk = ceil_div(batch * O, 8 * (int64_t)nt); /* 8 per thread: a preempted thread delays little */
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
         float *buf = dw_scratch(g.sh * g.sw * g.phase);
-        for (int64_t i = 0; i < g.sh * g.sw; i++) /* the slack after each phase: finite, read by junk lanes */
-            memset(buf + i * g.phase + g.rows * g.Q, 0, sizeof(float) * (g.phase - g.rows * g.Q));
-#pragma omp for schedule(static)
+        memset(buf, 0, sizeof(float) * g.sh * g.sw * g.phase); /* pads, and slack that junk lanes read */
+#pragma omp for schedule(dynamic, chunk)
         for (int64_t q = 0; q < batch * O; q++) {
             const int64_t o = q % O;
             dw_plane(&g, x + (q / O * C + o / mult) * in_plane, w + o * taps, bias ? bias[o] : 0.0f,
