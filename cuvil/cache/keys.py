@@ -89,10 +89,13 @@ def environment() -> str:
 def sources_digest() -> str:
     """SHA-1 over the Python, C and header files of the installed `cuvil` package (about 5 ms): any edit of
     Cuvil, not only a version bump, invalidates what it compiled before."""
-    root = Path(__file__).resolve().parent.parent
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    files = sorted(os.path.relpath(os.path.join(folder, name), root) for folder, _, names in os.walk(root)
+                   for name in names if name.endswith((".py", ".c", ".h")))
     h = hashlib.sha1(usedforsecurity=False)
-    for p in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".c", ".h")):
-        data = p.read_bytes()
-        h.update(f"{p.relative_to(root)}\0{len(data)}\0".encode())
+    for rel in files:
+        with open(os.path.join(root, rel), "rb") as f:
+            data = f.read()
+        h.update(f"{rel}\0{len(data)}\0".encode())
         h.update(data)
     return h.hexdigest()
