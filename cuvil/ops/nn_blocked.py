@@ -10,12 +10,18 @@ become the convolution's epilogue. With `channels` > 0 the result is the plain [
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from ..ir.dtypes import DType
 from .common import require_dtype
 from .nn import _ref_conv, _spatial_out
 from .registry import Attr, register_op
+
+if TYPE_CHECKING:
+    from ..ir.builder import Builder
+    from ..ir.core import Value
 
 
 def _conv_nchwc_shape(ctx, types, a):
@@ -77,6 +83,37 @@ def _ref_conv_nchwc(xs, a):
     return (unblock(y)[:, :a["channels"]] if a["channels"] else y).astype(np.float32)
 
 
+def to_blocked(b: Builder, v: Value, size: int) -> Value:
+    """[N, C, H, W] -> [N, C/size, H, W, size]: channels padded with zeros to whole blocks."""
+    n, c, h, w = v.type.shape
+    padded = c + -c % size
+    if padded != c:
+        v = b.pad(v, pads=(0, 0, 0, 0, 0, padded - c, 0, 0))
+    return b.transpose(b.reshape(v, shape=(n, padded // size, size, h, w)), perm=(0, 1, 3, 4, 2))
+
+
+def from_blocked(b: Builder, v: Value, channels: int) -> Value:
+    """[N, C/size, H, W, size] -> [N, C, H, W]: the padding channels dropped."""
+    n, blocks, h, w, size = v.type.shape
+    plain = b.reshape(b.transpose(v, perm=(0, 1, 4, 2, 3)), shape=(n, blocks * size, h, w))
+    return plain if blocks * size == channels else b.slice(plain, starts=(0,), ends=(channels,), axes=(1,))
+
+
+def _decompose(b, xs, a):
+    """Unblock, the plain conv, block again: for backends (or block sizes) without a blocked kernel."""
+    x, w, bias = xs[:3]
+    ob, cb, kh, kw, c, size = w.type.shape
+    plain_w = b.reshape(b.transpose(w, perm=(0, 5, 1, 4, 2, 3)), shape=(ob * size, cb * c, kh, kw))
+    y = b.conv(from_blocked(b, x, cb * c), plain_w, b.reshape(bias, shape=(ob * size,)), strides=a["strides"],
+               pads=a["pads"], dilations=a["dilations"])
+    y = to_blocked(b, y, size)
+    if len(xs) == 4:
+        y = b.add(y, xs[3])
+    if a["activation"] == "relu":
+        y = b.relu(y)
+    return from_blocked(b, y, a["channels"]) if a["channels"] else y
+
+
 def _normalize(types, attrs):
     out = dict(attrs)
     for key, n, fill in (("strides", 2, 1), ("dilations", 2, 1), ("pads", 4, 0)):
@@ -88,6 +125,7 @@ def _normalize(types, attrs):
 
 
 register_op("conv_nchwc", operands=(3, 4), shape=_conv_nchwc_shape, reference=_ref_conv_nchwc, normalize=_normalize,
+            decompose=_decompose,
             attrs={"strides": Attr("ints", ()), "dilations": Attr("ints", ()), "pads": Attr("ints", ()),
                    "activation": Attr("str", "none", ("none", "relu")), "channels": Attr("int", 0)},
             doc="2-D conv in blocked layout: x [N,C/cb,H,W,cb], w [O/ob,C/cb,kh,kw,cb,ob], bias [O/ob,ob], "

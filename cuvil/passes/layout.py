@@ -16,7 +16,7 @@ from ..ir.builder import Builder
 from ..ir.core import Function, Op, Region, Value
 from ..ir.dtypes import DType
 from ..ir.symbolic import evaluate, free_symbols
-from ..ops.nn_blocked import pack_weight
+from ..ops.nn_blocked import from_blocked, pack_weight, to_blocked
 from .manager import Pass
 from .rewrite import Pat, Rule, apply_rules, splat_value
 
@@ -132,22 +132,6 @@ class _Chains:
 def _traits(op: Op):
     from ..ops import registry
     return registry.get_op(op.name).traits
-
-
-def to_blocked(b: Builder, v: Value, size: int) -> Value:
-    """[N, C, H, W] -> [N, C/size, H, W, size]: channels padded with zeros to whole blocks."""
-    n, c, h, w = v.type.shape
-    padded = c + -c % size
-    if padded != c:
-        v = b.pad(v, pads=(0, 0, 0, 0, 0, padded - c, 0, 0))
-    return b.transpose(b.reshape(v, shape=(n, padded // size, size, h, w)), perm=(0, 1, 3, 4, 2))
-
-
-def from_blocked(b: Builder, v: Value, channels: int) -> Value:
-    """[N, C/size, H, W, size] -> [N, C, H, W]: the padding channels dropped."""
-    n, blocks, h, w, size = v.type.shape
-    plain = b.reshape(b.transpose(v, perm=(0, 1, 4, 2, 3)), shape=(n, blocks * size, h, w))
-    return plain if blocks * size == channels else b.slice(plain, starts=(0,), ends=(channels,), axes=(1,))
 
 
 class _Rewriter:

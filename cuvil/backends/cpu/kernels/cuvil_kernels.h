@@ -70,6 +70,14 @@ void cuvil_sgemm_batched(int64_t batch, int64_t M, int64_t N, int64_t K, float a
 void cuvil_dwconv2d(int64_t batch, int64_t C, int64_t O, const float *x, const float *w, const float *bias,
                     float *y, const int64_t *geom, float lo, float hi);
 
+/* Blocked direct convolution (the conv_nchwc op), B = cuvil_conv_nchwc_block() channels per block:
+ * x[n, cb, h, w, c] (c = B, or c < B channels of a narrow input with cb = 1), w packed [ob, cb, kh, kw, c, B],
+ * bias[ob * B], res NULL or shaped like a blocked y, y[n, ob, oh, ow, B] or, when oc > 0, plain [n, oc, oh, ow].
+ * geom: n, cb, h, w, c, ob, oh, ow, kh, kw, stride h, w, pad top, left, dilation h, w, oc. act: none or relu. */
+int cuvil_conv_nchwc_block(void);
+void cuvil_conv_nchwc(const float *x, const float *w, const float *bias, const float *res, float *y,
+                      const int64_t *geom, int act);
+
 /* y[i] = act(x[i]) with the epilogue's vector math (x == y allowed). */
 void cuvil_activation(int act, int64_t n, const float *x, float *y);
 
