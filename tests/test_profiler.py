@@ -142,3 +142,17 @@ def test_instrumented_build_computes_the_same_and_default_has_no_timers():
 def test_profiling_plain_python_is_an_error():
     with pytest.raises(TypeError, match="ran no compiled cuvil code"):
         cuvil.profile(lambda a: a + 1, np.ones(3), repeat=1)
+
+
+def test_blocked_conv_counts_the_plain_convs_flops_when_channels_fill_the_blocks():
+    from cuvil.ops.nn_blocked import to_blocked
+    from cuvil.profiler import op_flops
+
+    b = Builder.new_function(Module(), "main", [TensorType("f32", (sym("n"), 32, 9, 9))], ["x"])
+    (x,) = b.args
+    w = b.constant(np.ones((16, 32, 3, 3), np.float32), "w")
+    bias = b.constant(np.zeros(16, np.float32), "b")
+    plain = b.conv(x, w, bias, pads=(1, 1, 1, 1))
+    blocked = b.conv_nchwc(to_blocked(b, x, 16), b.constant(np.ones((1, 2, 3, 3, 16, 16), np.float32), "wb"),
+                           b.constant(np.zeros((1, 16), np.float32), "bb"), pads=(1, 1, 1, 1), channels=16)
+    assert op_flops(blocked.owner, {"n": 2}) == op_flops(plain.owner, {"n": 2}) == 2 * 2 * 16 * 81 * 32 * 9
