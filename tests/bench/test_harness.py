@@ -26,6 +26,7 @@ def test_measure_times_peers_and_cuvil_routes(tmp_path):
     jit = by_peer["cuvil jit"]
     assert jit.max_err <= harness.TOLERANCE and jit.first_s > 0
     assert jit.arena_bytes is not None and jit.weights_bytes == 32 * 16 * 4
+    assert "error" not in jit.profile, jit.profile
     assert jit.profile["overhead"] > 0 and jit.profile["top"][0]["ops"].startswith("matmul")
     assert by_peer["numpy"].profile is None and all(r.cpu_pressure is not None for r in results)
 
