@@ -14,10 +14,12 @@ implements directly (matmul, conv, ...) and control flow.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from ..ir.core import Function, Op, Region
 from .manager import Pass
+from .rewrite import splat_value
 
 CHEAP_OPS = frozenset({"broadcast_to", "reshape", "transpose", "slice", "full", "iota", "dim_size", "cast",
                        "concat", "pad", "neg"})
@@ -204,8 +206,11 @@ GEMM_ACTIVATIONS = {"relu", "gelu", "sigmoid", "tanh"}
 
 
 class FuseGemmEpilogue(Pass):
-    """matmul -> (+ bias broadcast along rows) -> (activation): one `fused` op of kind "library", which a
-    GEMM kernel computes with the epilogue applied while its output tile is in registers."""
+    """Library kernels with their epilogue, each as one `fused` op of kind "library":
+    - matmul -> (+ bias broadcast along rows) -> (activation): the GEMM applies it while its output tile is in
+      registers;
+    - depthwise f32 conv -> clamps (relu, clip, max/min with a constant): `cuvil_dwconv2d` clamps on its way
+      out. The chain becomes one `clip` in the body, so a bound broadcast only for it is never materialised."""
 
     name = "fuse-gemm-epilogue"
 
@@ -215,13 +220,101 @@ class FuseGemmEpilogue(Pass):
         for region in regions:
             users = _users(region)
             for op in list(region.ops):
-                if op.name == "matmul" and op.results[0].type.dtype.value == "f32":
-                    chain = _epilogue_chain(op, users)
-                    if len(chain) > 1:
-                        _outline_all(fn, region, [_Group(chain[-1], chain, kind="library")])
-                        users = _users(region)
-                        changed = True
+                rule = LIBRARY_EPILOGUES.get(op.name)
+                if rule is not None and op.parent is region and rule(fn, region, op, users):
+                    users = _users(region)
+                    changed = True
         return changed
+
+
+def _gemm_epilogue(fn: Function, region: Region, mm: Op, users: dict) -> bool:
+    chain = _epilogue_chain(mm, users) if mm.results[0].type.dtype.value == "f32" else []
+    if len(chain) > 1:
+        _outline_all(fn, region, [_Group(chain[-1], chain, kind="library")])
+    return len(chain) > 1
+
+
+def _dwconv_clamp(fn: Function, region: Region, conv: Op, users: dict) -> bool:
+    """conv (one input channel per group, 1-D or 2-D, f32: the convs `cuvil_dwconv2d` computes) -> clamps."""
+    w, y = conv.operands[1].type, conv.results[0].type
+    if y.dtype.value != "f32" or w.rank > 4 or w.shape[1] != 1:
+        return False
+    chain, lo, hi = _clamp_chain(conv.results[0], users, fn.module)
+    if not chain:
+        return False
+    body = Region([v.type for v in conv.operands])
+    inner = body.append(Op("conv", body.args, conv.attrs, [y], (), conv.loc))
+    clip = body.append(Op("clip", inner.results, {"min": lo, "max": hi}, [y], (), chain[-1].loc))
+    body.append(Op("yield", clip.results, {}, [], (), chain[-1].loc))
+    members = [conv] + chain
+    name = "_".join(dict.fromkeys(o.name for o in members))
+    fused = Op("fused", list(conv.operands), {"kind": "library", "name": name}, [y], [body], conv.loc)
+    fused.parent = region
+    bounds = [v.owner for o in chain for v in o.operands if isinstance(v.owner, Op) and v.owner not in members]
+    region.ops[region.ops.index(chain[-1])] = fused
+    for o in members[:-1]:
+        region.ops.remove(o)
+    for o in members:
+        o.parent = None
+    fn.replace_uses({id(chain[-1].results[0]): fused.results[0]})
+    _drop_unused(region, bounds)
+    return True
+
+
+def _clamp_chain(v, users: dict, module) -> tuple:
+    """(ops, lo, hi): the clamps applied to `v` one after another, each the only user of the one before, and
+    the bounds of the one clamp they make. Stops before a clamp whose bounds miss the others' (a constant)."""
+    chain, lo, hi = [], -math.inf, math.inf
+    op = _only_user(v, users)
+    while op is not None and op.name in CLAMPS:
+        bounds = CLAMPS[op.name](op, v, module)
+        if bounds is None or max(lo, bounds[0]) > min(hi, bounds[1]):
+            break
+        lo, hi = max(lo, bounds[0]), min(hi, bounds[1])
+        chain.append(op)
+        v = op.results[0]
+        op = _only_user(v, users)
+    return chain, lo, hi
+
+
+def _splat_bound(op: Op, v, module):
+    """The constant that binary `op` compares `v` with, when its other operand is one (NaN would win)."""
+    other = op.operands[1] if op.operands[0] is v else op.operands[0]
+    c = splat_value(other, module) if other is not v else None
+    return None if c is None or math.isnan(c) else c
+
+
+def _lower_bound(op: Op, v, module):
+    c = _splat_bound(op, v, module)
+    return None if c is None else (c, math.inf)
+
+
+def _upper_bound(op: Op, v, module):
+    c = _splat_bound(op, v, module)
+    return None if c is None else (-math.inf, c)
+
+
+# The clamp [lo, hi] each op applies to the conv's result `v` (NaN passes through every one), or None.
+CLAMPS = {
+    "relu": lambda op, v, module: (0.0, math.inf),
+    "clip": lambda op, v, module: (op.attrs["min"], op.attrs["max"]),
+    "max": _lower_bound,
+    "min": _upper_bound,
+}
+
+
+def _drop_unused(region: Region, ops: list) -> None:
+    """Remove those of `ops` whose results nothing uses now, then their producers in turn (ops are pure)."""
+    users = _users(region)
+    stack = list(ops)
+    while stack:
+        op = stack.pop()
+        if op.parent is region and not any(users.get(id(r)) for r in op.results):
+            region.ops.remove(op)
+            op.parent = None
+            for v in op.operands:
+                users.get(id(v), []).remove(op)
+                stack += [v.owner] if isinstance(v.owner, Op) else []
 
 
 def _only_user(v, users: dict):
@@ -254,3 +347,6 @@ def _epilogue_chain(mm: Op, users: dict) -> list:
     if act is not None and act.name in GEMM_ACTIVATIONS:
         chain.append(act)
     return chain
+
+
+LIBRARY_EPILOGUES = {"matmul": _gemm_epilogue, "conv": _dwconv_clamp}

@@ -13,8 +13,13 @@ ACTIVATION_CODES = {"relu": 1, "gelu-tanh": 2, "gelu-none": 3, "sigmoid": 4, "ta
 
 
 def emit_fused(gen, op, depth: int) -> None:
-    """A `fused` op of kind "library": a GEMM with its operands' transposes (read through strides) and its
-    bias and activation epilogue."""
+    """A `fused` op of kind "library": the kernel of the op its body is built around, with the epilogue."""
+    anchor = next(o for o in op.regions[0].ops if o.name in FUSED_EMITTERS)
+    FUSED_EMITTERS[anchor.name](gen, op, depth)
+
+
+def _fused_gemm(gen, op, depth: int) -> None:
+    """A GEMM with its operands' transposes (read through strides) and its bias and activation epilogue."""
     body = op.regions[0].ops[:-1]
     source = dict(zip((id(a) for a in op.regions[0].args), op.operands))
     transposed = {id(o.results[0]): source[id(o.operands[0])] for o in body if o.name == "transpose"}
@@ -108,6 +113,7 @@ def _prod(dims):
 
 
 EMITTERS = {"matmul": _matmul, "shape_of": _shape_of}
+FUSED_EMITTERS = {"matmul": _fused_gemm}  # the anchor op of a fused library op's body -> its emitter
 EMITTERS.update(library_rows.EMITTERS)
 
 from . import library_misc  # noqa: E402  (emitters in their own files; imported last, after EMITTERS exists)
@@ -115,6 +121,7 @@ EMITTERS.update(library_misc.EMITTERS)
 
 from . import library_conv  # noqa: E402
 EMITTERS.update(library_conv.EMITTERS)
+FUSED_EMITTERS["conv"] = library_conv.emit_fused_conv
 
 from . import library_resize  # noqa: E402
 EMITTERS.update(library_resize.EMITTERS)

@@ -15,8 +15,9 @@ conv_transpose is the adjoint: cols = W^T @ X per image and group, then col2im a
 """
 from __future__ import annotations
 
+from ...ir.core import Op
 from ...ir.dtypes import DType
-from .c_exprs import load, store_value
+from .c_exprs import CType, load, store_value
 from .library_util import c_dim, compute, open_block, par_if, prod, scratch_parts, storage, tag
 
 WIN_STRUCT = """/* Window geometry over three spatial dims: in/out sizes, kernel, stride, dilation, begin/end pads. */
@@ -461,6 +462,17 @@ def _dwconv2d(gen, cv, lo: str = "-INFINITY", hi: str = "INFINITY") -> None:
                       f"{cv.buf.get('b', 'NULL')}, {cv.buf['y']}, (const int64_t[]){{{', '.join(map(c_dim, geom))}}}, "
                       f"{lo}, {hi});")
     cv.end()
+
+
+def emit_fused_conv(gen, op, depth: int) -> None:
+    """A `fused` op of kind "library" (passes/fuse.py): a depthwise f32 conv and the clip `cuvil_dwconv2d`
+    applies on its way out."""
+    conv, clip = op.regions[0].ops[:2]
+    source = dict(zip((id(a) for a in op.regions[0].args), op.operands))
+    view = Op("conv", [source[id(v)] for v in conv.operands], conv.attrs, [], (), conv.loc)
+    view.results = op.results  # the conv writes the fused op's buffer
+    t = CType(DType.f32)
+    _dwconv2d(gen, _Conv(gen, view, depth, transpose=False), t.lit(clip.attrs["min"]), t.lit(clip.attrs["max"]))
 
 
 # -- conv_transpose ------------------------------------------------------------------------------------------

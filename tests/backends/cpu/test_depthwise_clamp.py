@@ -1,0 +1,61 @@
+"""A depthwise conv's clamps (relu, relu6 as clip or as relu -> min, bounds from a constant) fused into
+`cuvil_dwconv2d`'s store, compiled against the reference interpreter; clamps that must stay separate (a bound
+that is an input, a conv result read twice) give the same results unfused."""
+
+import numpy as np
+import pytest
+
+from cuvil.compiler import compile_module
+from cuvil.interpreter import interpret
+from cuvil.ir.builder import Builder
+from cuvil.ir.core import Module
+from cuvil.ir.dtypes import DType
+from cuvil.ir.types import TensorType
+
+from .test_library_ops import rand
+
+
+def clip_const(b, y, t):  # relu6 as ONNX Clip with constant inputs exports it
+    six = b.broadcast_to(b.constant(np.array(6, np.float32), "six"), shape=y.type.shape)
+    return b.min(b.relu(y), six)
+
+
+# name: (epilogue (builder, conv result, an input of its shape) -> result, fused into the conv)
+EPILOGUES = {
+    "clip-0-6": (lambda b, y, t: b.clip(y, min=0.0, max=6.0), True),
+    "relu": (lambda b, y, t: b.relu(y), True),
+    "relu-min-constant": (clip_const, True),
+    "max-zero-min-full": (lambda b, y, t: b.min(b.max(y, b.full(0.0, y.type.shape, DType.f32)),
+                                                b.full(0.5, y.type.shape, DType.f32)), True),
+    "bound-is-an-input": (lambda b, y, t: b.min(b.max(y, t), b.full(6.0, y.type.shape, DType.f32)), False),
+    "conv-result-used-twice": (lambda b, y, t: b.add(b.clip(y, min=0.0, max=6.0), y), False),
+}
+GEOMETRY = {  # name: (x shape, kernel, attrs besides groups, output shape)
+    "3x3-s1": ((1, 8, 14, 13), (3, 3), {"pads": (1, 1, 1, 1)}, (1, 8, 14, 13)),
+    "3x3-s2": ((2, 6, 15, 16), (3, 3), {"strides": (2, 2), "pads": (1, 1, 1, 1)}, (2, 6, 8, 8)),
+    "1-D": ((2, 4, 23), (5,), {"pads": (2, 2)}, (2, 4, 23)),
+}
+
+
+def conv_then(epilogue, x_shape, kernel, attrs, y_shape) -> Module:
+    """@main(x, t) = epilogue(depthwise conv(x) with constant weights and bias, t); t has the conv's shape."""
+    m, c = Module(), x_shape[1]
+    b = Builder.new_function(m, "main", [TensorType(DType.f32, x_shape), TensorType(DType.f32, y_shape)])
+    x, t = b.args
+    w, bias = b.constant(rand(c, 1, *kernel, seed=1), "w"), b.constant(rand(c, seed=2), "bias")
+    y = b.emit("conv", x, w, bias, groups=c, **attrs)
+    b.ret(epilogue(b, y, t))
+    return m
+
+
+@pytest.mark.parametrize("geometry", sorted(GEOMETRY))
+@pytest.mark.parametrize("name", sorted(EPILOGUES))
+def test_clamped_depthwise_matches_interpreter(name, geometry):
+    epilogue, fuses = EPILOGUES[name]
+    m = conv_then(epilogue, *GEOMETRY[geometry])
+    x, t = rand(*GEOMETRY[geometry][0]) * 4, rand(*GEOMETRY[geometry][3], seed=3)
+    x.flat[::37] = np.nan
+    exe = compile_module(m)
+    kinds = [op.attrs["kind"] for op in exe.module.functions["main"].walk() if op.name == "fused"]
+    assert ("library" in kinds) == fuses
+    np.testing.assert_allclose(exe(x, t)[0], interpret(m, [x, t])[0], rtol=1e-5, atol=1e-5)
