@@ -3,7 +3,8 @@ process that compiles a model it compiled before loads the result in millisecond
 
     CUVIL_ARTIFACT_CACHE=0     turns it off
     cuvil.cache.clear()        deletes the saved artifacts (the C compiler's own cache stays)
+    cuvil.cache.verify()       checks every artifact in full and deletes the corrupt ones
 """
-from .store import clear, enabled
+from .store import clear, enabled, verify
 
-__all__ = ["clear", "enabled"]
+__all__ = ["clear", "enabled", "verify"]

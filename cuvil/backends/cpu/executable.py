@@ -12,14 +12,17 @@ from __future__ import annotations
 import ctypes
 import logging
 import threading
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ...errors import CuvilError, ShapeError
 from ...ir.symbolic import SymExpr, evaluate
 from . import fastcall
-from .codegen import CProgram
 from .kernels import aligned_empty
+
+if TYPE_CHECKING:  # the code generator is not imported to run a library loaded from the artifact cache
+    from .codegen import CProgram
 
 log = logging.getLogger("cuvil.backends.cpu")
 
