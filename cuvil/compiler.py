@@ -92,9 +92,11 @@ def compile_module(module: Module, target: str = "cpu", passes: Iterable = (), l
 
 
 def verify_passes() -> bool:
-    """Verify the IR after every pass only where asked (`CUVIL_VERIFY=1`; the tests set it): on ResNet-18 the
-    verifier costs ten times what the passes do. The frontend's module and the final one are verified always."""
-    return os.environ.get("CUVIL_VERIFY", "0") == "1"
+    """Verify the IR after every pass in tests (`CUVIL_VERIFY=1`) and debug mode (`cuvil.set_log_level("debug")`),
+    unless `CUVIL_VERIFY=0`: on ResNet-18 the verifier costs ten times what the passes do. The frontend's module
+    and the final one are verified always."""
+    flag = os.environ.get("CUVIL_VERIFY", "")
+    return flag == "1" or (flag != "0" and log.isEnabledFor(logging.DEBUG))
 
 
 def _verify_result(module: Module) -> None:
