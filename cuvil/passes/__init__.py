@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from .decompose import decompose
-from .fuse import FuseGemmEpilogue, FuseOps
+from .fuse import FuseLibraryEpilogue, FuseOps
 from .inference import FoldBatchNorm
 from .layout import BlockLayout
 from .lower import SplitToSlices
@@ -35,7 +35,7 @@ def default_pipeline(target: str = "cpu", level: int = 2, passes: Iterable[Pass]
             pb.add(BlockLayout(conv_block()))
         pb.add_fixpoint("cleanup-lowered", FoldConstants(), Simplify(), Canonicalize(), CSE(), DCE())
         if enable_fusion:
-            pb.add(FuseGemmEpilogue())
+            pb.add(FuseLibraryEpilogue())
         pb.add(FuseOps(is_loop_op, REDUCE_OPS, join=enable_fusion))
     for p in passes:
         pb.insert(p)
@@ -50,6 +50,6 @@ def run_pipeline(module, pipeline: Pipeline | None = None, **manager_options) ->
 
 
 __all__ = ["BlockLayout", "CSE", "Canonicalize", "DCE", "Decompose", "FoldBatchNorm", "FoldConstants",
-           "FuseGemmEpilogue", "FuseOps", "Match", "Pass", "PassManager", "Pat", "Pipeline", "PipelineBuilder",
+           "FuseLibraryEpilogue", "FuseOps", "Match", "Pass", "PassManager", "Pat", "Pipeline", "PipelineBuilder",
            "Recompose", "Rule", "Simplify", "SplitToSlices", "apply_rules", "decompose", "default_pipeline",
            "run_pipeline"]

@@ -205,14 +205,14 @@ def _outline(g: _Group, members: list, users: dict):
 GEMM_ACTIVATIONS = {"relu", "gelu", "sigmoid", "tanh"}
 
 
-class FuseGemmEpilogue(Pass):
+class FuseLibraryEpilogue(Pass):
     """Library kernels with their epilogue, each as one `fused` op of kind "library":
     - matmul -> (+ bias broadcast along rows) -> (activation): the GEMM applies it while its output tile is in
       registers;
     - depthwise f32 conv -> clamps (relu, clip, max/min with a constant): `cuvil_dwconv2d` clamps on its way
       out. The chain becomes one `clip` in the body, so a bound broadcast only for it is never materialised."""
 
-    name = "fuse-gemm-epilogue"
+    name = "fuse-library-epilogue"
 
     def run_on_operation(self, fn: Function) -> bool:
         changed = False

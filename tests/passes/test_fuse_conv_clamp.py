@@ -2,7 +2,7 @@
 a bound that is not a constant, a conv result read twice or a dense conv stay as they were."""
 import numpy as np
 
-from cuvil.passes import FuseGemmEpilogue
+from cuvil.passes import FuseLibraryEpilogue
 
 from .helpers import expect, run_passes
 
@@ -21,7 +21,7 @@ def fuse(ops: str, results: str = "f32[1,2,5,5]") -> str:
             {ops.strip()}
           }}
         }}"""
-    return run_passes(text, FuseGemmEpilogue(), inputs=X)
+    return run_passes(text, FuseLibraryEpilogue(), inputs=X)
 
 
 def fused(lo: str, hi: str, name: str) -> str:
@@ -113,4 +113,4 @@ def test_dense_conv_is_left_alone():
             return %1
           }
         }"""
-    assert "fused" not in run_passes(text, FuseGemmEpilogue())
+    assert "fused" not in run_passes(text, FuseLibraryEpilogue())
