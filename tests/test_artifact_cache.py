@@ -128,6 +128,24 @@ def test_a_corrupt_entry_is_detected_and_rebuilt(cache, tmp_path, target):
     assert cuvil.load_onnx(path).optimize().executable.cache == "hit"
 
 
+def test_a_passing_load_error_keeps_the_entry(cache, tmp_path, monkeypatch):
+    path, w = _onnx_file(tmp_path)
+    seen, real_load = [], store.load
+    monkeypatch.setattr(store, "load", lambda key: seen.append(key) or real_load(key))
+    cuvil.load_onnx(path).optimize()
+    (entry,) = _entries(cache)
+    from cuvil.backends.cpu import kernels
+
+    def busy(*args):
+        raise OSError(24, "Too many open files")
+
+    with monkeypatch.context() as m:
+        m.setattr(kernels, "load", busy)
+        assert real_load(seen[0]) is None
+    assert _entries(cache) == [entry]
+    assert cuvil.load_onnx(path).optimize().executable.cache == "hit"
+
+
 def test_a_failed_save_publishes_nothing(cache, tmp_path, monkeypatch):
     path, _ = _onnx_file(tmp_path)
     from cuvil.ir import serialize

@@ -113,7 +113,9 @@ def _sha256(path: Path) -> str:
 
 # -- loading -----------------------------------------------------------------------------------------------------
 def load(key: str):
-    """(Executable, route data) of the entry saved under `key`, or None (a miss; corrupt entries are removed)."""
+    """(Executable, route data) of the entry saved under `key`, or None (a miss). Corrupt or incomplete entries
+    are removed; an entry that fails for a passing reason (an OS error: too many open files, the kernel library
+    not buildable now) is kept."""
     if not enabled():
         return None
     entry = entry_path(key)
@@ -122,10 +124,15 @@ def load(key: str):
     try:
         with _collector_paused():
             return _load_entry(entry, key)
-    except (CuvilError, OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-        log.warning("artifact %s is unusable (%s): rebuilding it", entry, e)
-        discard(entry)
+    except FileNotFoundError as e:  # part of the entry is gone
+        log.warning("artifact %s is incomplete (%s): rebuilding it", entry, e)
+    except OSError as e:  # the entry passed its checks (or was not read): keep it for the next process
+        log.warning("artifact %s could not be loaded (%s): compiling without it", entry, e)
         return None
+    except (CuvilError, ValueError, KeyError, TypeError, AttributeError) as e:
+        log.warning("artifact %s is unusable (%s): rebuilding it", entry, e)
+    discard(entry)
+    return None
 
 
 def _load_entry(entry: Path, key: str):
