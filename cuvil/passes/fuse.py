@@ -210,7 +210,8 @@ class FuseLibraryEpilogue(Pass):
     - matmul -> (+ bias broadcast along rows) -> (activation): the GEMM applies it while its output tile is in
       registers;
     - depthwise f32 conv -> clamps (relu, clip, max/min with a constant): `cuvil_dwconv2d` clamps on its way
-      out. The chain becomes one `clip` in the body, so a bound broadcast only for it is never materialised."""
+      out; other f32 convs -> relu or relu6: their GEMM's epilogue. The chain becomes one `clip` in the body,
+      so a bound broadcast only for it is never materialised."""
 
     name = "fuse-library-epilogue"
 
@@ -234,13 +235,19 @@ def _gemm_epilogue(fn: Function, region: Region, mm: Op, users: dict) -> bool:
     return len(chain) > 1
 
 
-def _dwconv_clamp(fn: Function, region: Region, conv: Op, users: dict) -> bool:
-    """conv (one input channel per group, 1-D or 2-D, f32: the convs `cuvil_dwconv2d` computes) -> clamps."""
+# The clamps a GEMM-computed conv's epilogue applies: relu and relu6 (MobileNet's).
+CONV_GEMM_CLAMPS = {(0.0, math.inf): "relu", (0.0, 6.0): "relu6"}
+
+
+def _conv_clamp(fn: Function, region: Region, conv: Op, users: dict) -> bool:
+    """f32 conv -> clamps: any clamp for a depthwise 1-D/2-D conv (`cuvil_dwconv2d` clamps), relu or relu6 for
+    a conv on the GEMM (more than one input channel per group: its epilogue)."""
     w, y = conv.operands[1].type, conv.results[0].type
-    if y.dtype.value != "f32" or w.rank > 4 or w.shape[1] != 1:
+    depthwise = w.shape[1] == 1
+    if y.dtype.value != "f32" or (depthwise and w.rank > 4):
         return False
     chain, lo, hi = _clamp_chain(conv.results[0], users, fn.module)
-    if not chain:
+    if not chain or (not depthwise and (lo, hi) not in CONV_GEMM_CLAMPS):
         return False
     body = Region([v.type for v in conv.operands])
     inner = body.append(Op("conv", body.args, conv.attrs, [y], (), conv.loc))
@@ -349,4 +356,4 @@ def _epilogue_chain(mm: Op, users: dict) -> list:
     return chain
 
 
-LIBRARY_EPILOGUES = {"matmul": _gemm_epilogue, "conv": _dwconv_clamp}
+LIBRARY_EPILOGUES = {"matmul": _gemm_epilogue, "conv": _conv_clamp}

@@ -1,5 +1,5 @@
 """Depthwise conv -> clamps (relu, clip, max/min with a constant) become one library op with a `clip` epilogue;
-a bound that is not a constant, a conv result read twice or a dense conv stay as they were."""
+a bound that is not a constant or a conv result read twice stay as they were; a dense conv takes relu and relu6."""
 import numpy as np
 
 from cuvil.passes import FuseLibraryEpilogue
@@ -104,13 +104,14 @@ def test_no_fusion_where_the_clamp_is_not_the_conv_results_only_use_with_constan
         assert "fused" not in got and got.startswith(CONV), name
 
 
-def test_dense_conv_is_left_alone():
+def test_a_dense_conv_takes_relu_and_relu6_only():
     text = """
         module {
           func @main(%x: f32[1,2,5,5], %w: f32[2,2,3,3]) -> (f32[1,2,5,5]) {
             %0:f32[1,2,5,5] = conv %x, %w {strides = [1, 1], dilations = [1, 1], pads = [1, 1, 1, 1], groups = 1}
-            %1:f32[1,2,5,5] = relu %0
+            %1:f32[1,2,5,5] = clip %0 {min = 0.0, max = MAX}
             return %1
           }
         }"""
-    assert "fused" not in run_passes(text, FuseLibraryEpilogue())
+    assert "fused" in run_passes(text.replace("MAX", "6.0"), FuseLibraryEpilogue())
+    assert "fused" not in run_passes(text.replace("MAX", "5.0"), FuseLibraryEpilogue())

@@ -22,7 +22,7 @@ import numpy as np
 from ...errors import ShapeError
 from . import toolchain
 
-ACTIVATIONS = {"none": 0, "relu": 1, "gelu_tanh": 2, "gelu_erf": 3, "sigmoid": 4, "tanh": 5}
+ACTIVATIONS = {"none": 0, "relu": 1, "gelu_tanh": 2, "gelu_erf": 3, "sigmoid": 4, "tanh": 5, "relu6": 6}
 ABI_VERSION = 1
 SOURCES = ("gemm.c", "dwconv.c", "conv_nchwc.c")  # one unit: the convs use gemm.c's threads and allocator
 HEADERS = ("cuvil_kernels.h", "cuvil_simd.h")

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 from ...ir.core import Op
 from ...ir.dtypes import DType
+from ...passes.fuse import CONV_GEMM_CLAMPS
 from .c_exprs import CType, load, store_value
+from .kernels import ACTIVATIONS
 from .library_util import c_dim, compute, open_block, par_if, prod, scratch_parts, storage, tag
 
 WIN_STRUCT = """/* Window geometry over three spatial dims: in/out sizes, kernel, stride, dilation, begin/end pads. */
@@ -361,10 +363,10 @@ def _store_back(gen, depth: int, dt: DType, name: str, v) -> None:
                         f"{store_value(dt, f'{name}32[t]')};")
 
 
-def _gemm(t: str, m, n, k, a, rsa, csa, b, rsb, c, ldc, accumulate: bool) -> str:
+def _gemm(t: str, m, n, k, a, rsa, csa, b, rsb, c, ldc, accumulate: bool, act: int = 0) -> str:
     if t == "float":
         beta = "1.0f" if accumulate else "0.0f"
-        return f"cuvil_sgemm({m}, {n}, {k}, 1.0f, {a}, {rsa}, {csa}, {b}, {rsb}, 1, {beta}, {c}, {ldc}, NULL, 0);"
+        return f"cuvil_sgemm({m}, {n}, {k}, 1.0f, {a}, {rsa}, {csa}, {b}, {rsb}, 1, {beta}, {c}, {ldc}, NULL, {act});"
     return f"cuvil_dgemm({m}, {n}, {k}, {a}, {rsa}, {csa}, {b}, {rsb}, {int(accumulate)}, {c}, {ldc});"
 
 
@@ -422,7 +424,8 @@ class _Conv:
 
 
 # -- conv ----------------------------------------------------------------------------------------------------
-def _conv(gen, op, depth: int) -> None:
+def _conv(gen, op, depth: int, act: int = 0) -> None:
+    """`act`: the GEMM epilogue's activation code (a fused relu or relu6; f32 GEMM paths only)."""
     cv = _Conv(gen, op, depth, transpose=False)
     pointwise = all(k == 1 for k in cv.kernel) and all(s == 1 for s in op.attrs["strides"]) \
         and not any(op.attrs["pads"])
@@ -442,7 +445,7 @@ def _conv(gen, op, depth: int) -> None:
         im2col = _helper(gen, "im2col", cv.t) if cols else None
 
         def lines(xs, ws, ys):  # W[og, cg*taps] @ (x's channels, or their windows)[cg*taps, out pixels]
-            gemm = _gemm(cv.t, c_dim(cv.og), hw, k, ws, k, 1, "col" if cols else xs, hw, ys, hw, "b" in cv.buf)
+            gemm = _gemm(cv.t, c_dim(cv.og), hw, k, ws, k, 1, "col" if cols else xs, hw, ys, hw, "b" in cv.buf, act)
             return [f"{im2col}({xs}, col, {c_dim(cv.cg)}, &g);", gemm] if cols else [gemm]
         cv.per_image_and_group(lines)
     cv.end()
@@ -465,14 +468,24 @@ def _dwconv2d(gen, cv, lo: str = "-INFINITY", hi: str = "INFINITY") -> None:
 
 
 def emit_fused_conv(gen, op, depth: int) -> None:
-    """A `fused` op of kind "library" (passes/fuse.py): a depthwise f32 conv and the clip `cuvil_dwconv2d`
-    applies on its way out."""
+    """A `fused` op of kind "library" (passes/fuse.py): an f32 conv and the clip applied on its way out, by
+    `cuvil_dwconv2d` (depthwise) or the GEMM's relu / relu6 epilogue (the others)."""
     conv, clip = op.regions[0].ops[:2]
     source = dict(zip((id(a) for a in op.regions[0].args), op.operands))
     view = Op("conv", [source[id(v)] for v in conv.operands], conv.attrs, [], (), conv.loc)
     view.results = op.results  # the conv writes the fused op's buffer
+    bounds = (clip.attrs["min"], clip.attrs["max"])
+    if not depthwise_on_library(view):
+        _conv(gen, view, depth, act=ACTIVATIONS[CONV_GEMM_CLAMPS[bounds]])
+        return
     t = CType(DType.f32)
-    _dwconv2d(gen, _Conv(gen, view, depth, transpose=False), t.lit(clip.attrs["min"]), t.lit(clip.attrs["max"]))
+    _dwconv2d(gen, _Conv(gen, view, depth, transpose=False), t.lit(bounds[0]), t.lit(bounds[1]))
+
+
+def depthwise_on_library(conv) -> bool:
+    """Whether `_conv` computes this conv with `cuvil_dwconv2d` (one input channel per group, f32, 1-D/2-D)."""
+    w = conv.operands[1].type
+    return w.shape[1] == 1 and conv.results[0].type.dtype is DType.f32 and w.rank <= 4
 
 
 # -- conv_transpose ------------------------------------------------------------------------------------------

@@ -59,3 +59,27 @@ def test_clamped_depthwise_matches_interpreter(name, geometry):
     kinds = [op.attrs["kind"] for op in exe.module.functions["main"].walk() if op.name == "fused"]
     assert ("library" in kinds) == fuses
     np.testing.assert_allclose(exe(x, t)[0], interpret(m, [x, t])[0], rtol=1e-5, atol=1e-5)
+
+
+DENSE = {  # name: (x shape, weight shape, attrs, output shape): the 1x1 GEMM path and the im2col one
+    "1x1": ((2, 6, 7, 9), (5, 6, 1, 1), {}, (2, 5, 7, 9)),
+    "3x3-groups-2": ((1, 6, 9, 8), (4, 3, 3, 3), {"groups": 2, "pads": (1, 1, 1, 1)}, (1, 4, 9, 8)),
+}
+DENSE_EPILOGUES = {"relu": True, "clip-0-6": True, "relu-min-constant": True, "max-zero-min-full": False}
+
+
+@pytest.mark.parametrize("geometry", sorted(DENSE))
+@pytest.mark.parametrize("name", sorted(DENSE_EPILOGUES))
+def test_relu_and_relu6_after_a_gemm_conv_become_its_epilogue(name, geometry):
+    x_shape, w_shape, attrs, y_shape = DENSE[geometry]
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType(DType.f32, x_shape), TensorType(DType.f32, y_shape)])
+    x, t = b.args
+    w, bias = b.constant(rand(*w_shape, seed=1), "w"), b.constant(rand(w_shape[0], seed=2), "bias")
+    b.ret(EPILOGUES[name][0](b, b.emit("conv", x, w, bias, **attrs), t))
+    x, t = rand(*x_shape) * 4, rand(*y_shape, seed=3)
+    x.flat[::41] = np.nan
+    exe = compile_module(m)
+    kinds = [op.attrs["kind"] for op in exe.module.functions["main"].walk() if op.name == "fused"]
+    assert ("library" in kinds) == DENSE_EPILOGUES[name]
+    np.testing.assert_allclose(exe(x, t)[0], interpret(m, [x, t])[0], rtol=1e-5, atol=1e-5)

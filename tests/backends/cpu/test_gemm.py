@@ -26,6 +26,7 @@ ACTS = {
     "gelu_erf": lambda x: 0.5 * x * (1 + np.vectorize(math.erf)(x / math.sqrt(2))),
     "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
     "tanh": np.tanh,
+    "relu6": lambda x: np.clip(x, 0, 6),
 }
 
 
@@ -84,6 +85,16 @@ def test_epilogue(act, m, n, k):
     a, b, bias, c0 = rand(rng, m, k), rand(rng, k, n), rand(rng, n), rand(rng, m, n)
     got = kernels.sgemm(a, b, c0.copy(), bias=bias, act=act, alpha=0.25, beta=-0.5, opt_level=OPT)
     assert_close(got, reference(a, b, bias, act, 0.25, -0.5, c0), k)
+
+
+@pytest.mark.parametrize("act", ["relu", "relu6"])
+def test_clamping_epilogues_keep_nan_like_the_ir(act):
+    rng = np.random.default_rng(3)
+    a, b = rand(rng, 7, 40), rand(rng, 40, 50)
+    a[2, 5] = np.nan
+    got = kernels.sgemm(a, b, act=act, opt_level=OPT)
+    assert np.isnan(got[2]).all() and not np.isnan(np.delete(got, 2, axis=0)).any()
+    assert_close(np.delete(got, 2, axis=0), np.delete(reference(a, b, None, act), 2, axis=0), 40)
 
 
 def test_beta_zero_never_reads_c():

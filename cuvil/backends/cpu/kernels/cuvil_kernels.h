@@ -23,14 +23,15 @@ extern "C" {
 #define CUVIL_KERNELS_ABI_VERSION 1
 
 /* Activations of the epilogue (and of cuvil_activation). */
-enum {
+enum { /* relu and relu6 keep NaN */
     CUVIL_ACT_NONE = 0,
     CUVIL_ACT_RELU = 1,
     CUVIL_ACT_GELU_TANH = 2, /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
     CUVIL_ACT_GELU_ERF = 3,  /* 0.5 x (1 + erf(x / sqrt(2))) */
     CUVIL_ACT_SIGMOID = 4,
     CUVIL_ACT_TANH = 5,
-    CUVIL_ACT_COUNT = 6
+    CUVIL_ACT_RELU6 = 6, /* clip(x, 0, 6) */
+    CUVIL_ACT_COUNT = 7
 };
 
 int cuvil_kernels_abi_version(void);

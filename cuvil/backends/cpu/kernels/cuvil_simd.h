@@ -110,11 +110,12 @@ CUVIL_INLINE cuvil_vf cuvil_gelu_erf(cuvil_vf x) { return 0.5f * x * (1.0f + cuv
 CUVIL_INLINE cuvil_vf cuvil_activate(cuvil_vf x, int act)
 {
     switch (act) {
-    case 1: return cuvil_max(x, cuvil_splat(0.0f));
+    case 1: return cuvil_select(x < cuvil_splat(0.0f), cuvil_splat(0.0f), x); /* NaN stays NaN, as in the IR */
     case 2: return cuvil_gelu_tanh(x);
     case 3: return cuvil_gelu_erf(x);
     case 4: return cuvil_sigmoid(x);
     case 5: return cuvil_tanh(x);
+    case 6: return cuvil_select(x > cuvil_splat(6.0f), cuvil_splat(6.0f), cuvil_select(x < cuvil_splat(0.0f), cuvil_splat(0.0f), x));
     default: return x;
     }
 }

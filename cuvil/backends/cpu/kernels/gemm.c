@@ -231,6 +231,7 @@ CUVIL_INLINE vf finish(const gemm_t *g, vf x, const float *c, const float *bias,
 }
 
 CUVIL_INLINE vf relu(vf x) { return cuvil_activate(x, CUVIL_ACT_RELU); }
+CUVIL_INLINE vf relu6(vf x) { return cuvil_activate(x, CUVIL_ACT_RELU6); }
 
 #define ACT_CASE(code, fn)                                                                         \
     case code:                                                                                     \
@@ -247,6 +248,7 @@ static void activate_tile(float *c, int64_t ldc, int mr, int act)
         ACT_CASE(CUVIL_ACT_GELU_ERF, cuvil_gelu_erf)
         ACT_CASE(CUVIL_ACT_SIGMOID, cuvil_sigmoid)
         ACT_CASE(CUVIL_ACT_TANH, cuvil_tanh)
+        ACT_CASE(CUVIL_ACT_RELU6, relu6)
     default: break;
     }
 }
