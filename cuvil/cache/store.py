@@ -223,15 +223,10 @@ def _parse_module(meta: dict, constants: dict) -> Module:
 
 
 def discard(entry: Path) -> None:
-    """Move an entry aside (atomic), then delete it; processes that mapped its files keep them."""
-    if not entry.exists():
-        return
-    trash = Path(tempfile.mkdtemp(prefix=f".trash-{entry.name}.", dir=entry.parent))
-    try:
-        os.replace(entry, trash / "entry")
-    except OSError:
-        pass
-    shutil.rmtree(trash, ignore_errors=True)
+    """Delete an entry atomically (the kernel cache's way)."""
+    from ..backends.cpu.toolchain import discard_entry
+
+    discard_entry(entry)
 
 
 def verify() -> list:

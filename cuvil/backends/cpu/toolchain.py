@@ -214,7 +214,7 @@ def build_library(source: str, *, name: str = "lib", opt_level: int = 3, extra_f
     with _locked(entry.with_suffix(".lock")):
         if _valid_entry(entry):  # another process built it while we waited for the lock
             return Build(entry / "lib.so", key, False, 0.0)
-        _discard(entry)
+        discard_entry(entry)
         seconds = _compile_entry(source, flags, compiler, entry, key)
     return Build(entry / "lib.so", key, True, seconds)
 
@@ -227,7 +227,7 @@ def load_library(source: str, **kwargs) -> ctypes.CDLL:
         return ctypes.CDLL(str(build.path), mode=mode)
     except OSError as e:
         log.warning("cached library %s fails to load (%s): rebuilding it", build.path, e)
-        _discard(build.path.parent)
+        discard_entry(build.path.parent)
         return ctypes.CDLL(str(build_library(source, **kwargs).path), mode=mode)
 
 
@@ -270,8 +270,9 @@ def _compile_entry(source: str, flags, compiler: Compiler, entry: Path, key: str
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _discard(entry: Path) -> None:
-    """Move a stale entry aside (atomic), then delete it; readers never see a half-deleted folder."""
+def discard_entry(entry: Path) -> None:
+    """Move a cache entry aside (atomic), then delete it: readers never see a half-deleted folder, and
+    processes that mapped its files keep them. The artifact cache uses it too."""
     if not entry.exists():
         return
     trash = Path(tempfile.mkdtemp(prefix=f".trash-{entry.name}.", dir=entry.parent))
