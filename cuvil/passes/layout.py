@@ -27,8 +27,12 @@ BINARY = frozenset({"add", "sub", "mul", "max", "min"})
 
 # The cost model, in seconds: GFLOP/s of a convolution on NCHW (1x1 stride-1 unpadded: a GEMM on the buffers;
 # others: im2col + GEMM) and blocked, and the time of one layout conversion per element (measured on
-# ResNet-18 and MobileNetV2 at 2 threads, docs/passes.md).
-COST = {"nchw-pointwise": 140e9, "nchw-im2col": 100e9, "blocked": 160e9, "convert": 0.4e-9}
+# ResNet-18 and MobileNetV2 at 2 threads, docs/passes.md); "winograd" counts the direct FLOPs a Winograd conv
+# stands for.
+COST = {"nchw-pointwise": 140e9, "nchw-im2col": 100e9, "blocked": 160e9, "winograd": 400e9, "convert": 0.4e-9}
+# F(4x4, 3x3) reads its transformed weights (4x the direct ones) once per group of up to 12 output tiles: with
+# fewer tiles than this (ResNet-18's 7x7 maps have 4) streaming them costs more than the FLOPs it saves.
+WINOGRAD_MIN_TILES = 16
 
 
 def _constant(v: Value) -> bool:
@@ -54,17 +58,27 @@ def _conv_seconds(op: Op, rate: str) -> float:
     return 2 * _static(y.numel) * w[1] * w[2] * w[3] / COST[rate]
 
 
-def _saving(op: Op) -> float:
+def winograd_pays(op: Op, block: int) -> bool:
+    """Whether the blocked conv of `op` should run as Winograd F(4x4, 3x3): a 3x3 kernel, stride 1, dilation 1,
+    at least one block of input channels, and enough 4x4 output tiles."""
+    a, kernel, y = op.attrs, op.operands[1].type.shape, op.results[0].type.shape
+    tiles = _static(y[0]) * -(-_static(y[2]) // 4) * -(-_static(y[3]) // 4)
+    return kernel[2:] == (3, 3) and a["strides"] == (1, 1) and a["dilations"] == (1, 1) and kernel[1] >= block \
+        and tiles >= WINOGRAD_MIN_TILES
+
+
+def _saving(op: Op, block: int) -> float:
     a = op.attrs
     pointwise = op.operands[1].type.shape[2:] == (1, 1) and set(a["strides"]) == {1} and not any(a["pads"])
-    return _conv_seconds(op, "nchw-pointwise" if pointwise else "nchw-im2col") - _conv_seconds(op, "blocked")
+    blocked = _conv_seconds(op, "winograd" if winograd_pays(op, block) else "blocked")
+    return _conv_seconds(op, "nchw-pointwise" if pointwise else "nchw-im2col") - blocked
 
 
 class _Chains:
     """Which ops of one region could compute in the blocked layout, grouped into chains (union-find)."""
 
-    def __init__(self, fn: Function, region: Region):
-        self.region, self.module = region, fn.module
+    def __init__(self, fn: Function, region: Region, block: int):
+        self.region, self.module, self.block = region, fn.module, block
         self.users: dict = {}
         for op in region.ops:
             for v in op.operands:
@@ -119,7 +133,7 @@ class _Chains:
     def worth_blocking(self, chain: list) -> bool:
         """The chain's estimated saving exceeds the cost of its conversions in and out."""
         ids = {id(op) for op in chain}
-        saving = sum(_saving(op) for op in chain if op.name == "conv")
+        saving = sum(_saving(op, self.block) for op in chain if op.name == "conv")
         made = {id(op.results[0]) for op in chain}
         inputs = {id(v): v for op in chain for v in (op.operands[:1] if op.name == "conv" else op.operands)
                   if id(v) not in made and splat_value(v, self.module) is None}
@@ -185,7 +199,8 @@ class _Rewriter:
             bias_b[:outs] = bias
         a = op.attrs
         return b.conv_nchwc(xb, packed, b.constant(bias_b.reshape(-1, self.block), "nchwc_b"), strides=a["strides"],
-                            pads=a["pads"], dilations=a["dilations"])
+                            pads=a["pads"], dilations=a["dilations"],
+                            algorithm="winograd" if winograd_pays(op, self.block) else "direct")
 
     def _elementwise(self, b: Builder, op: Op) -> Value:
         shape = next(self.blocked[id(v)] for v in op.operands if id(v) in self.made).type.shape
@@ -255,7 +270,7 @@ class BlockLayout(Pass):
         self.block = block
 
     def run_on_operation(self, fn: Function) -> bool:
-        chains = _Chains(fn, fn.body)
+        chains = _Chains(fn, fn.body, self.block)
         chosen = [c for c in chains.chains() if any(op.name == "conv" for op in c) and chains.worth_blocking(c)]
         if not chosen:
             return False

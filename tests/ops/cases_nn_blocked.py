@@ -16,8 +16,10 @@ def _packed(w, cb, ob):
     return np.ascontiguousarray(w.reshape(-1, ob, w.shape[1] // cb, cb, kh, kw).transpose(0, 2, 4, 5, 3, 1))
 
 
-def conv_case(x, w, bias, cb, ob, residual=False, activation="none", case_id="", dims=None, channels=0, **attrs):
-    """A case from plain NCHW tensors: blocked inputs, and the expected result from ONNX's Conv."""
+def conv_case(x, w, bias, cb, ob, residual=False, activation="none", case_id="", dims=None, channels=0,
+              algorithm="direct", **attrs):
+    """A case from plain NCHW tensors: blocked inputs, and the expected result from ONNX's Conv (Winograd's
+    tolerance: tests/backends/cpu/test_winograd.py)."""
     o = w.shape[0]
     bias_b = np.pad(bias, (0, -o % ob)).reshape(-1, ob).astype(np.float32)
     inputs = [_blocked(x, cb), _packed(w, cb, ob), bias_b]
@@ -34,8 +36,9 @@ def conv_case(x, w, bias, cb, ob, residual=False, activation="none", case_id="",
         if channels:  # the plain layout, first `channels` channels
             y = y.transpose(0, 1, 4, 2, 3).reshape(y.shape[0], -1, *y.shape[2:4])[:, :channels]
         return [y.astype(np.float32)]
-    return Case("conv_nchwc", inputs, {**attrs, "activation": activation, "channels": channels}, expected=expected,
-                id=case_id, dims=dims, rtol=1e-5, atol=1e-5)
+    tol = 1e-5 if algorithm == "direct" else 1e-4
+    return Case("conv_nchwc", inputs, {**attrs, "activation": activation, "channels": channels, "algorithm": algorithm},
+                expected=expected, id=case_id, dims=dims, rtol=tol, atol=tol)
 
 
 def _out(sizes, kernel, a):
@@ -55,6 +58,8 @@ CASES = [
               pads=(1, 1, 1, 1), case_id="residual-relu"),
     conv_case(rand(2, 3, 6, 5), rand(4, 3, 3, 3, seed=1), rand(4, seed=2), 4, 4, activation="relu", pads=(1, 1, 1, 1),
               dims={0: {0: "n", 2: "h", 3: "w"}}, case_id="symbolic"),
+    conv_case(rand(2, 16, 9, 6), rand(20, 16, 3, 3, seed=1), rand(20, seed=2), 16, 16, residual=True,
+              activation="relu", pads=(1, 0, 2, 1), algorithm="winograd", case_id="winograd"),
     conv_case(rand(2, 5, 7, 9), rand(21, 5, 3, 3, seed=1), rand(21, seed=2), 8, 8, activation="relu", channels=19,
               pads=(1, 1, 1, 1), strides=(1, 2), case_id="plain-output"),
 ]

@@ -64,11 +64,11 @@ def test_residual_block_adds_in_the_epilogue(free_conversions):
         %2:f32[1,1,3,3,8,8] = constant {name = "nchwc_w"}
         %3:f32[1,8] = constant {name = "nchwc_b"}
         %4:f32[2,1,5,5,8] = conv_nchwc %1, %2, %3 {strides = [1, 1], dilations = [1, 1], pads = [1, 1, 1, 1], \
-activation = "relu", channels = 0}
+activation = "relu", channels = 0, algorithm = "direct"}
         %5:f32[1,1,3,3,8,8] = constant {name = "nchwc_w_1"}
         %6:f32[1,8] = constant {name = "nchwc_b_1"}
         %7:f32[2,1,5,5,8] = conv_nchwc %4, %5, %6, %1 {strides = [1, 1], dilations = [1, 1], pads = [1, 1, 1, 1], \
-activation = "relu", channels = 0}
+activation = "relu", channels = 0, algorithm = "direct"}
         %8:f32[2,1,8,5,5] = transpose %7 {perm = [0, 1, 4, 2, 3]}
         %9:f32[2,8,5,5] = reshape %8 {shape = [2, 8, 5, 5]}
         %10:f32[2,8,1,1] = reduce_mean %9 {axes = [2, 3], keepdims = true}
@@ -115,3 +115,20 @@ def test_grouped_and_non_constant_convs_are_left_alone(free_conversions):
     x, w = b.args
     b.ret(b.conv(x, _const(b, 4, 2, 3, 3), groups=2), b.conv(x, w))
     assert not BlockLayout(8).run_on_operation(m.main)
+
+
+@pytest.mark.parametrize("shape, kernel, attrs, want", [
+    ((1, 8, 14, 14), (3, 3), {"pads": (1, 1, 1, 1)}, "winograd"),  # 16 tiles of 4x4
+    ((1, 8, 7, 7), (3, 3), {"pads": (1, 1, 1, 1)}, "direct"),  # 4 tiles: too few to reuse the weights
+    ((4, 8, 7, 7), (3, 3), {"pads": (1, 1, 1, 1)}, "winograd"),  # a batch brings the tiles
+    ((1, 8, 28, 28), (3, 3), {"pads": (1, 1, 1, 1), "strides": (2, 2)}, "direct"),
+    ((1, 8, 28, 28), (3, 3), {"pads": (2, 2, 2, 2), "dilations": (2, 2)}, "direct"),
+    ((1, 8, 28, 28), (5, 5), {"pads": (2, 2, 2, 2)}, "direct"),
+    ((1, 5, 28, 28), (3, 3), {"pads": (1, 1, 1, 1)}, "direct"),  # fewer channels than one block
+])
+def test_winograd_where_it_pays(shape, kernel, attrs, want, free_conversions):
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", shape)], ["x"])
+    b.ret(b.relu(b.conv(b.args[0], _const(b, 8, shape[1], *kernel), _const(b, 8), **attrs)))
+    got = _run(m, RNG.standard_normal(shape).astype(np.float32))
+    assert f'algorithm = "{want}"' in got

@@ -59,7 +59,7 @@ class CodeGen:
         self.helpers: dict = {}  # name -> C text of shared helper functions (library emitters add them)
         self.body: list = []
         self.scratch_sizes: list = []  # C expressions (bytes) of per-op scratch, shared at the arena's end
-        self.packed: list = []  # (constant slot, K, N) of weights packed once by cuvil_prepare
+        self.prepares: list = []  # (constant slot, floats, fill call) of buffers cuvil_prepare makes once
         self.counter = 0
         ret = fn.body.terminator
         counts = {}
@@ -114,28 +114,35 @@ class CodeGen:
         lines.append("    (void)off_scratch; (void)scratch_bytes;")
         return "\n".join(lines) + "\n"
 
-    def packed_weight(self, b: Value, k: int, n: int, rsb: str, csb: str):
-        """A GEMM-packed copy of the K x N operand stored in constant `b` with strides (rsb, csb), made once
-        by `cuvil_prepare`; None if `b` is not a module constant."""
-        op = b.owner
+    def prepared(self, src: Value, floats: str, fill: str):
+        """A buffer of `floats` f32 derived once, by `cuvil_prepare`, from module constant `src` (a packed or
+        transformed weight). `fill` is the C call that fills it, reading `src` and writing `dst`. None if `src`
+        is not a module constant."""
+        op = src.owner
         if not (isinstance(op, Op) and op.name == "constant"):
             return None
-        slot = self.ptr[id(b)].split("consts[")[1].split("]")[0]
-        self.packed.append((int(slot), k, n, rsb, csb))
-        return f"((const float *)consts[CUVIL_NCONST + {len(self.packed) - 1}])"
+        slot = self.ptr[id(src)].split("consts[")[1].split("]")[0]
+        key = (int(slot), floats, fill)
+        if key not in self.prepares:
+            self.prepares.append(key)
+        return f"((const float *)consts[CUVIL_NCONST + {self.prepares.index(key)}])"
+
+    def packed_weight(self, b: Value, k: int, n: int, rsb: str, csb: str):
+        """A GEMM-packed copy of the K x N operand stored in constant `b` with strides (rsb, csb)."""
+        return self.prepared(b, f"cuvil_sgemm_packed_size({k}, {n})",
+                             f"cuvil_sgemm_pack_b({k}, {n}, src, {rsb}, {csb}, dst)")
 
     def _prepare(self) -> str:
-        """cuvil_prepare fills consts[n_constants + j] with packed weights; the caller allocates each buffer
+        """cuvil_prepare fills consts[n_constants + j] with the prepared buffers; the caller allocates each
         with cuvil_packed_bytes(j) bytes (64-byte aligned)."""
-        sizes = "".join(f"    case {j}: return cuvil_sgemm_packed_size({k}, {n}) * 4;\n"
-                        for j, (_, k, n, _, _) in enumerate(self.packed))
-        packs = "".join(f"    cuvil_sgemm_pack_b({k}, {n}, (const float *)consts[{slot}], {rsb}, {csb}, "
-                        f"(float *)consts[CUVIL_NCONST + {j}]);\n"
-                        for j, (slot, k, n, rsb, csb) in enumerate(self.packed))
-        count = f"int64_t cuvil_packed_count(void) {{ return {len(self.packed)}; }}\n\n"
+        sizes = "".join(f"    case {j}: return ({floats}) * 4;\n" for j, (_, floats, _) in enumerate(self.prepares))
+        fills = "".join(f"    {{\n        const float *src = (const float *)consts[{slot}];\n"
+                        f"        float *dst = (float *)consts[CUVIL_NCONST + {j}];\n        {fill};\n    }}\n"
+                        for j, (slot, _, fill) in enumerate(self.prepares))
+        count = f"int64_t cuvil_packed_count(void) {{ return {len(self.prepares)}; }}\n\n"
         size = (f"int64_t cuvil_packed_bytes(int64_t j)\n{{\n    switch (j) {{\n{sizes}"
                 "    default: return 0;\n    }\n}\n\n")
-        return count + size + f"void cuvil_prepare(void *const *consts)\n{{\n    (void)consts;\n{packs}}}\n\n"
+        return count + size + f"void cuvil_prepare(void *const *consts)\n{{\n    (void)consts;\n{fills}}}\n\n"
 
     def scratch(self, nbytes: str, ctype: str = "float") -> str:
         """Scratch memory for one op (an im2col buffer, say): valid only while that op runs."""

@@ -24,7 +24,7 @@ from . import toolchain
 
 ACTIVATIONS = {"none": 0, "relu": 1, "gelu_tanh": 2, "gelu_erf": 3, "sigmoid": 4, "tanh": 5, "relu6": 6}
 ABI_VERSION = 1
-SOURCES = ("gemm.c", "dwconv.c", "conv_nchwc.c")  # one unit: the convs use gemm.c's threads and allocator
+SOURCES = ("gemm.c", "dwconv.c", "conv_nchwc.c", "winograd.c")  # one unit: the convs use gemm.c's threads and allocator
 HEADERS = ("cuvil_kernels.h", "cuvil_simd.h")
 
 _i64, _f32, _int, _ptr = ctypes.c_int64, ctypes.c_float, ctypes.c_int, ctypes.c_void_p
@@ -44,6 +44,9 @@ SIGNATURES = {
     "cuvil_dwconv2d": ([_i64, _i64, _i64, _ptr, _ptr, _ptr, _ptr, _ptr, _f32, _f32], None),
     "cuvil_conv_nchwc_block": ([], _int),
     "cuvil_conv_nchwc": ([_ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _int], None),
+    "cuvil_winograd_weight_size": ([_i64, _i64], _i64),
+    "cuvil_winograd_weight": ([_ptr, _i64, _i64, _ptr], None),
+    "cuvil_conv_winograd": ([_ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _int], None),
     "cuvil_activation": ([_int, _i64, _ptr, _ptr], None),
 }
 

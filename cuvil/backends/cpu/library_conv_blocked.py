@@ -1,4 +1,5 @@
-"""Library emitter for `conv_nchwc`: a call to the kernel library's register-blocked direct convolution.
+"""Library emitter for `conv_nchwc`: a call to the kernel library's register-blocked direct convolution, or,
+for algorithm "winograd", to its F(4x4, 3x3) kernel on weights that `cuvil_prepare` transforms once at load.
 
 The kernel (kernels/conv_nchwc.c) is compiled once per machine with the GEMM: its strips, unrolled over
 registers, cost gcc tens of seconds per model when they were emitted into each model's C. The packed weight's
@@ -27,8 +28,14 @@ def _conv_nchwc(gen, op, depth: int) -> None:
     sizes = (*x.type.shape[:5], w.type.shape[0], *y.type.shape[2:4], *w.type.shape[2:4], *a["strides"],
              *a["pads"][:2], *a["dilations"], a["channels"])
     gen.line(d, f"const int64_t g[17] = {{{', '.join(c_dim(s) for s in sizes)}}};")
-    res = "res" if "res" in names else "NULL"
-    gen.line(d, f"cuvil_conv_nchwc(x, w, bias, {res}, y, g, {int(a['activation'] == 'relu')});")
+    res, act = "res" if "res" in names else "NULL", int(a["activation"] == "relu")
+    ob, cb = w.type.shape[:2]
+    u = gen.prepared(w, f"cuvil_winograd_weight_size({ob}, {cb})", f"cuvil_winograd_weight(src, {ob}, {cb}, dst)") \
+        if a["algorithm"] == "winograd" else None
+    if u is not None:
+        gen.line(d, f"cuvil_conv_winograd(x, {u}, bias, {res}, y, g, {act});")
+    else:  # a weight computed at run time is not transformed on every call
+        gen.line(d, f"cuvil_conv_nchwc(x, w, bias, {res}, y, g, {act});")
     gen.line(depth, "}")
 
 

@@ -11,6 +11,7 @@ import sys
 import numpy as np
 
 from cuvil.backends.cpu import executable
+from cuvil.backends.cpu.backend import conv_block
 from cuvil.compiler import compile_module
 from cuvil.interpreter import interpret
 from cuvil.ir import Builder, Module, TensorType, sym
@@ -53,7 +54,8 @@ def window_programs() -> list:
 
         def const(*shape, dtype=np.float32):
             return b.constant(rng.standard_normal(shape).astype(dtype))
-        xb = to_blocked(b, x, 4)
+        xb, host = to_blocked(b, x, 4), conv_block()  # the host's block: the kernel library's Winograd
+        xh = to_blocked(b, x, host)
         return [b.conv(x, const(6, 4, 3, 3), const(6), strides=(2, 2), pads=(1, 1, 1, 1)),
                 b.conv(x, const(8, 1, 3, 3), groups=4, strides=(2, 1), pads=(0, 1, 2, 0)),
                 b.conv(x, const(5, 4, 1, 1), const(5)),
@@ -68,7 +70,12 @@ def window_programs() -> list:
                 b.conv_nchwc(xb, const(1, 1, 3, 3, 4, 8), const(1, 8), strides=(2, 2), pads=(1, 0, 2, 1)),
                 b.conv_nchwc(xb, const(2, 1, 3, 2, 4, 8), const(2, 8), b.conv_nchwc(xb, const(2, 1, 1, 1, 4, 8),
                              const(2, 8)), dilations=(2, 3), pads=(2, 3, 2, 0), activation="relu"),
-                b.conv_nchwc(xb, const(2, 1, 3, 3, 4, 8), const(2, 8), pads=(1, 1, 1, 1), channels=11)]
+                b.conv_nchwc(xb, const(2, 1, 3, 3, 4, 8), const(2, 8), pads=(1, 1, 1, 1), channels=11),
+                b.conv_nchwc(xh, const(2, 1, 3, 3, host, host), const(2, host),
+                             b.conv_nchwc(xh, const(2, 1, 3, 3, host, host), const(2, host), pads=(0, 2, 0, 0)),
+                             pads=(0, 2, 0, 0), activation="relu", algorithm="winograd"),
+                b.conv_nchwc(xh, const(1, 1, 3, 3, host, host), const(1, host), pads=(2, 1, 1, 2), channels=5,
+                             algorithm="winograd")]
     return programs([TensorType("f32", (n, 4, h, w)), TensorType("f16", (n, 4, h, w))], make)
 
 

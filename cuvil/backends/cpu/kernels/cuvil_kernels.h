@@ -79,6 +79,14 @@ int cuvil_conv_nchwc_block(void);
 void cuvil_conv_nchwc(const float *x, const float *w, const float *bias, const float *res, float *y,
                       const int64_t *geom, int act);
 
+/* Winograd F(4x4, 3x3) for the blocked convolution with 3x3 kernels, stride 1, dilation 1 and full input blocks
+ * (c = B): the same x, bias, res, y, geom and act as cuvil_conv_nchwc, the weight transformed once by
+ * cuvil_winograd_weight from its packed form [ob, cb, 3, 3, B, B] into cuvil_winograd_weight_size(ob, cb) floats. */
+int64_t cuvil_winograd_weight_size(int64_t ob, int64_t cb);
+void cuvil_winograd_weight(const float *w, int64_t ob, int64_t cb, float *u);
+void cuvil_conv_winograd(const float *x, const float *u, const float *bias, const float *res, float *y,
+                         const int64_t *geom, int act);
+
 /* y[i] = act(x[i]) with the epilogue's vector math (x == y allowed). */
 void cuvil_activation(int act, int64_t n, const float *x, float *y);
 
