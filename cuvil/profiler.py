@@ -60,7 +60,9 @@ def _flops_conv_transpose(op, env):
     return 2 * _numel(op.operands[0].type, env) * _prod(op.operands[1].type.shape[1:], env)
 
 
-def _flops_conv_nchwc(op, env):  # what the kernel executes: whole blocks, padding channels included
+def _flops_conv_nchwc(op, env):
+    """A direct convolution's FLOPs on whole blocks (padding channels included); Winograd executes about a
+    quarter of them, so its GFLOP/s are direct-equivalent, comparable across algorithms."""
     n, _, oh, ow = op.results[0].type.shape[:4]
     return 2 * _prod((n, oh, ow), env) * _prod(op.operands[1].type.shape, env)
 
