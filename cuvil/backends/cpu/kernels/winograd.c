@@ -20,35 +20,33 @@
 
 typedef cuvil_vf wvf;
 
-/* ---- the weight transform: U = G g G^T per (input channel, output channel), in double ---- */
+/* ---- the weight transform: U = G g G^T per (input channel, output channel), output channels in lanes ---- */
 
-static const double wino_g[6][3] = {{1.0 / 4, 0, 0},           {-1.0 / 6, -1.0 / 6, -1.0 / 6},
-                                    {-1.0 / 6, 1.0 / 6, -1.0 / 6}, {1.0 / 24, 1.0 / 12, 1.0 / 6},
-                                    {1.0 / 24, -1.0 / 12, 1.0 / 6}, {0, 0, 1}};
+static const float wino_g[6][3] = {{1.0f / 4, 0, 0},           {-1.0f / 6, -1.0f / 6, -1.0f / 6},
+                                   {-1.0f / 6, 1.0f / 6, -1.0f / 6}, {1.0f / 24, 1.0f / 12, 1.0f / 6},
+                                   {1.0f / 24, -1.0f / 12, 1.0f / 6}, {0, 0, 1}};
 
 int64_t cuvil_winograd_weight_size(int64_t ob, int64_t cb) { return WINO_POS * ob * cb * CUVIL_VL * CUVIL_VL; }
 
-/* w packed [ob, cb, 3, 3, B, B] (conv_nchwc's weight) -> u [36, ob, cb * B, B]. */
+/* w packed [ob, cb, 3, 3, B, B] (conv_nchwc's weight) -> u [36, ob, cb * B, B]. Runs when a model loads (every
+ * warm start): vectorised over the B output channels, about 1 ms for ResNet-18. */
 void cuvil_winograd_weight(const float *w, int64_t ob, int64_t cb, float *u)
 {
     const int64_t C = cb * CUVIL_VL;
-#pragma omp parallel for collapse(2) schedule(static) num_threads(threads_for(ob * cb * CUVIL_VL * CUVIL_VL * 300))
+#pragma omp parallel for collapse(2) schedule(static) num_threads(threads_for(ob * C * CUVIL_VL * 64))
     for (int64_t o = 0; o < ob; o++)
-        for (int64_t c = 0; c < C; c++)
-            for (int64_t lane = 0; lane < CUVIL_VL; lane++) {
-                const float *g = w + ((o * cb + c / CUVIL_VL) * 9 * CUVIL_VL + c % CUVIL_VL) * CUVIL_VL + lane;
-                double t[6][3];
-                for (int i = 0; i < 6; i++)
-                    for (int j = 0; j < 3; j++)
-                        t[i][j] = wino_g[i][0] * g[(0 * 3 + j) * CUVIL_VL * CUVIL_VL]
-                                  + wino_g[i][1] * g[(1 * 3 + j) * CUVIL_VL * CUVIL_VL]
-                                  + wino_g[i][2] * g[(2 * 3 + j) * CUVIL_VL * CUVIL_VL];
-                for (int i = 0; i < 6; i++)
-                    for (int j = 0; j < 6; j++) {
-                        double s = t[i][0] * wino_g[j][0] + t[i][1] * wino_g[j][1] + t[i][2] * wino_g[j][2];
-                        u[(((i * 6 + j) * ob + o) * C + c) * CUVIL_VL + lane] = (float)s;
-                    }
-            }
+        for (int64_t c = 0; c < C; c++) {
+            const float *g = w + ((o * cb + c / CUVIL_VL) * 9 * CUVIL_VL + c % CUVIL_VL) * CUVIL_VL;
+            wvf k[9], t[6][3];
+            for (int i = 0; i < 9; i++) k[i] = cuvil_load(g + i * CUVIL_VL * CUVIL_VL);
+            for (int i = 0; i < 6; i++)
+                for (int j = 0; j < 3; j++)
+                    t[i][j] = wino_g[i][0] * k[j] + wino_g[i][1] * k[3 + j] + wino_g[i][2] * k[6 + j];
+            for (int i = 0; i < 6; i++)
+                for (int j = 0; j < 6; j++)
+                    cuvil_store(u + (((i * 6 + j) * ob + o) * C + c) * CUVIL_VL,
+                                t[i][0] * wino_g[j][0] + t[i][1] * wino_g[j][1] + t[i][2] * wino_g[j][2]);
+        }
 }
 
 /* ---- the input transform: one 6x6 tile of one channel block into V ---- */
