@@ -75,7 +75,11 @@ def window_programs() -> list:
                              b.conv_nchwc(xh, const(2, 1, 3, 3, host, host), const(2, host), pads=(0, 2, 0, 0)),
                              pads=(0, 2, 0, 0), activation="relu", algorithm="winograd"),
                 b.conv_nchwc(xh, const(1, 1, 3, 3, host, host), const(1, host), pads=(2, 1, 1, 2), channels=5,
-                             algorithm="winograd")]
+                             algorithm="winograd"),
+                b.conv_nchwc(xh, const(2, 1, 3, 2, host, host), const(2, host), strides=(2, 1), dilations=(1, 2),
+                             pads=(3, 0, 1, 2), activation="relu"),  # the host's direct kernel on a padded copy
+                b.conv_nchwc(to_blocked(b, x, 4 if host > 4 else 2), const(1, 1, 5, 5, 4 if host > 4 else 2, host),
+                             const(1, host), strides=(2, 2), pads=(2, 2, 2, 2), channels=7)]  # a narrow input
     return programs([TensorType("f32", (n, 4, h, w)), TensorType("f16", (n, 4, h, w))], make)
 
 

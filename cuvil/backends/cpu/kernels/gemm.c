@@ -85,6 +85,7 @@ typedef struct {
 
 static inline int64_t ceil_div(int64_t n, int64_t d) { return n <= 0 ? 0 : (n + d - 1) / d; }
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 /* Start of part p when n is split into `parts` parts whose sizes differ by at most one. */
 static inline int64_t split_at(int64_t n, int64_t parts, int64_t p)
 {

@@ -195,42 +195,12 @@ static void wino_output_tile(const wino_out *out, const float *restrict m, int64
 
 /* ---- the driver ---- */
 
-/* Each thread's V and M buffers (grown as needed, kept for the thread's life, freed when it exits). */
-static pthread_key_t wino_key;
-static pthread_once_t wino_key_once = PTHREAD_ONCE_INIT;
-typedef struct { int64_t floats; float *data; } wino_buffer;
-
-static void wino_free(void *p)
-{
-    free(((wino_buffer *)p)->data);
-    free(p);
-}
-
-static void make_wino_key(void) { pthread_key_create(&wino_key, wino_free); }
-
-static float *wino_scratch(int64_t floats)
-{
-    pthread_once(&wino_key_once, make_wino_key);
-    wino_buffer *buf = pthread_getspecific(wino_key);
-    if (!buf) {
-        buf = alloc_or_die(sizeof *buf);
-        buf->floats = 0, buf->data = NULL;
-        pthread_setspecific(wino_key, buf);
-    }
-    if (buf->floats < floats) {
-        free(buf->data);
-        buf->data = alloc_or_die(sizeof(float) * floats);
-        buf->floats = floats;
-    }
-    return buf->data;
-}
-
 /* Tiles [t0, t1) (numbered image by image, row by row) through all three steps. */
 static void wino_group(const float *x, const float *u, const wino_out *out, int64_t t0, int64_t t1)
 {
     const nchwc_geom *g = out->g;
     const int64_t th = (g->oh + 3) / 4, tw = (g->ow + 3) / 4, tb = t1 - t0, C = g->cb * CUVIL_VL;
-    float *v = wino_scratch(WINO_POS * tb * (C + g->ob * CUVIL_VL)), *m = v + WINO_POS * tb * C;
+    float *v = thread_scratch(SCRATCH_WINOGRAD, WINO_POS * tb * (C + g->ob * CUVIL_VL)), *m = v + WINO_POS * tb * C;
     for (int64_t t = t0; t < t1; t++) {
         const int64_t n = t / (th * tw), ty = t / tw % th, tx = t % tw;
         for (int64_t c = 0; c < g->cb; c++)
