@@ -2,7 +2,8 @@
 tensors, with their weights packed once, at compile time, into new module constants.
 
 The blocked layout spreads from each convolution through elementwise ops (unary ones, and binary ones whose
-other side is blocked too or a scalar), so conv -> relu -> conv and residual adds stay blocked. Convolutions
+other side is blocked too or a scalar) and 2-D max pools, so conv -> relu -> max_pool -> conv and residual
+adds stay blocked. Convolutions
 joined that way form a chain; a chain is converted only at its boundary (one conversion per value however
 many users it has), and only when its estimated saving beats the cost of those conversions (`COST`). The
 conversions are plain ops (pad, reshape, transpose; transpose, reshape, slice) that the loop fusion folds
@@ -46,6 +47,12 @@ def blockable_conv(op: Op) -> bool:
     x, w = op.operands[:2]
     return op.attrs["groups"] == 1 and all(_constant(v) for v in op.operands[1:]) \
         and isinstance(x.type.shape[1], int) and isinstance(w.type.shape[0], int)
+
+
+def _blockable_pool(op: Op) -> bool:
+    """A 2-D max pool: on a blocked tensor it is a 3-D pool with a 1-wide window over the block (padding
+    channels hold zeros, and a max of zeros stays zero)."""
+    return op.name == "max_pool" and op.operands[0].type.rank == 4
 
 
 def _static(d) -> int:
@@ -102,7 +109,7 @@ class _Chains:
             return None
         if blockable_conv(op):
             return [produced[id(op.operands[0])]] if id(op.operands[0]) in produced else []
-        if op.name in UNARY and id(op.operands[0]) in produced:
+        if (op.name in UNARY or _blockable_pool(op)) and id(op.operands[0]) in produced:
             return [produced[id(op.operands[0])]]
         if op.name in BINARY:
             inside = [produced[id(v)] for v in op.operands if id(v) in produced]
@@ -167,7 +174,8 @@ class _Rewriter:
                 continue
             scratch = Region()
             b = Builder(self.fn.module, self.fn, scratch, op.loc)
-            out = self._conv(b, op) if op.name == "conv" else self._elementwise(b, op)
+            out = self._conv(b, op) if op.name == "conv" else self._pool(b, op) if op.name == "max_pool" \
+                else self._elementwise(b, op)
             self.blocked[id(op.results[0])] = out
             if any(id(u) not in self.ids for u in self.chains.users.get(id(op.results[0]), [])):
                 self.remap[id(op.results[0])] = from_blocked(b, out, op.results[0].type.shape[1])
@@ -201,6 +209,11 @@ class _Rewriter:
         return b.conv_nchwc(xb, packed, b.constant(bias_b.reshape(-1, self.block), "nchwc_b"), strides=a["strides"],
                             pads=a["pads"], dilations=a["dilations"],
                             algorithm="winograd" if winograd_pays(op, self.block) else "direct")
+
+    def _pool(self, b: Builder, op: Op) -> Value:
+        a, pads = op.attrs, op.attrs["pads"]
+        return b.max_pool(self.blocked[id(op.operands[0])], kernel=(*a["kernel"], 1), strides=(*a["strides"], 1),
+                          pads=(*pads[:2], 0, *pads[2:], 0), dilations=(*a["dilations"], 1), ceil_mode=a["ceil_mode"])
 
     def _elementwise(self, b: Builder, op: Op) -> Value:
         shape = next(self.blocked[id(v)] for v in op.operands if id(v) in self.made).type.shape

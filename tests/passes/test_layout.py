@@ -37,14 +37,14 @@ def _chain(shape=(1, 3, 6, 6)):
     b = Builder.new_function(m, "main", [TensorType("f32", shape)], ["x"])
     y = b.relu(b.conv(b.args[0], _const(b, 10, shape[1], 3, 3), _const(b, 10), pads=(1, 1, 1, 1)))
     z = b.conv(y, _const(b, 10, 10, 3, 3), strides=(2, 2), pads=(1, 1, 1, 1))
-    b.ret(b.max_pool(b.relu(z), kernel=(2, 2)))
+    b.ret(b.avg_pool(b.relu(z), kernel=(2, 2)))  # not blocked: the last conv writes the plain layout
     return m
 
 
 def test_conv_relu_conv_stays_blocked(free_conversions):
     got = _run(_chain(), RNG.standard_normal((1, 3, 6, 6)).astype(np.float32))
     ops = [line.split(" = ")[1].split()[0] for line in got.splitlines() if " = " in line]
-    assert [o for o in ops if o != "constant"] == ["reshape", "transpose", "conv_nchwc", "conv_nchwc", "max_pool"]
+    assert [o for o in ops if o != "constant"] == ["reshape", "transpose", "conv_nchwc", "conv_nchwc", "avg_pool"]
     assert got.count('activation = "relu"') == 2  # both relus became epilogues
     assert "f32[1,10,3,3] = conv_nchwc" in got and "channels = 10" in got  # the last conv writes the plain layout
     assert "f32[1,1,6,6,3] = transpose" in got  # 3 input channels: one block of 3, not padded to 8
@@ -132,3 +132,17 @@ def test_winograd_where_it_pays(shape, kernel, attrs, want, free_conversions):
     b.ret(b.relu(b.conv(b.args[0], _const(b, 8, shape[1], *kernel), _const(b, 8), **attrs)))
     got = _run(m, RNG.standard_normal(shape).astype(np.float32))
     assert f'algorithm = "{want}"' in got
+
+
+def test_max_pool_stays_blocked(free_conversions):
+    """A stem's conv -> relu -> max_pool -> conv: the pool runs on the blocked tensor as a 3-D pool whose
+    window is 1 wide over the block, so nothing is converted between the convolutions."""
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", (1, 3, 16, 16))], ["x"])
+    y = b.relu(b.conv(b.args[0], _const(b, 8, 3, 3, 3), _const(b, 8), strides=(2, 2), pads=(1, 1, 1, 1)))
+    z = b.max_pool(y, kernel=(3, 3), strides=(2, 2), pads=(1, 1, 1, 1))
+    b.ret(b.relu(b.conv(z, _const(b, 8, 8, 3, 3), _const(b, 8), pads=(1, 1, 1, 1))))
+    got = _run(m, RNG.standard_normal((1, 3, 16, 16)).astype(np.float32))
+    ops = [line.split(" = ")[1].split()[0] for line in got.splitlines() if " = " in line]
+    assert [o for o in ops if o != "constant"] == ["reshape", "transpose", "conv_nchwc", "max_pool", "conv_nchwc"]
+    assert "f32[1,1,4,4,8] = max_pool" in got and "kernel = [3, 3, 1]" in got and "pads = [1, 1, 0, 1, 1, 0]" in got

@@ -259,11 +259,13 @@ static inline __attribute__((always_inline)) void {name}_cols(const {S} *restric
         else {name}_cols(xr, yr, lo, hi, K, K, s, rs, dw, -pw, count); \\
     }} else
 
-static void {name}(const {S} *restrict x, {S} *restrict y, int64_t planes, const cuvil_win *g, int include_pad)
+{lanes_helper}static void {name}(const {S} *restrict x, {S} *restrict y, int64_t planes, const cuvil_win *g,
+                   int include_pad)
 {{
     const int64_t in_plane = g->in[0] * g->in[1] * g->in[2], out_plane = g->out[0] * g->out[1] * g->out[2];
     const int64_t kw = g->k[2], s = g->s[2], dw = g->d[2], pw = g->p[2], W = g->in[2], OW = g->out[2];
     const int64_t rs = g->d[1] * W;
+    {lanes}
     int64_t lo, hi, unused, last;  /* interior columns: the first tap's lower bound, the last tap's upper */
     cuvil_taps(-pw, s, OW, W, &lo, &unused);
     cuvil_taps((kw - 1) * dw - pw, s, OW, W, &unused, &last);
@@ -296,6 +298,46 @@ static void {name}(const {S} *restrict x, {S} *restrict y, int64_t planes, const
         }}
     }}
 }}
+"""
+# Max over a 2-D window of a blocked [N, C/B, H, W, B] tensor, seen as 3-D with a 1-wide window over B (the
+# layout pass's max_pool): every window vectorised over the B channels of its pixels.
+POOL_LANES = """if (g->k[2] == 1 && g->s[2] == 1 && g->p[2] == 0 && g->pe[2] == 0 && OW == W) {{
+        #pragma omp parallel for {par}
+        for (int64_t p = 0; p < planes; p++)
+            for (int64_t oz = 0; oz < g->out[0]; oz++)
+                for (int64_t oy = 0; oy < g->out[1]; oy++) {{
+                    const {S} *xp = x + p * in_plane;
+                    {S} *yr = y + p * out_plane + (oz * g->out[1] + oy) * W;
+                    if (W == 16) {name}_lanes(xp, yr, g, oz, oy, 16);  /* a vector width: acc in registers */
+                    else if (W == 8) {name}_lanes(xp, yr, g, oz, oy, 8);
+                    else for (int64_t o0 = 0; o0 < W; o0 += 64)
+                        {name}_lanes(xp + o0, yr + o0, g, oz, oy, W - o0 < 64 ? W - o0 : 64);
+                }}
+        (void)include_pad, (void)kw, (void)s, (void)dw, (void)pw, (void)rs;
+        return;
+    }}"""
+# One output pixel's n <= 64 channels (x and y point at its first channel, W apart per pixel).
+POOL_LANES_HELPER = """static inline __attribute__((always_inline)) void {name}_lanes(const {S} *restrict xp,
+        {S} *restrict yr, const cuvil_win *g, int64_t oz, int64_t oy, const int64_t n)
+{{
+    int64_t z0, z1, y0, y1;
+    const int64_t sz = oz * g->s[0] - g->p[0], sy = oy * g->s[1] - g->p[1], W = g->in[2];
+    cuvil_taps(sz, g->d[0], g->k[0], g->in[0], &z0, &z1);
+    cuvil_taps(sy, g->d[1], g->k[1], g->in[1], &y0, &y1);
+    {T} acc[64];
+    for (int64_t ox = 0; ox < n; ox++) acc[ox] = {init};
+    for (int64_t tz = z0; tz < z1; tz++)
+        for (int64_t ty = y0; ty < y1; ty++) {{
+            const {S} *xr = xp + ((sz + tz * g->d[0]) * g->in[1] + sy + ty * g->d[1]) * W;
+            #pragma omp simd
+            for (int64_t ox = 0; ox < n; ox++) {{
+                const {T} v = {value_lanes};
+                acc[ox] = {combine_lanes};
+            }}
+        }}
+    for (int64_t ox = 0; ox < n; ox++) yr[ox] = {store_lanes};
+}}
+
 """
 _AVG_FINISH = """int64_t count = (z1 - z0) * (y1 - y0) * (x1 - x0);
     if (include_pad) {{
@@ -510,13 +552,18 @@ def _pool_helper(gen, op_name: str, dt: DType) -> str:
     if op_name == "max_pool":
         init = "-INFINITY" if dt.is_float else _INT_MIN[dt]
         fmt = {"init": init, "combine": "CUVIL_MAX(acc, v)", "finish": "", "final": "acc"}
+        lanes = POOL_LANES.format(name=name, S=s, par=par_if("planes * out_plane * g->k[0] * g->k[1]"))
+        helper = POOL_LANES_HELPER.format(name=name, S=s, T=t, value_lanes=load(dt, "xr", "ox"), store_lanes=_store(
+            dt, "acc[ox]"), combine_lanes="CUVIL_MAX(acc[ox], v)", **fmt)
     else:
         fmt = {"init": "0", "combine": "acc + v", "finish": _AVG_FINISH.format(T=t), "final": "acc / count"}
+        lanes = helper = ""
     final = fmt.pop("final")
     return _use(gen, name, POOL, name=name, NAME=name.upper(), S=s, T=t, value=load(dt, "xp", "at + tx * g->d[2]"),
                 value_cols=load(dt, "xr", "r * rs + ox * s + tx * dw + start"), store=_store(dt, f"{name}_at("
                 "xp, g, oz, oy, ox, include_pad)"), store_cols=_store(dt, final),
-                par=par_if("planes * out_plane * g->k[0] * g->k[1] * g->k[2]"), **fmt)
+                par=par_if("planes * out_plane * g->k[0] * g->k[1] * g->k[2]"), lanes=lanes, lanes_helper=helper,
+                **fmt)
 
 
 def _store(dt: DType, expr: str) -> str:

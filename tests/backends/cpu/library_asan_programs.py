@@ -78,6 +78,7 @@ def window_programs() -> list:
                              algorithm="winograd"),
                 b.conv_nchwc(xh, const(2, 1, 3, 2, host, host), const(2, host), strides=(2, 1), dilations=(1, 2),
                              pads=(3, 0, 1, 2), activation="relu"),  # the host's direct kernel on a padded copy
+                b.max_pool(xh, kernel=(3, 2, 1), strides=(2, 1, 1), pads=(1, 0, 0, 2, 1, 0), ceil_mode=True),
                 b.conv_nchwc(to_blocked(b, x, 4 if host > 4 else 2), const(1, 1, 5, 5, 4 if host > 4 else 2, host),
                              const(1, host), strides=(2, 2), pads=(2, 2, 2, 2), channels=7)]  # a narrow input
     return programs([TensorType("f32", (n, 4, h, w)), TensorType("f16", (n, 4, h, w))], make)

@@ -69,3 +69,21 @@ def test_residual_block_with_chain():
     z = b.relu(b.add(conv(y, 24, 3, pads=(1,) * 4, strides=(2, 2)), conv(y, 24, 1, strides=(2, 2))))
     b.ret(b.reduce_mean(z, axes=(2, 3)))
     _check(m, [RNG.standard_normal((2, 16, 10, 10)).astype(np.float32)])
+
+
+@pytest.mark.parametrize("pool", [{"kernel": (3, 3), "strides": (2, 2), "pads": (1, 1, 1, 1)},
+                                  {"kernel": (2, 3), "strides": (2, 1), "pads": (0, 1, 1, 0), "ceil_mode": True},
+                                  {"kernel": (3, 2), "strides": (1, 2), "dilations": (2, 1)}])
+def test_blocked_max_pool(pool):
+    """conv -> max_pool -> conv, the pool on the blocked tensor (vectorised over the block's channels)."""
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", (2, 5, 15, 13))], ["x"])
+
+    def conv(v, o):
+        w = b.constant(RNG.standard_normal((o, v.type.shape[1], 3, 3)).astype(np.float32) * 0.3)
+        return b.conv(v, w, b.constant(RNG.standard_normal(o).astype(np.float32)), pads=(1, 1, 1, 1))
+    b.ret(conv(b.max_pool(b.relu(conv(b.args[0], 20)), **pool), 9))
+    x = RNG.standard_normal((2, 5, 15, 13)).astype(np.float32)
+    exe = compile_module(m)
+    assert "max_pool" in cuvil.inspect_ir(exe) and ", 1]" in cuvil.inspect_ir(exe).split("max_pool")[1].split("\n")[0]
+    _check(m, [x])
