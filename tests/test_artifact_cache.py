@@ -207,3 +207,38 @@ def test_file_digests_are_remembered_by_stat_but_never_for_fresh_files(tmp_path,
     assert keys.file_digest(path, memo) == first  # from the memo
     path.write_bytes(b"two")  # same size: the stat's times tell the versions apart
     assert keys.file_digest(path, memo) != first
+
+
+def test_winograd_weights_are_saved_and_mapped_on_a_hit(cache, tmp_path):
+    """What cuvil_prepare derives from weights is kept with the entry when remaking it costs more than mapping
+    it: a hit maps the Winograd-transformed weights read-only, while it packs the GEMM panels again (a
+    repacking as large as the weights themselves); buffers of the wrong size make the entry unusable."""
+    import ctypes
+
+    from cuvil.backends.cpu.executable import CpuFunction
+    rng = np.random.default_rng(3)
+    w, fc = rng.standard_normal((16, 16, 3, 3)).astype(np.float32) * 0.1, rng.standard_normal((16, 5))
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["r"]),
+         helper.make_node("ReduceMean", ["r"], ["m"], axes=[2, 3], keepdims=0),
+         helper.make_node("MatMul", ["m", "fc"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 20, 20])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(fc.astype(np.float32), "fc")])
+    path = tmp_path / "winograd.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    cold = cuvil.load_onnx(path).optimize()
+    assert 'algorithm = "winograd"' in cuvil.inspect_ir(cold)
+    assert cold.executable._run.program.prepared_saved.count(True) == 1
+    warm = cuvil.load_onnx(path).optimize()
+    assert warm.executable.cache == "hit"
+    for saved, a, b in zip(cold.executable._run.program.prepared_saved, cold.executable._run.prepared,
+                           warm.executable._run.prepared):
+        assert a.ctypes.data % 64 == 0 and b.ctypes.data % 64 == 0
+        assert b.flags.writeable is not saved  # saved: a view of the entry's file; else packed again at load
+        np.testing.assert_array_equal(a, b)
+    x = rng.standard_normal((1, 16, 20, 20)).astype(np.float32)
+    np.testing.assert_array_equal(warm(x)[0], cold(x)[0])
+    lib = ctypes.CDLL(warm.executable.library_path)
+    with pytest.raises(ValueError, match="prepared buffers"):
+        CpuFunction._prepared_buffers(lib, {0: np.zeros(64, np.uint8)})

@@ -39,6 +39,7 @@ from ..ir.types import parse_type
 
 log = logging.getLogger("cuvil.cache")
 IR_FILE, LIB_FILE = "artifact.cvir", "lib.so"
+PREPARED = "cuvil_prepared_"  # names of the saved prepared buffers among the entry's constants
 
 
 def enabled() -> bool:
@@ -87,15 +88,22 @@ def _constants_module(exe, key: str, route: dict, lib_sha256: str) -> Module:
     program, module = exe._run.program, exe.module
     holder = Module()
     holder.constants = {name: module.constants[name] for name in program.constants}
+    # what cuvil_prepare made that costs more to remake than to map (Winograd weights; not the GEMM panels, a
+    # repacking as large as the weights): a hit maps these instead
+    prepared = {f"{PREPARED}{j}": j for j, keep in enumerate(program.prepared_saved) if keep}
+    if set(prepared) & set(holder.constants):
+        prepared = {}
+    holder.constants.update({name: exe._run.prepared[j] for name, j in prepared.items()})
     fn = program.function
     holder.metadata = {"artifact": {
         "key": key, "lib_sha256": lib_sha256, "route": route, "pass_timings": exe.pass_timings,
         "opt_level": backend.opt_level(),
         "args": [str(a.type) for a in fn.args], "arg_names": [a.name for a in fn.args],
         "results": [str(t) for t in fn.result_types], "constraints": [[str(a), str(b)] for a, b in fn.constraints],
-        "symbols": list(program.symbols), "constants": list(program.constants),
+        "symbols": list(program.symbols), "constants": list(program.constants), "prepared": prepared,
         "plan": [[str(d) for d in slot] for slot in program.plan.slots],
-        "ir": print_module(_view(module, holder.constants), elide_constants_over=serialize._INLINE_MAX_ELEMENTS),
+        "ir": print_module(_view(module, {name: module.constants[name] for name in program.constants}),
+                           elide_constants_over=serialize._INLINE_MAX_ELEMENTS),
         "metadata": module.metadata}}
     return holder
 
@@ -150,7 +158,8 @@ def _load_entry(entry: Path, key: str):
     plan = MemoryPlan(slots=[[parse_dim(d) for d in slot] for slot in meta["plan"]])
     kernels.load(meta["opt_level"])  # RTLD_GLOBAL: the model library resolves the kernel ABI against it
     lib = ctypes.CDLL(str(entry / LIB_FILE), mode=ctypes.RTLD_LOCAL)
-    run = CpuFunction(_Program(fn, meta["symbols"], meta["constants"], plan), lib, holder.constants)
+    prepared = {j: holder.constants[name] for name, j in (meta.get("prepared") or {}).items()}
+    run = CpuFunction(_Program(fn, meta["symbols"], meta["constants"], plan), lib, holder.constants, prepared)
     exe = Executable(lambda: _parse_module(meta, holder.constants), "cpu", run, meta["pass_timings"],
                      signature=(fn.arg_types, fn.result_types), cache="hit")
     exe.library_path = str(entry / LIB_FILE)

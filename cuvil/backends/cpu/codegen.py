@@ -37,6 +37,8 @@ class CProgram:
     plan: MemoryPlan
     direct_outputs: dict = field(default_factory=dict)  # output index -> value written in place
     timed: list = field(default_factory=list)  # instrumented builds: the TimedRegion of each timer index
+    # per prepared buffer: whether a cache entry keeps it (costlier to remake than to map: not a plain repacking)
+    prepared_saved: list = field(default_factory=list)
 
 
 def is_alias(op: Op) -> bool:
@@ -91,7 +93,8 @@ class CodeGen:
         source += f"#define CUVIL_NCONST {len(self.constants)}\n\n" + "\n".join(self.helpers.values())
         source += "\n" + "\n".join(self.kernels) + "\n"
         source += self._entry()
-        return CProgram(source, self.fn, self.symbols, self.constants, self.plan, dict(self.direct), self.timed)
+        return CProgram(source, self.fn, self.symbols, self.constants, self.plan, dict(self.direct), self.timed,
+                        [saved for _, _, _, saved in self.prepares])
 
     def _entry(self) -> str:
         sym = "".join(f"    const int64_t s_{s} = dims[{i}];\n" for i, s in enumerate(self.symbols))
@@ -114,15 +117,16 @@ class CodeGen:
         lines.append("    (void)off_scratch; (void)scratch_bytes;")
         return "\n".join(lines) + "\n"
 
-    def prepared(self, src: Value, floats: str, fill: str):
+    def prepared(self, src: Value, floats: str, fill: str, saved: bool = False):
         """A buffer of `floats` f32 derived once, by `cuvil_prepare`, from module constant `src` (a packed or
-        transformed weight). `fill` is the C call that fills it, reading `src` and writing `dst`. None if `src`
-        is not a module constant."""
+        transformed weight). `fill` is the C call that fills it, reading `src` and writing `dst`; `saved`: the
+        artifact cache keeps it (worth it when remaking it costs more than mapping it). None if `src` is not a
+        module constant."""
         op = src.owner
         if not (isinstance(op, Op) and op.name == "constant"):
             return None
         slot = self.ptr[id(src)].split("consts[")[1].split("]")[0]
-        key = (int(slot), floats, fill)
+        key = (int(slot), floats, fill, saved)
         if key not in self.prepares:
             self.prepares.append(key)
         return f"((const float *)consts[CUVIL_NCONST + {self.prepares.index(key)}])"
@@ -133,16 +137,17 @@ class CodeGen:
                              f"cuvil_sgemm_pack_b({k}, {n}, src, {rsb}, {csb}, dst)")
 
     def _prepare(self) -> str:
-        """cuvil_prepare fills consts[n_constants + j] with the prepared buffers; the caller allocates each
-        with cuvil_packed_bytes(j) bytes (64-byte aligned)."""
-        sizes = "".join(f"    case {j}: return ({floats}) * 4;\n" for j, (_, floats, _) in enumerate(self.prepares))
-        fills = "".join(f"    {{\n        const float *src = (const float *)consts[{slot}];\n"
-                        f"        float *dst = (float *)consts[CUVIL_NCONST + {j}];\n        {fill};\n    }}\n"
-                        for j, (slot, _, fill) in enumerate(self.prepares))
+        """cuvil_prepare(consts, j) fills consts[n_constants + j], allocated by the caller with
+        cuvil_packed_bytes(j) bytes (64-byte aligned)."""
+        sizes = "".join(f"    case {j}: return ({floats}) * 4;\n" for j, (_, floats, _, _) in enumerate(self.prepares))
+        fills = "".join(f"    case {j}: {{\n        const float *src = (const float *)consts[{slot}];\n"
+                        f"        float *dst = (float *)consts[CUVIL_NCONST + {j}];\n        {fill};\n        break;\n"
+                        "    }\n" for j, (slot, _, fill, _) in enumerate(self.prepares))
         count = f"int64_t cuvil_packed_count(void) {{ return {len(self.prepares)}; }}\n\n"
         size = (f"int64_t cuvil_packed_bytes(int64_t j)\n{{\n    switch (j) {{\n{sizes}"
                 "    default: return 0;\n    }\n}\n\n")
-        return count + size + f"void cuvil_prepare(void *const *consts)\n{{\n    (void)consts;\n{fills}}}\n\n"
+        return count + size + (f"void cuvil_prepare(void *const *consts, int64_t j)\n{{\n    (void)consts;\n"
+                               f"    switch (j) {{\n{fills}    default: break;\n    }}\n}}\n\n")
 
     def scratch(self, nbytes: str, ctype: str = "float") -> str:
         """Scratch memory for one op (an im2col buffer, say): valid only while that op runs."""

@@ -46,7 +46,7 @@ def _plain_symbol(d):
 class CpuFunction:
     """The callable behind an Executable on the CPU target: NumPy arrays in, NumPy arrays out."""
 
-    def __init__(self, program: CProgram, lib: ctypes.CDLL, constants: dict):
+    def __init__(self, program: CProgram, lib: ctypes.CDLL, constants: dict, prepared: dict | None = None):
         self.program = program
         fn = program.function
         self.arg_types = [a.type for a in fn.args]
@@ -60,11 +60,14 @@ class CpuFunction:
         self._binders = self._binding_table()
         self._constraints = list(fn.constraints)
         self._consts = [np.ascontiguousarray(constants[name]) for name in program.constants]
-        self._consts += self._packed_weights(lib)
+        self.prepared = self._prepared_buffers(lib, prepared or {})
+        self._consts += self.prepared
         self._const_ptrs = (ctypes.c_void_p * max(len(self._consts), 1))(*[c.ctypes.data for c in self._consts])
-        if len(self._consts) > len(program.constants):
-            lib.cuvil_prepare.argtypes = [ctypes.c_void_p]
-            lib.cuvil_prepare(self._const_ptrs)
+        if len(self.prepared) > len(prepared or {}):
+            lib.cuvil_prepare.argtypes = [ctypes.c_void_p, ctypes.c_int64]
+            for j in range(len(self.prepared)):
+                if j not in (prepared or {}):
+                    lib.cuvil_prepare(self._const_ptrs, j)
         self._static = not program.symbols
         self._fast_path_tables()
         self._local = threading.local()
@@ -74,13 +77,19 @@ class CpuFunction:
                                           self.program.symbols, self._binders, self._constraints, CuvilError)
 
     @staticmethod
-    def _packed_weights(lib) -> list:
-        """Buffers for the weights the library packs once (GEMM panels), filled by cuvil_prepare."""
+    def _prepared_buffers(lib, saved: dict) -> list:
+        """The buffers cuvil_prepare derives from weights once (GEMM panels, Winograd transforms): new ones for
+        it to fill, except those in `saved` (index -> array made by an earlier load of the same library, which
+        the artifact cache keeps), which must have the sizes the library asks for."""
         lib.cuvil_packed_bytes.argtypes = [ctypes.c_int64]
         lib.cuvil_packed_bytes.restype = ctypes.c_int64
         lib.cuvil_packed_count.restype = ctypes.c_int64
-        return [aligned_empty(max(int(lib.cuvil_packed_bytes(j)), 64), np.uint8)
-                for j in range(int(lib.cuvil_packed_count()))]
+        sizes = [max(int(lib.cuvil_packed_bytes(j)), 64) for j in range(int(lib.cuvil_packed_count()))]
+        if any(j >= len(sizes) or a.nbytes != sizes[j] or a.ctypes.data % 64 for j, a in saved.items()):
+            raise ValueError(f"saved prepared buffers {[(j, a.nbytes) for j, a in saved.items()]} do not fit the "
+                             f"library's sizes {sizes} (64-byte aligned)")
+        return [np.ascontiguousarray(saved[j]) if j in saved else aligned_empty(n, np.uint8)
+                for j, n in enumerate(sizes)]
 
     def _binding_table(self) -> list:
         table = []

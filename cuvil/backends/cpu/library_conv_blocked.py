@@ -30,8 +30,8 @@ def _conv_nchwc(gen, op, depth: int) -> None:
     gen.line(d, f"const int64_t g[17] = {{{', '.join(c_dim(s) for s in sizes)}}};")
     res, act = "res" if "res" in names else "NULL", int(a["activation"] == "relu")
     ob, cb = w.type.shape[:2]
-    u = gen.prepared(w, f"cuvil_winograd_weight_size({ob}, {cb})", f"cuvil_winograd_weight(src, {ob}, {cb}, dst)") \
-        if a["algorithm"] == "winograd" else None
+    u = gen.prepared(w, f"cuvil_winograd_weight_size({ob}, {cb})", f"cuvil_winograd_weight(src, {ob}, {cb}, dst)",
+                     saved=True) if a["algorithm"] == "winograd" else None
     if u is not None:
         gen.line(d, f"cuvil_conv_winograd(x, {u}, bias, {res}, y, g, {act});")
     else:  # a weight computed at run time is not transformed on every call
