@@ -66,7 +66,11 @@ def _gemm(gen, a_op, b_op, out, bias, act: int, depth: int) -> None:
     pbias = gen.args_of([bias])[0] if bias is not None else "NULL"
     if b.type.rank == 2 and (not ta or a.type.rank == 2):
         rows = c_dim(_prod(out.type.shape[:-1]))
-        packed = gen.packed_weight(b, k, n, rsb, csb) if isinstance(k, int) and isinstance(n, int) else None
+        # one row reads a narrow weight in place: packing pads it to whole 64-column panels (10 columns: 6.4x the
+        # bytes, the last layer of an MLP at batch 1)
+        narrow_row = _prod(out.type.shape[:-1]) == 1 and isinstance(n, int) and n < 64
+        packed = gen.packed_weight(b, k, n, rsb, csb) if isinstance(k, int) and isinstance(n, int) and not narrow_row \
+            else None
         if packed is not None:
             gen.line(depth, f"cuvil_sgemm_packed({rows}, {n}, {k}, 1.0f, {pa}, {rsa}, {csa}, {packed}, 0.0f, {pc}, "
                             f"{n}, {pbias}, {act});")

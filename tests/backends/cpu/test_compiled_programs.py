@@ -243,3 +243,20 @@ def test_gemm_inside_a_loop_with_a_weight_transposed_outside():
     b.ret(h)
     x = rng.standard_normal((2, 80)).astype(np.float32)
     assert_matches(compile_module(m)(x), interpret(m, [x]))
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_a_single_row_reads_a_narrow_weight_in_place(rows):
+    """x @ W + b with W 300 x 10: one row reads W where it lies (packing would pad it to a 64-column panel);
+    more rows pack it once at load."""
+    rng = np.random.default_rng(4)
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", (rows, 300))], ["x"])
+    w = b.constant(rng.standard_normal((300, 10)).astype(np.float32), "w")
+    bias = b.constant(rng.standard_normal(10).astype(np.float32), "b")
+    b.ret(b.add(b.matmul(b.args[0], w), b.broadcast_to(bias, shape=(rows, 10))))
+    exe = compile_module(m)
+    source = exe._run.program.source
+    assert ("cuvil_sgemm_packed(" in source) == (rows > 1) and ("cuvil_sgemm(" in source) == (rows == 1)
+    x = rng.standard_normal((rows, 300)).astype(np.float32)
+    assert_matches(exe(x), interpret(m, [x]))
