@@ -3,11 +3,11 @@ tensors, with their weights packed once, at compile time, into new module consta
 
 The blocked layout spreads from each convolution through elementwise ops (unary ones, and binary ones whose
 other side is blocked too or a scalar) and 2-D max pools, so conv -> relu -> max_pool -> conv and residual
-adds stay blocked. Convolutions
-joined that way form a chain; a chain is converted only at its boundary (one conversion per value however
-many users it has), and only when its estimated saving beats the cost of those conversions (`COST`). The
-conversions are plain ops (pad, reshape, transpose; transpose, reshape, slice) that the loop fusion folds
-into neighbouring kernels. A relu or residual add right after a blocked convolution becomes its epilogue.
+adds stay blocked. Convolutions joined that way form a chain; a chain is converted only at its boundary (one
+conversion per value however many users it has), and only when its estimated saving beats the cost of those
+conversions (`COST`). The conversions are plain ops (pad, reshape, transpose; transpose, reshape, slice) that
+the loop fusion folds into neighbouring kernels. A relu or residual add right after a blocked convolution
+becomes its epilogue.
 """
 from __future__ import annotations
 

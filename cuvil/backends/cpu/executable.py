@@ -60,14 +60,14 @@ class CpuFunction:
         self._binders = self._binding_table()
         self._constraints = list(fn.constraints)
         self._consts = [np.ascontiguousarray(constants[name]) for name in program.constants]
-        self.prepared = self._prepared_buffers(lib, prepared or {})
+        saved = prepared or {}
+        self.prepared = self._prepared_buffers(lib, saved)
         self._consts += self.prepared
         self._const_ptrs = (ctypes.c_void_p * max(len(self._consts), 1))(*[c.ctypes.data for c in self._consts])
-        if len(self.prepared) > len(prepared or {}):
-            lib.cuvil_prepare.argtypes = [ctypes.c_void_p, ctypes.c_int64]
-            for j in range(len(self.prepared)):
-                if j not in (prepared or {}):
-                    lib.cuvil_prepare(self._const_ptrs, j)
+        lib.cuvil_prepare.argtypes = [ctypes.c_void_p, ctypes.c_int64]
+        for j in range(len(self.prepared)):
+            if j not in saved:
+                lib.cuvil_prepare(self._const_ptrs, j)
         self._static = not program.symbols
         self._fast_path_tables()
         self._local = threading.local()

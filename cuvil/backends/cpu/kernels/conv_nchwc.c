@@ -192,10 +192,11 @@ int cuvil_conv_nchwc_block(void) { return CUVIL_VL; }
 void cuvil_conv_nchwc(const float *x, const float *w, const float *bias, const float *res, float *y,
                       const int64_t *geom, int act)
 {
-    if (geom[0] <= 0 || geom[5] <= 0 || geom[6] <= 0 || geom[7] <= 0) return;
+    const nchwc_geom *given = (const nchwc_geom *)geom;
+    if (given->n <= 0 || given->ob <= 0 || given->oh <= 0 || given->ow <= 0) return;
     nchwc_geom unpadded;
     const nchwc_geom *g = &unpadded;
-    x = nchwc_unpadded(x, (const nchwc_geom *)geom, &unpadded);
+    x = nchwc_unpadded(x, given, &unpadded);
     const int64_t pairs = (g->ob + 1) / 2, ws = g->cb * g->kh * g->kw * g->c * CUVIL_VL;
     const int64_t ys = g->oh * g->ow * CUVIL_VL, rows = g->n * pairs * g->oh;
     const int nt = (int)min64(threads_for(rows * 2 * g->ow * ws), rows);
