@@ -41,13 +41,17 @@ _INT_LIMITS = {DType.i64: "INT64", DType.i32: "INT32", DType.i16: "INT16", DType
 
 @dataclass
 class Idx:
-    """An index into a tensor of `shape`: per-axis C expressions, a flat C offset, or both."""
+    """An index into a tensor of `shape`: per-axis C expressions, a flat C offset, or the loop variables it is made
+    of (`factors`: (variable, extent) pairs in the tensor's flat order), from which either follows."""
 
     shape: tuple
     axes: Optional[tuple] = None
     flat: Optional[str] = None
+    factors: Optional[tuple] = None
 
     def get_flat(self) -> str:
+        if self.flat is None and self.axes is None:
+            self.flat = _group_expr(self.factors)
         if self.flat is None:
             terms, stride = [], "1"
             for axis, size in reversed(list(zip(self.axes, self.shape))):
@@ -58,14 +62,141 @@ class Idx:
         return self.flat
 
     def get_axes(self) -> tuple:
+        if self.axes is None and self.groups() is not None:
+            self.axes = tuple(_group_expr(g) for g in self.groups())
         if self.axes is None:
             axes, stride = [], "1"
             for size in reversed(self.shape):
-                axes.append(f"(({self.flat}) / ({stride}) % {c_dim(size)})" if stride != "1"
-                            else f"(({self.flat}) % {c_dim(size)})")
+                axes.append(f"(({self.get_flat()}) / ({stride}) % {c_dim(size)})" if stride != "1"
+                            else f"(({self.get_flat()}) % {c_dim(size)})")
                 stride = c_dim(size) if stride == "1" else f"{stride} * {c_dim(size)}"
             self.axes = tuple(reversed(axes))
         return self.axes
+
+    def groups(self) -> Optional[list]:
+        """The factors that make up each axis, when every axis is made of whole factors."""
+        if self.factors is None:
+            return None
+        groups = _split_factors(self.shape, [size for _, size in self.factors])
+        if groups is None:
+            return None
+        it = iter(self.factors)
+        return [[next(it) for _ in g] for g in groups]
+
+
+def _group_expr(group: list) -> str:
+    terms, stride = [], 1
+    for var, size in reversed(group):
+        terms.append(var if stride == 1 else f"{var} * {stride}")
+        stride *= size
+    expr = " + ".join(reversed(terms)) or "0"
+    return expr if len(terms) < 2 else f"({expr})"
+
+
+def _split_factors(shape, sizes) -> Optional[list]:
+    """The sizes of `sizes` (a flat index's factors, outermost first) that make up each axis of `shape`, or None
+    when a factor straddles two axes."""
+    groups, j = [], len(sizes)
+    for d in reversed(shape):
+        group, need = [], d
+        while need != 1:
+            if not isinstance(need, int) or j == 0 or need % sizes[j - 1]:
+                return None
+            group.append(sizes[j - 1])
+            need //= sizes[j - 1]
+            j -= 1
+        groups.append(group[::-1])
+    return groups[::-1] if j == 0 else None
+
+
+class _NotRefinable(Exception):
+    pass
+
+
+class DomainRefiner:
+    """The loop nest of a pointwise kernel whose reshapes meet transposes or broadcasts: the output's flat index
+    split at every axis boundary that the chain of reshapes, transposes and broadcasts behind it reaches, so that
+    each of those ops maps whole loop variables to whole coordinates. No index is divided, and the innermost loop
+    runs along the data wherever the data allows (an attention head's 64 floats, not a gather over 768)."""
+
+    def __init__(self, outputs: list, args: dict):
+        self.outputs, self.args = outputs, args
+        self.sizes: list[int] = []
+        self.halves: dict[int, tuple] = {}  # a factor split in two: its outer and inner factor
+
+    def factor_sizes(self) -> Optional[list]:
+        """The loop extents, outermost first, or None where a shape is symbolic or two boundaries cross."""
+        shape = self.outputs[0].type.shape
+        if not all(isinstance(d, int) and d > 0 for d in shape):
+            return None
+        domain = [self._new(d) for d in shape if d != 1]
+        try:
+            while True:
+                self.changed, seen = False, set()
+                for v in self.outputs:
+                    self._visit(v, domain, seen)
+                if not self.changed:
+                    return [self.sizes[f] for f in self._expand(domain)]
+        except _NotRefinable:
+            return None
+
+    def _new(self, size: int) -> int:
+        self.sizes.append(size)
+        return len(self.sizes) - 1
+
+    def _expand(self, factors: list) -> list:
+        out = []
+        for f in factors:
+            out += self._expand(list(self.halves[f])) if f in self.halves else [f]
+        return out
+
+    def _align(self, shape, factors: list) -> tuple[list, list]:
+        """Split factors until each axis of `shape` is made of whole ones; returns the groups and the factors."""
+        factors, groups = self._expand(factors), []
+        j = len(factors)
+        for d in reversed(shape):
+            if not isinstance(d, int):
+                raise _NotRefinable
+            group, need = [], d
+            while need != 1:
+                if j == 0:
+                    raise _NotRefinable
+                f = factors[j - 1]
+                if need % self.sizes[f] == 0:
+                    group.append(f)
+                    need //= self.sizes[f]
+                    j -= 1
+                elif self.sizes[f] % need == 0:
+                    self.halves[f] = (self._new(self.sizes[f] // need), self._new(need))
+                    factors[j - 1:j] = self.halves[f]
+                    j += 1
+                    self.changed = True
+                else:
+                    raise _NotRefinable
+            groups.append(group[::-1])
+        if j != 0:
+            raise _NotRefinable
+        return groups[::-1], factors
+
+    def _visit(self, v: Value, factors: list, seen: set) -> None:
+        groups, factors = self._align(v.type.shape, factors)
+        key = (id(v), tuple(factors))
+        if key in seen or id(v) in self.args:
+            return
+        seen.add(key)
+        op, x = v.owner, v.owner.operands[0] if v.owner.operands else None
+        if op.name == "reshape":
+            self._visit(x, factors, seen)
+        elif op.name == "transpose":
+            inverse = {p: i for i, p in enumerate(op.attrs["perm"])}
+            self._visit(x, [f for p in range(len(groups)) for f in groups[inverse[p]]], seen)
+        elif op.name == "broadcast_to":
+            lead = v.type.rank - x.type.rank
+            self._visit(x, [f for i, d in enumerate(x.type.shape) if d != 1 for f in groups[lead + i]], seen)
+        elif op.name not in INDEX_OPS:
+            for operand in op.operands:
+                if operand.type.shape == v.type.shape:
+                    self._visit(operand, factors, seen)
 
 
 class LoopKernel:
@@ -125,9 +256,15 @@ class LoopKernel:
             self._store_outputs(idx, 2)
             self._line(1, "}")
             return
-        axes = tuple(f"i{k}" for k in range(len(shape)))
-        depth = self._open_nest(axes, shape, par, outer_threaded=True)
-        self._store_outputs(Idx(shape, axes), depth)
+        sizes = DomainRefiner(self.outputs, self.arg_index).factor_sizes()
+        if sizes:
+            factors = tuple((f"i{k}", size) for k, size in enumerate(sizes))
+            depth = self._open_nest(tuple(v for v, _ in factors), sizes, par, outer_threaded=True)
+            self._store_outputs(Idx(shape, factors=factors), depth)
+        else:
+            axes = tuple(f"i{k}" for k in range(len(shape)))
+            depth = self._open_nest(axes, shape, par, outer_threaded=True)
+            self._store_outputs(Idx(shape, axes), depth)
         self._close(depth)
 
     def _open_nest(self, axes, shape, par: str, outer_threaded: bool, depth: int = 1) -> int:
@@ -147,7 +284,7 @@ class LoopKernel:
 
     def _store_outputs(self, idx: Idx, depth: int) -> None:
         for i, v in enumerate(self.outputs):
-            at = idx if v.type.shape == idx.shape else Idx(v.type.shape, None, idx.get_flat())  # a reshaped output
+            at = idx if v.type.shape == idx.shape else Idx(v.type.shape, None, idx.get_flat(), idx.factors)  # reshaped
             expr = self.value(v, at, depth)
             self._line(depth, f"out{i}[{idx.get_flat()}] = {store_value(v.type.dtype, expr)};")
 
@@ -199,7 +336,7 @@ class LoopKernel:
 
     # -- values at an index ------------------------------------------------------------------------
     def value(self, v: Value, idx: Idx, depth: int) -> str:
-        key = (id(v), idx.axes if idx.axes is not None else idx.flat)
+        key = (id(v), idx.axes if idx.axes is not None else idx.get_flat())
         for scope in reversed(self.memo):
             if key in scope:
                 return scope[key]
@@ -221,7 +358,9 @@ class LoopKernel:
             return CType(op.attrs["dtype"]).lit(op.attrs["value"])
         if op.name == "dim_size":
             return f"({CType(op.attrs['dtype']).name}){c_dim(op.attrs['dim'][0])}"
-        operands = [self.value(x, Idx(x.type.shape, idx.axes, idx.flat), depth) for x in op.operands]
+        same = [x.type.shape == idx.shape for x in op.operands]
+        operands = [self.value(x, Idx(x.type.shape, idx.axes, idx.flat, idx.factors if s else None), depth)
+                    for x, s in zip(op.operands, same)]
         return elementwise_expr(op.name, operands, op.attrs, op.operands[-1].type.dtype)
 
 
@@ -230,19 +369,28 @@ def _broadcast(k: LoopKernel, op: Op, v: Value, idx: Idx, depth: int) -> str:
     x = op.operands[0]
     if x.type.numel == 1:
         return k.value(x, Idx(x.type.shape, ("0",) * x.type.rank, "0"), depth)
-    axes = idx.get_axes()
+    axes, groups = idx.get_axes(), idx.groups()
     lead = len(axes) - x.type.rank
+    if groups is not None:
+        kept = tuple(f for i, d in enumerate(x.type.shape) if d != 1 for f in groups[lead + i])
+        return k.value(x, Idx(x.type.shape, factors=kept), depth)
     sub = tuple("0" if d == 1 else axes[lead + i] for i, d in enumerate(x.type.shape))
     return k.value(x, Idx(x.type.shape, sub), depth)
 
 
 def _reshape(k: LoopKernel, op: Op, v: Value, idx: Idx, depth: int) -> str:
     x = op.operands[0]
+    if idx.factors is not None:
+        return k.value(x, Idx(x.type.shape, factors=idx.factors), depth)
     return k.value(x, Idx(x.type.shape, None, idx.get_flat()), depth)
 
 
 def _transpose(k: LoopKernel, op: Op, v: Value, idx: Idx, depth: int) -> str:
-    x, perm, axes = op.operands[0], op.attrs["perm"], idx.get_axes()
+    x, perm, axes, groups = op.operands[0], op.attrs["perm"], idx.get_axes(), idx.groups()
+    if groups is not None:
+        inverse = {p: i for i, p in enumerate(perm)}
+        return k.value(x, Idx(x.type.shape, factors=tuple(f for p in range(len(perm)) for f in groups[inverse[p]])),
+                       depth)
     sub = [None] * len(perm)
     for i, p in enumerate(perm):
         sub[p] = axes[i]

@@ -1,0 +1,75 @@
+"""Loop kernels over chains of reshapes, transposes and broadcasts: the loop nest is split at every axis boundary
+the chain reaches, so no index is divided and the innermost loop runs along the data; chains whose boundaries
+cross (a reshape that regroups axes) keep the plain nest. Either way the result matches the interpreter."""
+import re
+
+import numpy as np
+import pytest
+
+import cuvil
+from cuvil.backends.cpu import codegen
+from cuvil.backends.cpu.loops import DomainRefiner
+from cuvil.ir import Builder, Module, TensorType
+
+
+def _chain(in_shape, steps) -> Module:
+    """x -> each step ("reshape", shape) / ("transpose", perm) / ("broadcast", shape) -> x * 2 + 1."""
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", in_shape)], ["x"])
+    h = b.args[0]
+    for kind, arg in steps:
+        if kind == "reshape":
+            h = b.reshape(h, shape=arg)
+        elif kind == "transpose":
+            h = b.transpose(h, perm=arg)
+        else:
+            h = b.broadcast_to(h, shape=arg)
+    two = b.broadcast_to(b.full(2.0, ()), shape=h.type.shape)
+    b.ret(b.add(b.mul(h, two), two))
+    return m
+
+
+def _kernel_bodies(module: Module) -> str:
+    source = codegen.generate(cuvil.compile_module(module).module).source
+    return "\n".join(re.findall(r"static void k\d+_\w+\(.*?\n}\n", source, re.S))
+
+
+HEADS_MERGE = ((1, 12, 16, 64), [("transpose", (0, 2, 1, 3)), ("reshape", (1, 16, 768))])
+HEADS_SPLIT = ((16, 768), [("reshape", (1, 16, 12, 64)), ("transpose", (0, 2, 3, 1))])
+CASES = {
+    "heads-merge": HEADS_MERGE,
+    "heads-split-key-transposed": HEADS_SPLIT,
+    "nchwc-to-nchw": ((1, 4, 5, 7, 16), [("transpose", (0, 1, 4, 2, 3)), ("reshape", (1, 64, 5, 7))]),
+    "nchw-to-nchwc": ((1, 64, 5, 7), [("reshape", (1, 4, 16, 5, 7)), ("transpose", (0, 1, 3, 4, 2))]),
+    "reshape-transpose-reshape": ((6, 20), [("reshape", (6, 4, 5)), ("transpose", (2, 1, 0)), ("reshape", (10, 12))]),
+    "broadcast-then-split": ((1, 24), [("broadcast", (3, 24)), ("reshape", (3, 2, 12)), ("transpose", (1, 2, 0))]),
+    "crossing-boundaries": ((4, 6), [("transpose", (1, 0)), ("reshape", (4, 6))]),
+    "size-one-axes": ((1, 8, 1, 6), [("reshape", (2, 4, 6)), ("transpose", (2, 0, 1)), ("reshape", (6, 1, 8))]),
+}
+
+
+@pytest.mark.parametrize("in_shape, steps", CASES.values(), ids=CASES.keys())
+def test_chain_matches_interpreter(in_shape, steps):
+    x = np.random.default_rng(0).standard_normal(in_shape).astype(np.float32)
+    want = cuvil.interpret(_chain(in_shape, steps), [x])[0]
+    np.testing.assert_array_equal(cuvil.compile_module(_chain(in_shape, steps))(x)[0], want)
+
+
+@pytest.mark.parametrize("case", [HEADS_MERGE, HEADS_SPLIT], ids=["merge", "split"])
+def test_attention_head_moves_divide_no_index(case):
+    body = _kernel_bodies(_chain(*case))
+    assert "/" not in body and "%" not in body, body
+    assert "i2 < 64; i2++" in body or "i2 < 16; i2++" in body  # the innermost loop is a head's row or a column
+
+
+def test_crossing_boundaries_keep_the_plain_nest():
+    body = _kernel_bodies(_chain(*CASES["crossing-boundaries"]))
+    assert "%" in body
+
+
+def test_refiner_splits_the_output_at_the_boundaries_behind_it():
+    module = _chain(*HEADS_MERGE)
+    fused = next(op for op in cuvil.compile_module(module).module.main.body.ops if op.name == "fused")
+    region = fused.regions[0]
+    refiner = DomainRefiner(list(region.terminator.operands), {id(a): i for i, a in enumerate(region.args)})
+    assert refiner.factor_sizes() == [16, 12, 64]
