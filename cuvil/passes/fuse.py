@@ -5,7 +5,8 @@ group (`reduce_ops`). Walking each region from its end, a producer joins its con
 - every user of the producer is in that group or comes after the group's root (so the group can run at
   the root's position without a cycle), and the group has one consumer group (no duplicated work);
 - it does not multiply work: its element count equals the group's domain, or it only moves data
-  (broadcast of a constant, reshape...), which is free to recompute;
+  (broadcast of a constant, reshape...), which is free to recompute; a broadcast that feeds several loop ops
+  is first copied once per user, so that no kernel materialises it for the others to read;
 - in a reduce group, a value at the reduction's input domain is never needed outside the group, and only
   the reduction's output domain feeds the epilogue: a reduction's result is not re-read inside the loop
   nest that computes it.
@@ -64,10 +65,27 @@ class FuseOps(Pass):
             if op.name != "fused":
                 for r in op.regions:
                     changed |= self._region(fn, r)
+        if self.join:
+            self._replicate_broadcasts(region)
         groups = self._groups(region)
         if groups:
             _outline_all(fn, region, groups)
         return changed or bool(groups)
+
+    def _replicate_broadcasts(self, region: Region) -> None:
+        """Give each loop op that reads a shared broadcast its own copy (CSE merges a transformer's per-layer
+        scale factors into one; reading the broadcast tensor costs what recomputing its index saves)."""
+        users = _users(region)
+        for op in [o for o in region.ops if o.name == "broadcast_to"]:
+            v = op.results[0]
+            readers = [u for u in users.get(id(v), []) if u is not None and self.is_loop(u.name)
+                       and any(x is v for x in u.operands)]
+            others = len(users.get(id(v), [])) - len(readers)
+            for u in readers if others else readers[1:]:
+                copy = Op(op.name, op.operands, op.attrs, [v.type], (), op.loc)
+                copy.parent = region
+                region.ops.insert(region.ops.index(u), copy)
+                u.operands = [copy.results[0] if x is v else x for x in u.operands]
 
     def _groups(self, region: Region) -> list:
         position = {id(op): i for i, op in enumerate(region.ops)}

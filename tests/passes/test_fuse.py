@@ -57,6 +57,21 @@ def test_value_used_twice_is_materialised_once():
     assert got.count("exp ") == 1 and got.count("= fused") == 3
 
 
+def test_shared_broadcast_is_copied_into_each_loop_kernel():
+    got = run_passes("""
+        module {
+          func @main(%x: f32[2,4], %b: f32[4]) -> (f32[2,4], f32[2,4], f32[2,4]) {
+            %0:f32[2,4] = broadcast_to %b {shape = [2, 4]}
+            %1:f32[2,4] = exp %x
+            %2:f32[2,4] = add %1, %0
+            %3:f32[2,4] = mul %x, %0
+            return %2, %3, %0
+          }
+        }""", FUSE, inputs=X)
+    assert got.count("= fused") == 3 and got.count("broadcast_to %") == 3  # its own kernel (returned) + 2 copies
+    assert 'name = "exp_broadcast_to_add"' in got and 'name = "broadcast_to_mul"' in got
+
+
 def test_reduction_result_is_not_reread_in_its_own_loop():
     """softmax's x - max(x) needs max over the row first: two groups, not one."""
     got = run_passes("""
