@@ -105,7 +105,8 @@ def peers(shape, threads, variants):
         out[name] = lambda lib=lib, args=args: lib.cuvil_sgemm(*args)
     packed = kernels.PackedB(b)
     args = (m, n, k, 1.0, a.ctypes.data, k, 1, packed.data.ctypes.data, 0.0, c.ctypes.data, n, None, 0)
-    out["cuvil-packed"] = lambda: kernels.load(3).cuvil_sgemm_packed(*args)
+    # the lambda holds `packed`: ctypes pointers in `args` do not keep its buffer alive
+    out["cuvil-packed"] = lambda packed=packed: kernels.load(3).cuvil_sgemm_packed(*args)
     out["numpy"] = lambda: np.matmul(a, b, out=c)
     try:
         import torch
