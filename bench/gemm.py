@@ -9,7 +9,8 @@ GFLOP/s and the share of two peaks: the one shared/PEERS.md gives for its machin
 FMA loop measured here in the same run. OpenBLAS's worker threads spin after each call and slow whatever runs
 next, so the script re-executes itself with OPENBLAS_THREAD_TIMEOUT=20 (and without OPENBLAS_CORETYPE and
 OPENBLAS_L2_SIZE), and it alternates the order of the peers between rounds. `--variant name=DEFINES` adds the
-kernel library compiled with other block sizes as one more peer.
+kernel library compiled with other block sizes as one more peer. For M = 1 a pseudo-peer "read-B" only reads the
+packed weights once with the same threads: the bandwidth floor of a matrix-vector product, in the same units.
 """
 from __future__ import annotations
 
@@ -53,6 +54,29 @@ float fma_loop(int threads, long iters)
             __asm__("" : "+v"(a6), "+v"(a7), "+v"(a8), "+v"(a9), "+v"(a10), "+v"(a11));
         }
         vf s = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9 + a10 + a11;
+        sink += s[0];
+    }
+    return sink;
+}
+"""
+
+
+READ_LOOP = r"""
+typedef float vf __attribute__((vector_size(64)));
+/* Sum n floats (n a multiple of 64, 64-byte aligned) in four chains per thread: a read at full bandwidth. */
+float read_all(int threads, const float *x, long n)
+{
+    float sink = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : sink)
+    {
+        int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        long lo = n / 64 * t / nt * 64, hi = n / 64 * (t + 1) / nt * 64;
+        vf a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+        for (long i = lo; i < hi; i += 64) {
+            a0 += *(const vf *)(x + i), a1 += *(const vf *)(x + i + 16);
+            a2 += *(const vf *)(x + i + 32), a3 += *(const vf *)(x + i + 48);
+        }
+        vf s = (a0 + a1) + (a2 + a3);
         sink += s[0];
     }
     return sink;
@@ -107,6 +131,12 @@ def peers(shape, threads, variants):
     args = (m, n, k, 1.0, a.ctypes.data, k, 1, packed.data.ctypes.data, 0.0, c.ctypes.data, n, None, 0)
     # the lambda holds `packed`: ctypes pointers in `args` do not keep its buffer alive
     out["cuvil-packed"] = lambda packed=packed: kernels.load(3).cuvil_sgemm_packed(*args)
+    if m == 1:
+        reader = toolchain.load_library("#include <omp.h>\n" + READ_LOOP, name="bench-read-loop", opt_level=2)
+        reader.read_all.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_long]
+        reader.read_all.restype = ctypes.c_float
+        floats = packed.data.size // 64 * 64
+        out["read-B"] = lambda packed=packed: reader.read_all(threads, packed.data.ctypes.data, floats)
     out["numpy"] = lambda: np.matmul(a, b, out=c)
     try:
         import torch
