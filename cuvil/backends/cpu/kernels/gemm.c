@@ -1,8 +1,8 @@
 /* Cuvil's fp32 GEMM, BLIS-style: B packed into NR-wide panels of KC rows, an MR x NR register block
  * (6 x 64 with AVX-512: 24 accumulators), A read in place, work items (rectangles of C) handed to threads.
  * The ABI and its semantics are in cuvil_kernels.h. What mattered for speed (shared/PEERS.md and measurements
- * here): KC = 256 and NC = 512 (the B block stays in L2), K split into near-equal blocks (784 = 4 x 196, not
- * 256 + 256 + 256 + 16), row blocks that divide the rows (128 = 18 x 6 + 4 x 5), packing B while the first
+ * here): a B block of KC x NC that stays in L2 (below), K split into near-equal blocks (1024 = 2 x 512, not
+ * 768 + 256), row blocks that divide the rows (128 = 18 x 6 + 4 x 5), packing B while the first
  * row of micro-kernels runs, and, for M = 1, each thread streaming its own columns of B eight rows at a time.
  */
 #include <stdlib.h>
@@ -37,11 +37,23 @@ typedef cuvil_vf vf;
 #define CUVIL_NV 2
 #endif
 #endif
+/* KC x NC is the B block kept in L2 (576 KB with AVX-512, 512 KB otherwise). With AVX-512 (1 MB or more of L2
+ * per core), 768 x 192 rather than 256 x 512: a third of the round trips of C through the K blocks and longer
+ * runs of the micro-kernel. Interleaved on the 2-core Xeon (tools: bench/gemm.py --variant): 1-9% faster on
+ * the shapes of W1, W2, BERT and ResNet's im2col convolutions, 13% at (49, 4608, 512), never slower. */
 #ifndef CUVIL_KC
+#if VL == 16
+#define CUVIL_KC 768
+#else
 #define CUVIL_KC 256
 #endif
+#endif
 #ifndef CUVIL_NC
+#if VL == 16
+#define CUVIL_NC 192
+#else
 #define CUVIL_NC 512
+#endif
 #endif
 /* Rows of B to prefetch ahead when a micro-kernel reads B in place, packing it (16) or not (8). Measured on
  * Ice Lake at M = 64 and 128: +15-25% over none; longer distances hurt the unpacked case (M <= MR). */
