@@ -6,6 +6,7 @@ C*k*k products in another order, so it gets 1e-4 relative to the output's scale.
 import numpy as np
 import pytest
 
+from cuvil.backends.cpu import codegen
 from cuvil.compiler import compile_module
 from cuvil.interpreter import interpret
 from cuvil.ir import Builder, Module, TensorType, sym
@@ -111,6 +112,23 @@ POOLS = [("max_pool", {"kernel": (3, 3), "strides": (2, 2), "pads": (1, 1, 1, 1)
 def test_pools(op, attrs):
     x = rand(1, 64, 56, 55)
     check(single_op(op, [x], **attrs), [x])
+
+
+def test_pools_unroll_only_the_square_windows_they_use():
+    """One helper serves every max pool of a model: it unrolls the 2x2/3x3 windows (per stride class) that the
+    model has, and only those (each costs gcc time)."""
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType(DType.f32, (1, 8, 23, 22))])
+    x = b.args[0]
+    outs = [b.max_pool(x, kernel=(3, 3), strides=(2, 2), pads=(1, 1, 1, 1)),
+            b.max_pool(x, kernel=(2, 2), strides=(1, 1)), b.max_pool(x, kernel=(5, 5), strides=(1, 1))]
+    b.ret(*outs)
+    source = codegen.generate(compile_module(m).module).source
+    calls = "max_pool_f32_cols(xr, yr, lo, hi, "
+    assert calls + "3, 3, s," in source and calls + "2, 2, 1," in source
+    assert "3, 3, 1," not in source and "2, 2, s," not in source and ", 5, 5," not in source
+    xv = rand(1, 8, 23, 22)
+    check(m, [xv])
 
 
 def test_max_pool_int8_and_nan():
