@@ -2,12 +2,13 @@
 
     flock /tmp/cuvil_bench.lock python -m bench.compile_time --only W3,W4 --repeat 3
 
-cold: a new process whose `CUVIL_CACHE_DIR` holds only the kernel library (built once per machine, timed
-apart); warm: a new process on that same cache, which now holds the model (the artifact cache's hit). Each
-run prints `import cuvil`, the compile call (`cuvil.load_onnx(path).optimize()` or `cuvil.compile(module,
-inputs)`) and the first call apart; the table gives medians over `--repeat` cold/warm pairs. Python's bytecode
-is cached for these processes (in a temporary PYTHONPYCACHEPREFIX, warmed first) as in an installed package,
-even where the environment sets PYTHONDONTWRITEBYTECODE. ONNX files are exported once into --onnx-dir.
+cold: a new process whose `CUVIL_CACHE_DIR` holds only what is built once per machine for any model (the kernel
+library and the call-path extension, timed apart); warm: a new process on that same cache, which now holds the
+model (the artifact cache's hit). Each run prints `import cuvil`, the compile call (`cuvil.load_onnx(path)
+.optimize()` or `cuvil.compile(module, inputs)`) and the first call apart; the table gives medians over
+`--repeat` cold/warm pairs. Python's bytecode is cached for these processes (in a temporary PYTHONPYCACHEPREFIX,
+warmed first) as in an installed package, even where the environment sets PYTHONDONTWRITEBYTECODE. ONNX files
+are exported once into --onnx-dir.
 """
 from __future__ import annotations
 
@@ -93,7 +94,7 @@ def main(argv=None) -> None:
                                                                   if w.name in DEFAULT_NAMES]
     env = bytecode_env()
     kernels, seconds = harness.kernel_library_cache(args.threads)
-    print(f"kernel library: {seconds:.2f} s (once per machine, not in the figures)", flush=True)
+    print(f"kernel library and call extension: {seconds:.2f} s (once per machine, not in the figures)", flush=True)
     results = {}
     for wl in workloads:
         for route in args.routes.split(","):

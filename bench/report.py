@@ -83,9 +83,9 @@ def compile_table(probes: dict, peer_names: list, kernels_s: float | None) -> li
         cells = [_pair(row.get(p)) for p in routes] + [_first(row.get(p)) for p in others]
         lines.append(f"| {wl} | " + " | ".join(cells) + " |")
     if kernels_s is not None:
-        lines += ["", f"Cuvil's kernel library is compiled once per machine ({kernels_s:.1f} s here, not counted "
-                      f"in the cold times above); cold = a fresh process with an otherwise empty `CUVIL_CACHE_DIR`, "
-                      f"warm = a fresh process that finds the model in the cache."]
+        lines += ["", f"Cuvil's kernel library and call extension are compiled once per machine ({kernels_s:.1f} s "
+                      "here, not counted in the cold times above); cold = a fresh process with an otherwise empty "
+                      "`CUVIL_CACHE_DIR`, warm = a fresh process that finds the model in the cache."]
     return lines
 
 
