@@ -28,21 +28,27 @@ CUVIL_RT_INLINE uint16_t cuvil_f32_to_bf16(float f)
     return (uint16_t)(f != f ? ((u >> 16) | 0x40u) : rounded);
 }
 
-/* exp: 2^n * p(r), r = x - n ln2 in [-ln2/2, ln2/2]; 2^n applied in two halves so results stay exact down
- * to the subnormal range. The clamp to [-104, 88.8] keeps n in range: above 88.72 the product overflows to
- * inf and below -103.97 it underflows to 0 by itself, and a NaN passes the clamp and the arithmetic, so no
- * select is needed after it (they cost a quarter of a vector exp). */
-CUVIL_RT_INLINE float cuvil_expf(float x)
+/* The core of both exps: n = round(x / ln2), returned through *n, and e^r for r = x - n ln2 in [-ln2/2, ln2/2]
+ * (a polynomial within 2 ulp). */
+CUVIL_RT_INLINE float cuvil_exp_reduced(float x, float *n)
 {
-    float xc = x > 88.8f ? 88.8f : (x < -104.0f ? -104.0f : x);
-    float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    float r = xc - n * 0.693145751953125f - n * 1.428606765330187e-06f;
+    *n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = x - *n * 0.693145751953125f - *n * 1.428606765330187e-06f;
     float p = r * 1.9875691500e-4f + 1.3981999507e-3f;
     p = p * r + 8.3334519073e-3f;
     p = p * r + 4.1665795894e-2f;
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
-    p = (p * r) * r + r + 1.0f;
+    return (p * r) * r + r + 1.0f;
+}
+
+/* exp: 2^n * e^r with 2^n applied in two halves, so results stay exact down to the subnormal range. The clamp
+ * to [-104, 88.8] keeps n in range: above 88.72 the product overflows to inf and below -103.97 it underflows to
+ * 0 by itself, and a NaN passes the clamp and the arithmetic, so no select is needed after it (they cost a
+ * quarter of a vector exp). */
+CUVIL_RT_INLINE float cuvil_expf(float x)
+{
+    float n, p = cuvil_exp_reduced(x > 88.8f ? 88.8f : (x < -104.0f ? -104.0f : x), &n);
     int32_t ni = (int32_t)n;
     int32_t half = ni >> 1;
     float s1 = cuvil_bits_to_f32((uint32_t)(half + 127) << 23);
@@ -54,18 +60,10 @@ CUVIL_RT_INLINE double cuvil_exp(double x) { return exp(x); }
 
 /* exp for callers that need no subnormal result (sigmoid, tanh, erf): the input is clamped below at -87.3, where
  * exp is still normal, so 2^n is one exponent field and one multiply. Above 88.38 the field is all ones: inf.
- * Same polynomial and bound as cuvil_expf in between; a third fewer operations. */
+ * Same bound as cuvil_expf in between; a third fewer operations. */
 CUVIL_RT_INLINE float cuvil_expf_normal(float x)
 {
-    float xc = x > 88.8f ? 88.8f : (x < -87.3f ? -87.3f : x);
-    float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    float r = xc - n * 0.693145751953125f - n * 1.428606765330187e-06f;
-    float p = r * 1.9875691500e-4f + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = (p * r) * r + r + 1.0f;
+    float n, p = cuvil_exp_reduced(x > 88.8f ? 88.8f : (x < -87.3f ? -87.3f : x), &n);
     return p * cuvil_bits_to_f32((uint32_t)((int32_t)n + 127) << 23);
 }
 
