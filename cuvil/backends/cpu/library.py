@@ -66,6 +66,10 @@ def _gemm(gen, a_op, b_op, out, bias, act: int, depth: int) -> None:
     pbias = gen.args_of([bias])[0] if bias is not None else "NULL"
     if b.type.rank == 2 and (not ta or a.type.rank == 2):
         rows = c_dim(_prod(out.type.shape[:-1]))
+        if tb and not ta and isinstance(n, int) and n < NARROW_COLUMNS and _prod(out.type.shape[:-1]) != 1:
+            gen.helpers["cuvil_sgemm_narrow"] = SGEMM_NARROW
+            gen.line(depth, f"cuvil_sgemm_narrow({rows}, {n}, {c_dim(k)}, {pa}, {pb}, {pbias}, {pc}, {act});")
+            return
         # one row reads a narrow weight in place: packing pads it to whole 64-column panels (10 columns: 6.4x the
         # bytes, the last layer of an MLP at batch 1)
         narrow_row = _prod(out.type.shape[:-1]) == 1 and isinstance(n, int) and n < 64
@@ -83,6 +87,27 @@ def _gemm(gen, a_op, b_op, out, bias, act: int, depth: int) -> None:
     sb = c_dim(k * n) if b.type.rank > 2 else "0"
     gen.line(depth, f"cuvil_sgemm_batched({batch}, {c_dim(m)}, {c_dim(n)}, {c_dim(k)}, 1.0f, {pa}, {rsa}, {csa}, "
                     f"{sa}, {pb}, {rsb}, {csb}, {sb}, 0.0f, {pc}, {c_dim(n)}, {c_dim(m * n)}, {pbias}, {act});")
+
+
+# Below this many columns a GEMM against a weight stored transposed (an ONNX/PyTorch Linear: W[N, K]) is N dot
+# products per row along K: the packed path pads N to a 64-column panel (10 columns: 6.4x the multiply-adds).
+NARROW_COLUMNS = 16
+SGEMM_NARROW = """/* C[M,N] = act(A[M,K] @ W[N,K]^T + bias): a dot product along K per output, threads split rows. */
+static void cuvil_sgemm_narrow(int64_t M, int64_t N, int64_t K, const float *restrict A, const float *restrict W,
+                               const float *restrict bias, float *restrict C, int act)
+{
+    #pragma omp parallel for if (M * N * K >= (1 << 17)) num_threads(cuvil_get_num_threads()) schedule(static)
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            const float *restrict a = A + i * K, *restrict w = W + j * K;
+            float s = 0.0f;
+            #pragma omp simd reduction(+:s)
+            for (int64_t p = 0; p < K; p++) s += a[p] * w[p];
+            C[i * N + j] = s + (bias ? bias[j] : 0.0f);
+        }
+    if (act) cuvil_activation(act, M * N, C, C);
+}
+"""
 
 
 def _naive_matmul(name: str, dtype: DType, t: CType) -> str:

@@ -36,7 +36,10 @@ def mlp_program() -> Module:
         bias = b.constant(rng.standard_normal(17).astype(np.float32), f"b{i}")
         y = b.matmul(h, w)
         h = b.gelu(b.add(y, b.broadcast_to(bias, shape=y.type.shape)))
-    b.ret(b.layer_norm(h, b.constant(np.ones(17, np.float32), "g"), axis=1))
+    h = b.layer_norm(h, b.constant(np.ones(17, np.float32), "g"), axis=1)
+    head = b.transpose(b.constant(rng.standard_normal((5, 17)).astype(np.float32), "head"), perm=(1, 0))
+    y = b.matmul(h, head)  # a narrow head stored transposed, as a Linear's: the dot-product path
+    b.ret(b.relu(b.add(y, b.broadcast_to(b.constant(np.ones(5, np.float32), "hb"), shape=y.type.shape))))
     return m
 
 

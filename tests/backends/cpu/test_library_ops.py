@@ -131,6 +131,21 @@ def test_pools_unroll_only_the_square_windows_they_use():
     check(m, [xv])
 
 
+@pytest.mark.parametrize("rows, n, act", [(64, 10, None), (7, 15, "relu"), (3, 1, "gelu"), (1, 10, None)])
+def test_narrow_weight_stored_transposed(rows, n, act):
+    """A Linear's narrow weight (W[N, K], N < 16) at more than one row: N dot products along K per row, not a
+    64-wide packed panel; one row keeps the matrix-vector path."""
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType(DType.f32, (rows, 300)), TensorType(DType.f32, (n, 300))])
+    y = b.matmul(b.args[0], b.transpose(b.args[1], perm=(1, 0)))
+    bias = b.constant(np.random.default_rng(n).standard_normal(n).astype(np.float32), "bias")
+    y = b.add(y, b.broadcast_to(bias, shape=y.type.shape))
+    b.ret(getattr(b, act)(y) if act else y)
+    source = codegen.generate(compile_module(m).module).source
+    assert ("cuvil_sgemm_narrow(" in source) == (rows > 1)
+    check(m, [rand(rows, 300), rand(n, 300, seed=1)], scale_tol=1e-5)
+
+
 def test_max_pool_int8_and_nan():
     x = np.random.default_rng(0).integers(-128, 128, (2, 3, 17, 17)).astype(np.int8)
     check(single_op("max_pool", [x], kernel=(3, 3), strides=(2, 2), pads=(1, 1, 1, 1)), [x])
