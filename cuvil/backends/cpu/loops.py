@@ -62,8 +62,9 @@ class Idx:
         return self.flat
 
     def get_axes(self) -> tuple:
-        if self.axes is None and self.groups() is not None:
-            self.axes = tuple(_group_expr(g) for g in self.groups())
+        groups = self.groups() if self.axes is None else None
+        if groups is not None:
+            self.axes = tuple(_group_expr(g) for g in groups)
         if self.axes is None:
             axes, stride = [], "1"
             for size in reversed(self.shape):
@@ -75,13 +76,7 @@ class Idx:
 
     def groups(self) -> Optional[list]:
         """The factors that make up each axis, when every axis is made of whole factors."""
-        if self.factors is None:
-            return None
-        groups = _split_factors(self.shape, [size for _, size in self.factors])
-        if groups is None:
-            return None
-        it = iter(self.factors)
-        return [[next(it) for _ in g] for g in groups]
+        return None if self.factors is None else _group_items(self.shape, self.factors, lambda f: f[1])
 
 
 def _group_expr(group: list) -> str:
@@ -93,18 +88,26 @@ def _group_expr(group: list) -> str:
     return expr if len(terms) < 2 else f"({expr})"
 
 
-def _split_factors(shape, sizes) -> Optional[list]:
-    """The sizes of `sizes` (a flat index's factors, outermost first) that make up each axis of `shape`, or None
-    when a factor straddles two axes."""
-    groups, j = [], len(sizes)
+def _group_items(shape, items, size, split=None) -> Optional[list]:
+    """`items` (a flat index's factors, outermost first; `size(item)` is its extent) grouped by the axis of
+    `shape` they make up. A factor that straddles two axes is split by `split(item, inner extent)` into its
+    (outer, inner) parts, or makes the result None when there is no `split`, or when the factor cannot split."""
+    items, groups, j = list(items), [], len(items)
     for d in reversed(shape):
         group, need = [], d
         while need != 1:
-            if not isinstance(need, int) or j == 0 or need % sizes[j - 1]:
+            if not isinstance(need, int) or j == 0:
                 return None
-            group.append(sizes[j - 1])
-            need //= sizes[j - 1]
-            j -= 1
+            n = size(items[j - 1])
+            if need % n == 0:
+                group.append(items[j - 1])
+                need //= n
+                j -= 1
+            elif split is not None and n % need == 0:
+                items[j - 1:j] = split(items[j - 1], need)
+                j += 1
+            else:
+                return None
         groups.append(group[::-1])
     return groups[::-1] if j == 0 else None
 
@@ -152,31 +155,15 @@ class DomainRefiner:
 
     def _align(self, shape, factors: list) -> tuple[list, list]:
         """Split factors until each axis of `shape` is made of whole ones; returns the groups and the factors."""
-        factors, groups = self._expand(factors), []
-        j = len(factors)
-        for d in reversed(shape):
-            if not isinstance(d, int):
-                raise _NotRefinable
-            group, need = [], d
-            while need != 1:
-                if j == 0:
-                    raise _NotRefinable
-                f = factors[j - 1]
-                if need % self.sizes[f] == 0:
-                    group.append(f)
-                    need //= self.sizes[f]
-                    j -= 1
-                elif self.sizes[f] % need == 0:
-                    self.halves[f] = (self._new(self.sizes[f] // need), self._new(need))
-                    factors[j - 1:j] = self.halves[f]
-                    j += 1
-                    self.changed = True
-                else:
-                    raise _NotRefinable
-            groups.append(group[::-1])
-        if j != 0:
+        groups = _group_items(shape, self._expand(factors), self.sizes.__getitem__, self._split)
+        if groups is None:
             raise _NotRefinable
-        return groups[::-1], factors
+        return groups, [f for g in groups for f in g]
+
+    def _split(self, f: int, inner: int) -> tuple:
+        self.halves[f] = (self._new(self.sizes[f] // inner), self._new(inner))
+        self.changed = True
+        return self.halves[f]
 
     def _visit(self, v: Value, factors: list, seen: set) -> None:
         groups, factors = self._align(v.type.shape, factors)
@@ -369,11 +356,11 @@ def _broadcast(k: LoopKernel, op: Op, v: Value, idx: Idx, depth: int) -> str:
     x = op.operands[0]
     if x.type.numel == 1:
         return k.value(x, Idx(x.type.shape, ("0",) * x.type.rank, "0"), depth)
-    axes, groups = idx.get_axes(), idx.groups()
-    lead = len(axes) - x.type.rank
+    groups, lead = idx.groups(), v.type.rank - x.type.rank
     if groups is not None:
         kept = tuple(f for i, d in enumerate(x.type.shape) if d != 1 for f in groups[lead + i])
         return k.value(x, Idx(x.type.shape, factors=kept), depth)
+    axes = idx.get_axes()
     sub = tuple("0" if d == 1 else axes[lead + i] for i, d in enumerate(x.type.shape))
     return k.value(x, Idx(x.type.shape, sub), depth)
 
@@ -386,11 +373,12 @@ def _reshape(k: LoopKernel, op: Op, v: Value, idx: Idx, depth: int) -> str:
 
 
 def _transpose(k: LoopKernel, op: Op, v: Value, idx: Idx, depth: int) -> str:
-    x, perm, axes, groups = op.operands[0], op.attrs["perm"], idx.get_axes(), idx.groups()
+    x, perm, groups = op.operands[0], op.attrs["perm"], idx.groups()
     if groups is not None:
         inverse = {p: i for i, p in enumerate(perm)}
         return k.value(x, Idx(x.type.shape, factors=tuple(f for p in range(len(perm)) for f in groups[inverse[p]])),
                        depth)
+    axes = idx.get_axes()
     sub = [None] * len(perm)
     for i, p in enumerate(perm):
         sub[p] = axes[i]
