@@ -277,20 +277,24 @@ class LoopKernel:
 
     def _emit_reduce(self) -> None:
         red = self.reduce_op
-        src = red.operands[0].type
-        axes_reduced = set(red.attrs["axes"])
-        full_axes = [f"i{k}" for k in range(src.rank)]
-        kept = [k for k in range(src.rank) if k not in axes_reduced]
-        out_t = red.results[0].type
-        out_axes = tuple(full_axes[k] if k not in axes_reduced else "0" for k in range(src.rank)) \
-            if red.attrs["keepdims"] else tuple(full_axes[k] for k in kept)
+        src, out_t = red.operands[0].type, red.results[0].type
+        reduced = set(red.attrs["axes"])
+        groups = self._source_groups(red.operands[0])
+        src_idx = Idx(src.shape, factors=tuple(f for g in groups for f in g)) if groups else None
+        groups = groups or [[(f"i{k}", d)] for k, d in enumerate(src.shape)]
+        src_idx = src_idx or Idx(src.shape, tuple(g[0][0] for g in groups))
+        kept_loops = [f for k, g in enumerate(groups) if k not in reduced for f in g]
+        reduced_loops = [f for k, g in enumerate(groups) if k in reduced for f in g]
+        out_axes = tuple("0" if k in reduced else _group_expr(g) for k, g in enumerate(groups))
+        if not red.attrs["keepdims"]:
+            out_axes = tuple(a for k, a in enumerate(out_axes) if k not in reduced)
         par = parallel_clause(c_dim(src.numel))
         depth = 1
-        for n, k in enumerate(kept):
+        for n, (var, size) in enumerate(kept_loops):
             if n == 0:
-                collapse = " collapse(2)" if len(kept) > 1 else ""
+                collapse = " collapse(2)" if len(kept_loops) > 1 else ""
                 self._line(depth, f"#pragma omp parallel for{collapse} {par}")
-            self._line(depth, f"for (int64_t i{k} = 0; i{k} < {c_dim(src.shape[k])}; i{k}++) {{")
+            self._line(depth, f"for (int64_t {var} = 0; {var} < {c_dim(size)}; {var}++) {{")
             depth += 1
         ct = CType(out_t.dtype)
         acc = "acc"
@@ -299,19 +303,18 @@ class LoopKernel:
             unsigned_min = out_t.dtype in (DType.u8, DType.bool) and red.name == "reduce_max"
             init = "0" if unsigned_min else REDUCE_INT_INIT[red.name].format(t=_INT_LIMITS[out_t.dtype])
         self._line(depth, f"{ct.name} {acc} = {init};")
-        reduced = sorted(axes_reduced)
         omp_op = {"reduce_sum": "+", "reduce_prod": "*", "reduce_max": "max", "reduce_min": "min"}[red.name]
         inner_depth = depth
-        for n, k in enumerate(reduced):
-            if not kept and n == 0:  # a full reduction: threads split it, each with its own partial result
-                collapse = f" collapse({len(reduced)})" if len(reduced) > 1 else ""
+        for n, (var, size) in enumerate(reduced_loops):
+            if not kept_loops and n == 0:  # a full reduction: threads split it, each with its own partial result
+                collapse = f" collapse({len(reduced_loops)})" if len(reduced_loops) > 1 else ""
                 self._line(inner_depth, f"#pragma omp parallel for simd reduction({omp_op}:{acc}){collapse} {par}")
-            elif kept and n == len(reduced) - 1:
+            elif kept_loops and n == len(reduced_loops) - 1:
                 self._line(inner_depth, f"#pragma omp simd reduction({omp_op}:{acc})")
-            self._line(inner_depth, f"for (int64_t i{k} = 0; i{k} < {c_dim(src.shape[k])}; i{k}++) {{")
+            self._line(inner_depth, f"for (int64_t {var} = 0; {var} < {c_dim(size)}; {var}++) {{")
             inner_depth += 1
         self.memo.append({})
-        x = self.value(red.operands[0], Idx(src.shape, tuple(full_axes)), inner_depth)
+        x = self.value(red.operands[0], src_idx, inner_depth)
         self.memo.pop()
         self._line(inner_depth, f"{acc} = {REDUCE_COMBINE[red.name].format(a=acc, x=x)};")
         self._close(inner_depth, depth)
@@ -320,6 +323,14 @@ class LoopKernel:
         self._store_outputs(out_idx, depth)
         self.memo.pop()
         self._close(depth)
+
+    def _source_groups(self, x: Value) -> Optional[list]:
+        """The loop variables of each axis of the reduced value, when the refiner splits some axis (a reduction
+        behind a layout change: reshape and transpose then map whole variables, dividing no index)."""
+        sizes = DomainRefiner([x], self.arg_index).factor_sizes()
+        if sizes is None or len(sizes) == sum(d != 1 for d in x.type.shape):
+            return None
+        return _group_items(x.type.shape, [(f"i{k}", size) for k, size in enumerate(sizes)], lambda f: f[1])
 
     # -- values at an index ------------------------------------------------------------------------
     def value(self, v: Value, idx: Idx, depth: int) -> str:

@@ -1,6 +1,7 @@
 """Loop kernels over chains of reshapes, transposes and broadcasts: the loop nest is split at every axis boundary
 the chain reaches, so no index is divided and the innermost loop runs along the data; chains whose boundaries
-cross (a reshape that regroups axes) keep the plain nest. Either way the result matches the interpreter."""
+cross (a reshape that regroups axes) keep the plain nest. Either way the result matches the interpreter. A reduction
+behind such a chain (a global pool after a blocked convolution) has its source split the same way."""
 import re
 
 import numpy as np
@@ -73,3 +74,28 @@ def test_refiner_splits_the_output_at_the_boundaries_behind_it():
     region = fused.regions[0]
     refiner = DomainRefiner(list(region.terminator.operands), {id(a): i for i, a in enumerate(region.args)})
     assert refiner.factor_sizes() == [16, 12, 64]
+
+
+def _reduce_after_unblock(op: str, axes, keepdims: bool) -> Module:
+    """NCHWc [1, 3, 5, 7, 16] -> NCHW [1, 48, 5, 7] -> clip -> reduce `op` over `axes` -> / 4."""
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", (1, 3, 5, 7, 16))], ["x"])
+    h = b.reshape(b.transpose(b.args[0], perm=(0, 1, 4, 2, 3)), shape=(1, 48, 5, 7))
+    h = b.min(h, b.broadcast_to(b.full(1.5, ()), shape=h.type.shape))
+    r = getattr(b, op)(h, axes=axes, keepdims=keepdims)
+    b.ret(b.div(r, b.broadcast_to(b.full(4.0, ()), shape=r.type.shape)))
+    return m
+
+
+REDUCTIONS = [("reduce_sum", (2, 3), False), ("reduce_max", (2, 3), True), ("reduce_sum", (1,), True),
+              ("reduce_min", (1, 2), False), ("reduce_sum", (0, 1, 2, 3), False)]
+
+
+@pytest.mark.parametrize("op, axes, keepdims", REDUCTIONS, ids=[f"{o}-{a}-{k}" for o, a, k in REDUCTIONS])
+def test_reduction_behind_a_layout_change_divides_no_index(op, axes, keepdims):
+    x = np.random.default_rng(1).standard_normal((1, 3, 5, 7, 16)).astype(np.float32)
+    want = cuvil.interpret(_reduce_after_unblock(op, axes, keepdims), [x])[0]
+    np.testing.assert_allclose(cuvil.compile_module(_reduce_after_unblock(op, axes, keepdims))(x)[0], want,
+                               rtol=1e-5, atol=1e-5)
+    body = _kernel_bodies(_reduce_after_unblock(op, axes, keepdims))
+    assert "/ (" not in body and "%" not in body, body
