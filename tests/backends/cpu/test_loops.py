@@ -99,3 +99,32 @@ def test_reduction_behind_a_layout_change_divides_no_index(op, axes, keepdims):
                                rtol=1e-5, atol=1e-5)
     body = _kernel_bodies(_reduce_after_unblock(op, axes, keepdims))
     assert "/ (" not in body and "%" not in body, body
+
+
+def _full_reduction(op: str, shape, dtype: str = "f32") -> Module:
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType(dtype, shape)], ["x"])
+    b.ret(getattr(b, op)(b.args[0], axes=tuple(range(len(shape)))))
+    return m
+
+
+LANES = [("reduce_sum", (512, 1024), "f32"), ("reduce_max", (1, 3, 256), "f32"), ("reduce_min", (1, 1024), "f32"),
+         ("reduce_sum", (2, 1, 320), "i64"), ("reduce_prod", (4, 256), "f64")]
+
+
+@pytest.mark.parametrize("op, shape, dtype", LANES, ids=[f"{o}-{s}-{d}" for o, s, d in LANES])
+def test_full_reduction_runs_in_lanes(op, shape, dtype):
+    rng = np.random.default_rng(2)
+    x = rng.integers(-50, 50, shape) if dtype == "i64" else rng.uniform(0.99, 1.01, shape)
+    x = x.astype({"f32": np.float32, "f64": np.float64, "i64": np.int64}[dtype])
+    want = cuvil.interpret(_full_reduction(op, shape, dtype), [x])[0]
+    np.testing.assert_allclose(cuvil.compile_module(_full_reduction(op, shape, dtype))(x)[0], want, rtol=1e-5)
+    assert "part[j + 32]" in _kernel_bodies(_full_reduction(op, shape, dtype))
+
+
+@pytest.mark.parametrize("rows", [16, 512], ids=["one-thread", "threads"])
+@pytest.mark.parametrize("op", ["reduce_max", "reduce_min"])
+def test_full_max_and_min_in_lanes_keep_a_nan(op, rows):
+    x = np.arange(rows * 256, dtype=np.float32).reshape(rows, 256)
+    x[rows - 3, 70] = np.nan  # in the last thread's share
+    assert np.isnan(cuvil.compile_module(_full_reduction(op, x.shape))(x)[0])
