@@ -33,8 +33,6 @@ REDUCE_INIT = {"reduce_sum": "0", "reduce_prod": "1", "reduce_max": "-INFINITY",
 OMP_REDUCTION = {"reduce_sum": "+", "reduce_prod": "*", "reduce_max": "max", "reduce_min": "min"}
 REDUCE_LANES = 64  # partial results per reduction: four AVX-512 vectors of f32
 REDUCE_INT_INIT = {"reduce_max": "{t}_MIN", "reduce_min": "{t}_MAX"}
-# Within a thread max/min propagate NaN as the reference does; OpenMP's combination of per-thread partial
-# results (full reductions too short or odd-sized for lanes) uses plain max/min, which may drop a NaN.
 REDUCE_COMBINE = {"reduce_sum": "{a} + {x}", "reduce_prod": "{a} * {x}", "reduce_max": "CUVIL_MAX({a}, {x})",
                   "reduce_min": "CUVIL_MIN({a}, {x})"}
 _INT_LIMITS = {DType.i64: "INT64", DType.i32: "INT32", DType.i16: "INT16", DType.i8: "INT8", DType.u8: "UINT8",
@@ -324,22 +322,33 @@ class LoopKernel:
         return f"{acc} = {REDUCE_COMBINE[self.reduce_op.name].format(a=acc, x=x)};"
 
     def _reduce_in_order(self, loops: list, src_idx: Idx, par: str, depth: int, threaded: bool) -> None:
-        """One accumulator, `omp simd` on the innermost loop (or, for a full reduction, threads splitting it)."""
-        omp_op = OMP_REDUCTION[self.reduce_op.name]
+        """One accumulator, `omp simd` on the innermost loop (or, for a full reduction, threads splitting it).
+        OpenMP combines vector lanes and threads with a plain max/min, which drops a NaN, so a float max/min also
+        ORs a NaN flag that restores it."""
+        red = self.reduce_op
+        clause = f"reduction({OMP_REDUCTION[red.name]}:acc)"
+        flag = red.name in ("reduce_max", "reduce_min") and CType(red.results[0].type.dtype).is_float
+        if flag:
+            self._line(depth, "int nan_seen = 0;")
+            clause += " reduction(|:nan_seen)"
         inner = depth
         for n, (var, size) in enumerate(loops):
             if threaded and n == 0:
                 collapse = f" collapse({len(loops)})" if len(loops) > 1 else ""
-                self._line(inner, f"#pragma omp parallel for simd reduction({omp_op}:acc){collapse} {par}")
+                self._line(inner, f"#pragma omp parallel for simd {clause}{collapse} {par}")
             elif not threaded and n == len(loops) - 1:
-                self._line(inner, f"#pragma omp simd reduction({omp_op}:acc)")
+                self._line(inner, f"#pragma omp simd {clause}")
             self._line(inner, f"for (int64_t {var} = 0; {var} < {c_dim(size)}; {var}++) {{")
             inner += 1
         self.memo.append({})
-        x = self.value(self.reduce_op.operands[0], src_idx, inner)
+        x = self.value(red.operands[0], src_idx, inner)
         self.memo.pop()
+        if flag:
+            self._line(inner, f"nan_seen |= {x} != {x};")
         self._line(inner, self._combine("acc", x))
         self._close(inner, depth)
+        if flag:
+            self._line(depth, "if (nan_seen) acc = NAN;")
 
     def _reduce_in_lanes(self, loops: list, src_idx: Idx, ctype: str, init: str, par: str, depth: int) -> None:
         """A full reduction with the innermost loop in chunks of REDUCE_LANES, each lane its own partial result, so

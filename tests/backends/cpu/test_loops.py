@@ -122,9 +122,18 @@ def test_full_reduction_runs_in_lanes(op, shape, dtype):
     assert "part[j + 32]" in _kernel_bodies(_full_reduction(op, shape, dtype))
 
 
-@pytest.mark.parametrize("rows", [16, 512], ids=["one-thread", "threads"])
+NAN_CASES = [((16, 256), (0, 1)), ((512, 256), (0, 1)), ((300, 300), (0, 1)), ((1000,), (0,)), ((8, 300), (1,)),
+             ((300, 8), (0,)), ((64, 1024), (1,))]
+
+
+@pytest.mark.parametrize("shape, axes", NAN_CASES, ids=[f"{s}-{a}" for s, a in NAN_CASES])
 @pytest.mark.parametrize("op", ["reduce_max", "reduce_min"])
-def test_full_max_and_min_in_lanes_keep_a_nan(op, rows):
-    x = np.arange(rows * 256, dtype=np.float32).reshape(rows, 256)
-    x[rows - 3, 70] = np.nan  # in the last thread's share
-    assert np.isnan(cuvil.compile_module(_full_reduction(op, x.shape))(x)[0])
+def test_max_and_min_keep_a_nan(op, shape, axes):
+    """In lanes, in order, threaded or not: OpenMP's own max/min combination would drop the NaN."""
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", shape)], ["x"])
+    b.ret(getattr(b, op)(b.args[0], axes=axes))
+    x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+    x.reshape(-1)[x.size * 3 // 4 + 5] = np.nan  # in the last thread's share
+    got = cuvil.compile_module(m)(x)[0]
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(cuvil.interpret(m, [x])[0]))
