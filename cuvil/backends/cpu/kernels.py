@@ -28,14 +28,15 @@ SOURCES = ("gemm.c", "dwconv.c", "conv_nchwc.c", "winograd.c")  # one unit: the 
 HEADERS = ("cuvil_kernels.h", "cuvil_simd.h")
 
 _i64, _f32, _int, _ptr = ctypes.c_int64, ctypes.c_float, ctypes.c_int, ctypes.c_void_p
+_SGEMM_ARGS = [_i64, _i64, _i64, _f32, _ptr, _i64, _i64, _ptr, _i64, _i64, _f32, _ptr, _i64, _ptr, _int]
 # Argument types of each exported function: rules as data, checked against cuvil_kernels.h by the tests.
 SIGNATURES = {
     "cuvil_kernels_abi_version": ([], _int),
     "cuvil_kernels_config": ([], ctypes.c_char_p),
     "cuvil_set_num_threads": ([_int], None),
     "cuvil_get_num_threads": ([], _int),
-    "cuvil_sgemm": ([_i64, _i64, _i64, _f32, _ptr, _i64, _i64, _ptr, _i64, _i64, _f32, _ptr, _i64, _ptr, _int],
-                    None),
+    "cuvil_sgemm": (_SGEMM_ARGS, None),
+    "cuvil_sgemm_row_bias": (_SGEMM_ARGS, None),
     "cuvil_sgemm_packed_size": ([_i64, _i64], _i64),
     "cuvil_sgemm_pack_b": ([_i64, _i64, _ptr, _i64, _i64, _ptr], None),
     "cuvil_sgemm_packed": ([_i64, _i64, _i64, _f32, _ptr, _i64, _i64, _ptr, _f32, _ptr, _i64, _ptr, _int], None),
@@ -134,16 +135,21 @@ def _ptr_of(x):
     return None if x is None else x.ctypes.data
 
 
-def sgemm(a, b, out=None, *, bias=None, act="none", alpha=1.0, beta=0.0, opt_level=3) -> np.ndarray:
-    """`out = act(alpha * a @ b + bias + beta * out)` for 2-D float32 arrays (views with any strides)."""
+def sgemm(a, b, out=None, *, bias=None, row_bias=None, act="none", alpha=1.0, beta=0.0, opt_level=3) -> np.ndarray:
+    """`out = act(alpha * a @ b + bias + beta * out)` for 2-D float32 arrays (views with any strides); `row_bias`
+    (one per row of out, `cuvil_sgemm_row_bias`) instead of `bias` (one per column)."""
     a, rsa, csa = _matrix(a, "a")
     b, rsb, csb = _matrix(b, "b")
     (m, k), n = a.shape, b.shape[1]
     if b.shape[0] != k:
         raise ShapeError(f"sgemm: a is {a.shape} but b is {b.shape}")
-    c, bias = _output(out, (m, n)), _bias(bias, n)
-    load(opt_level).cuvil_sgemm(m, n, k, alpha, a.ctypes.data, rsa, csa, b.ctypes.data, rsb, csb, beta,
-                                c.ctypes.data, c.strides[0] // 4, _ptr_of(bias), _act(act))
+    if bias is not None and row_bias is not None:
+        raise ShapeError("sgemm: give bias (per column) or row_bias (per row), not both")
+    lib, c = load(opt_level), _output(out, (m, n))
+    entry, bias = (lib.cuvil_sgemm, _bias(bias, n)) if row_bias is None else (lib.cuvil_sgemm_row_bias,
+                                                                             _bias(row_bias, m))
+    entry(m, n, k, alpha, a.ctypes.data, rsa, csa, b.ctypes.data, rsb, csb, beta, c.ctypes.data, c.strides[0] // 4,
+          _ptr_of(bias), _act(act))
     return c
 
 

@@ -3,9 +3,9 @@
 Every window op sees its spatial dims as three (missing leading dims have size 1), so one C helper per op
 and dtype serves 1-D, 2-D and 3-D and stays shared by all layers of a model. Convolutions:
 - f32 runs on the kernel library's GEMM: a 1x1 stride-1 unpadded conv is W[O,C] @ X[C,H*W] straight on the
-  NCHW buffers; any other conv copies each image's windows into an im2col scratch buffer first. The bias is
-  written into the output before the GEMM, which then accumulates (beta = 1): the GEMM's own bias is per
-  column, and rows are output channels here.
+  NCHW buffers; any other conv copies each image's windows into an im2col scratch buffer first. Rows are output
+  channels here, so the bias goes in `cuvil_sgemm_row_bias`'s epilogue (f64 writes it into the output first and
+  accumulates onto it: 12-28% slower on MobileNetV2's 1x1 convs, one more pass over the output).
 - convs with one input channel per group (depthwise) beat a GEMM whose K is only the kernel's taps: 1-D and 2-D
   ones in f32 (and f16/bf16) run on the kernel library's `cuvil_dwconv2d` (kernels/dwconv.c: vectorised for
   every stride, with a clamp epilogue for relu/relu6); f64 and 3-D ones on a direct loop here that threads over
@@ -399,7 +399,10 @@ def _store_back(gen, depth: int, dt: DType, name: str, v) -> None:
                         f"{store_value(dt, f'{name}32[t]')};")
 
 
-def _gemm(t: str, m, n, k, a, rsa, csa, b, rsb, c, ldc, accumulate: bool, act: int = 0) -> str:
+def _gemm(t: str, m, n, k, a, rsa, csa, b, rsb, c, ldc, accumulate: bool, act: int = 0, row_bias=None) -> str:
+    if t == "float" and row_bias is not None:
+        return f"cuvil_sgemm_row_bias({m}, {n}, {k}, 1.0f, {a}, {rsa}, {csa}, {b}, {rsb}, 1, 0.0f, {c}, {ldc}, " \
+               f"{row_bias}, {act});"
     if t == "float":
         beta = "1.0f" if accumulate else "0.0f"
         return f"cuvil_sgemm({m}, {n}, {k}, 1.0f, {a}, {rsa}, {csa}, {b}, {rsb}, 1, {beta}, {c}, {ldc}, NULL, {act});"
@@ -475,13 +478,15 @@ def _conv(gen, op, depth: int, act: int = 0) -> None:
         gen.line(cv.d, f"{_helper(gen, 'dwconv', cv.t)}({cv.buf['x']}, {cv.buf['w']}, {cv.buf.get('b', 'NULL')}, "
                        f"{cv.buf['y']}, {c_dim(cv.n)}, {c_dim(cv.c)}, {c_dim(cv.o)}, &g);")
     else:
-        if "b" in cv.buf:
+        row_bias = f"{cv.buf['b']} + grp * {c_dim(cv.og)}" if "b" in cv.buf and cv.t == "float" else None
+        if "b" in cv.buf and row_bias is None:
             cv.fill()
         k, hw = c_dim(cv.cg * cv.taps), c_dim(cv.out_plane)
         im2col = _helper(gen, "im2col", cv.t) if cols else None
 
         def lines(xs, ws, ys):  # W[og, cg*taps] @ (x's channels, or their windows)[cg*taps, out pixels]
-            gemm = _gemm(cv.t, c_dim(cv.og), hw, k, ws, k, 1, "col" if cols else xs, hw, ys, hw, "b" in cv.buf, act)
+            gemm = _gemm(cv.t, c_dim(cv.og), hw, k, ws, k, 1, "col" if cols else xs, hw, ys, hw, "b" in cv.buf, act,
+                         row_bias)
             return [f"{im2col}({xs}, col, {c_dim(cv.cg)}, &g);", gemm] if cols else [gemm]
         cv.per_image_and_group(lines)
     cv.end()

@@ -14,13 +14,15 @@ static float *random_buffer(int64_t n, unsigned *seed)
     return p;
 }
 
-/* ref = relu(A @ B + bias + 0.5 C) with A given by (rsa, csa) and B by (rsb, csb), in double. */
+/* ref = relu(A @ B + bias[j] + row_bias[i] + 0.5 C) with A given by (rsa, csa) and B by (rsb, csb), in double;
+ * either bias may be NULL. */
 static int check(int64_t M, int64_t N, int64_t K, const float *A, int64_t rsa, int64_t csa, const float *B,
-                 int64_t rsb, int64_t csb, const float *C0, const float *bias, const float *C, const char *what)
+                 int64_t rsb, int64_t csb, const float *C0, const float *bias, const float *row_bias, const float *C,
+                 const char *what)
 {
     for (int64_t i = 0; i < M; i++)
         for (int64_t j = 0; j < N; j++) {
-            double s = bias[j] + 0.5 * C0[i * N + j];
+            double s = (bias ? bias[j] : 0.0) + (row_bias ? row_bias[i] : 0.0) + 0.5 * C0[i * N + j];
             for (int64_t k = 0; k < K; k++) s += (double)A[i * rsa + k * csa] * B[k * rsb + j * csb];
             s = s > 0 ? s : 0;
             if (fabs(C[i * N + j] - s) > 1e-4 * (1 + sqrt((double)K))) {
@@ -37,22 +39,26 @@ static int run_shape(int64_t M, int64_t N, int64_t K, unsigned seed)
     int bad = 0;
     float *A = random_buffer(M * K, &seed), *B = random_buffer(K * N, &seed), *C0 = random_buffer(M * N, &seed);
     float *bias = random_buffer(N, &seed), *C = malloc(sizeof(float) * (M * N > 0 ? M * N : 1));
+    float *row_bias = random_buffer(M, &seed);
     float *packed = malloc(sizeof(float) * (cuvil_sgemm_packed_size(K, N) + 1));
     for (int layout = 0; layout < 4; layout++) { /* A row-major or transposed, B row-major or transposed */
         int64_t rsa = layout & 1 ? 1 : K, csa = layout & 1 ? M : 1, rsb = layout & 2 ? 1 : N, csb = layout & 2 ? K : 1;
         for (int64_t i = 0; i < M * N; i++) C[i] = C0[i];
         cuvil_sgemm(M, N, K, 1.0f, A, rsa, csa, B, rsb, csb, 0.5f, C, N, bias, CUVIL_ACT_RELU);
-        bad |= check(M, N, K, A, rsa, csa, B, rsb, csb, C0, bias, C, "sgemm");
+        bad |= check(M, N, K, A, rsa, csa, B, rsb, csb, C0, bias, NULL, C, "sgemm");
         cuvil_sgemm_pack_b(K, N, B, rsb, csb, packed);
         for (int64_t i = 0; i < M * N; i++) C[i] = C0[i];
         cuvil_sgemm_packed(M, N, K, 1.0f, A, rsa, csa, packed, 0.5f, C, N, bias, CUVIL_ACT_RELU);
-        bad |= check(M, N, K, A, rsa, csa, B, rsb, csb, C0, bias, C, "sgemm_packed");
+        bad |= check(M, N, K, A, rsa, csa, B, rsb, csb, C0, bias, NULL, C, "sgemm_packed");
         for (int64_t i = 0; i < M * N; i++) C[i] = C0[i];
         cuvil_sgemm_batched(1, M, N, K, 1.0f, A, rsa, csa, 0, B, rsb, csb, 0, 0.5f, C, N, 0, bias, CUVIL_ACT_RELU);
-        bad |= check(M, N, K, A, rsa, csa, B, rsb, csb, C0, bias, C, "sgemm_batched");
+        bad |= check(M, N, K, A, rsa, csa, B, rsb, csb, C0, bias, NULL, C, "sgemm_batched");
+        for (int64_t i = 0; i < M * N; i++) C[i] = C0[i];
+        cuvil_sgemm_row_bias(M, N, K, 1.0f, A, rsa, csa, B, rsb, csb, 0.5f, C, N, row_bias, CUVIL_ACT_RELU);
+        bad |= check(M, N, K, A, rsa, csa, B, rsb, csb, C0, NULL, row_bias, C, "sgemm_row_bias");
     }
     cuvil_activation(CUVIL_ACT_GELU_TANH, N, bias, bias);
-    free(A), free(B), free(C0), free(bias), free(C), free(packed);
+    free(A), free(B), free(C0), free(bias), free(row_bias), free(C), free(packed);
     return bad;
 }
 

@@ -88,6 +88,19 @@ def test_epilogue(act, m, n, k):
     assert_close(got, reference(a, b, bias, act, 0.25, -0.5, c0), k)
 
 
+@pytest.mark.parametrize("act", ["none", "relu6", "gelu_erf"])
+@pytest.mark.parametrize("m,n,k", [(1, 77, 33), (2, 1, 5), (13, 129, 513), (40, 130, 24), (7, 193, 769), (3, 4, 0)])
+def test_row_bias(act, m, n, k):
+    """A bias per row (an NCHW conv's output channels): full and partial tiles, one row, several K blocks, K = 0."""
+    rng = np.random.default_rng(m + n + k)
+    a, b, row_bias, c0 = rand(rng, m, k), rand(rng, k, n), rand(rng, m), rand(rng, m, n)
+    want = ACTS[act](a.astype(np.float64) @ b + row_bias[:, None])
+    assert_close(kernels.sgemm(a, b, np.full((m, n), np.nan, np.float32), row_bias=row_bias, act=act, opt_level=OPT),
+                 want, k)
+    got = kernels.sgemm(a, b, c0.copy(), row_bias=row_bias, act=act, alpha=0.5, beta=2.0, opt_level=OPT)
+    assert_close(got, ACTS[act](0.5 * (a.astype(np.float64) @ b) + row_bias[:, None] + 2.0 * c0), k)
+
+
 @pytest.mark.parametrize("act", ["relu", "relu6"])
 def test_clamping_epilogues_keep_nan_like_the_ir(act):
     rng = np.random.default_rng(3)
@@ -214,6 +227,8 @@ def test_errors():
         kernels.sgemm(a, b.T[:3, :4], np.ones((2, 4), np.float64), opt_level=OPT)
     with pytest.raises(ShapeError, match="bias must have shape"):
         kernels.sgemm(a, a.T, bias=np.ones(3), opt_level=OPT)
+    with pytest.raises(ShapeError, match="not both"):
+        kernels.sgemm(a, a.T, bias=np.ones(2), row_bias=np.ones(2), opt_level=OPT)
     with pytest.raises(ValueError, match="unknown activation 'swish'"):
         kernels.sgemm(a, a.T, act="swish", opt_level=OPT)
 

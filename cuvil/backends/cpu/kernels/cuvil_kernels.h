@@ -45,6 +45,14 @@ void cuvil_sgemm(int64_t M, int64_t N, int64_t K, float alpha,
                  const float *B, int64_t rsb, int64_t csb,
                  float beta, float *C, int64_t ldc,
                  const float *bias, int act);
+/* The same with a bias per row of C instead of per column: C[i,j] = act(alpha * sum_k A[i,k] * B[k,j] + row_bias[i]
+ * + beta * C[i,j]). An NCHW convolution as W[O, C*taps] @ X[C*taps, pixels] adds its bias this way, with no
+ * pass that fills C with the bias first. */
+void cuvil_sgemm_row_bias(int64_t M, int64_t N, int64_t K, float alpha,
+                          const float *A, int64_t rsa, int64_t csa,
+                          const float *B, int64_t rsb, int64_t csb,
+                          float beta, float *C, int64_t ldc,
+                          const float *row_bias, int act);
 
 /* Constant weights: pack B (K x N) once into a buffer of cuvil_sgemm_packed_size(K, N) floats (64-byte
  * aligned is best), then multiply by it any number of times. The layout is private to this build of the

@@ -91,7 +91,8 @@ typedef struct {
     const float *packed; /* pre-packed B, or NULL */
     float *C;
     int64_t ldc;
-    const float *bias;
+    const float *bias;     /* per column of C, or NULL */
+    const float *row_bias; /* per row of C (an NCHW convolution's output channels), or NULL */
     int act;
 } gemm_t;
 
@@ -231,15 +232,12 @@ static void run_kernel(int mode, int mr, int64_t kc, const float *a, int64_t lda
 
 /* ---- the epilogue: C = act(alpha acc + bias + beta C), applied per K block as the tile leaves registers ---- */
 
-CUVIL_INLINE vf finish(const gemm_t *g, vf x, const float *c, const float *bias, int first, int last)
+CUVIL_INLINE vf finish(const gemm_t *g, vf x, const float *c, vf bias, int first, int last)
 {
     if (g->alpha != 1.0f) x *= g->alpha;
     if (!first) x += cuvil_load(c);
     else if (g->beta != 0.0f) x += g->beta * cuvil_load(c);
-    if (last) {
-        if (bias) x += cuvil_load(bias);
-        x = cuvil_activate(x, g->act);
-    }
+    if (last) x = cuvil_activate(x + bias, g->act);
     return x;
 }
 
@@ -271,6 +269,7 @@ static void activate_tile(float *c, int64_t ldc, int mr, int act)
 static void store_tile(const gemm_t *g, vf acc[MR][NV], int mr, int nr, int64_t i, int64_t j, int first, int last)
 {
     const float *bias = g->bias && last ? g->bias + j : NULL;
+    const float *row_bias = g->row_bias && last ? g->row_bias + i : NULL;
     float *c = g->C + i * g->ldc + j;
     if (nr == NR) {
         float alpha = g->alpha, cscale = first ? g->beta : 1.0f;
@@ -278,30 +277,34 @@ static void store_tile(const gemm_t *g, vf acc[MR][NV], int mr, int nr, int64_t 
         vf add[NV];
         for (int v = 0; v < NV; v++) add[v] = bias ? cuvil_load(bias + v * VL) : (vf){0};
         if (cscale == 0.0f) {
-            for (int r = 0; r < mr; r++)
-                for (int v = 0; v < NV; v++) cuvil_store(c + r * ldc + v * VL, acc[r][v] * alpha + add[v]);
+            for (int r = 0; r < mr; r++) {
+                vf row_add = row_bias ? cuvil_splat(row_bias[r]) : (vf){0};
+                for (int v = 0; v < NV; v++) cuvil_store(c + r * ldc + v * VL, acc[r][v] * alpha + (add[v] + row_add));
+            }
         } else {
-            for (int r = 0; r < mr; r++)
+            for (int r = 0; r < mr; r++) {
+                vf row_add = row_bias ? cuvil_splat(row_bias[r]) : (vf){0};
                 for (int v = 0; v < NV; v++) {
                     float *cv = c + r * ldc + v * VL;
-                    cuvil_store(cv, acc[r][v] * alpha + (cuvil_load(cv) * cscale + add[v]));
+                    cuvil_store(cv, acc[r][v] * alpha + (cuvil_load(cv) * cscale + (add[v] + row_add)));
                 }
+            }
         }
         if (last) activate_tile(c, ldc, mr, g->act);
         return;
     }
     float row[NR] __attribute__((aligned(64))), bias_pad[NR] __attribute__((aligned(64)));
     int reads_c = !first || g->beta != 0.0f;
-    if (bias) {
-        memset(bias_pad, 0, sizeof bias_pad);
-        memcpy(bias_pad, bias, sizeof(float) * nr);
-    }
+    memset(bias_pad, 0, sizeof bias_pad);
+    if (bias) memcpy(bias_pad, bias, sizeof(float) * nr);
     for (int r = 0; r < mr; r++) {
         float *crow = c + r * g->ldc;
+        vf row_add = row_bias ? cuvil_splat(row_bias[r]) : (vf){0};
         memset(row, 0, sizeof row);
         if (reads_c) memcpy(row, crow, sizeof(float) * nr);
         for (int v = 0; v < NV; v++)
-            cuvil_store(row + v * VL, finish(g, acc[r][v], row + v * VL, bias ? bias_pad + v * VL : NULL, first, last));
+            cuvil_store(row + v * VL, finish(g, acc[r][v], row + v * VL, cuvil_load(bias_pad + v * VL) + row_add,
+                                             first, last));
         memcpy(crow, row, sizeof(float) * nr);
     }
 }
@@ -558,14 +561,22 @@ void cuvil_sgemm(int64_t M, int64_t N, int64_t K, float alpha, const float *A, i
                  const float *B, int64_t rsb, int64_t csb, float beta, float *C, int64_t ldc,
                  const float *bias, int act)
 {
-    gemm_t g = {M, N, K, alpha, beta, A, rsa, B, rsb, csb, NULL, C, ldc, bias, act};
+    gemm_t g = {M, N, K, alpha, beta, A, rsa, B, rsb, csb, NULL, C, ldc, bias, NULL, act};
+    gemm_dispatch(g, csa, cuvil_get_num_threads());
+}
+
+void cuvil_sgemm_row_bias(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t rsa, int64_t csa,
+                          const float *B, int64_t rsb, int64_t csb, float beta, float *C, int64_t ldc,
+                          const float *row_bias, int act)
+{
+    gemm_t g = {M, N, K, alpha, beta, A, rsa, B, rsb, csb, NULL, C, ldc, NULL, row_bias, act};
     gemm_dispatch(g, csa, cuvil_get_num_threads());
 }
 
 void cuvil_sgemm_packed(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t rsa, int64_t csa,
                         const float *packed_b, float beta, float *C, int64_t ldc, const float *bias, int act)
 {
-    gemm_t g = {M, N, K, alpha, beta, A, rsa, NULL, 0, 0, packed_b, C, ldc, bias, act};
+    gemm_t g = {M, N, K, alpha, beta, A, rsa, NULL, 0, 0, packed_b, C, ldc, bias, NULL, act};
     gemm_dispatch(g, csa, cuvil_get_num_threads());
 }
 
@@ -579,7 +590,8 @@ void cuvil_sgemm_batched(int64_t batch, int64_t M, int64_t N, int64_t K, float a
     int team = per_item == 1 ? threads_for(batch * M * N * K) : 1;
 #pragma omp parallel for schedule(static) num_threads(team) if (team > 1)
     for (int64_t t = 0; t < batch; t++) {
-        gemm_t g = {M, N, K, alpha, beta, A + t * sa, rsa, B + t * sb, rsb, csb, NULL, C + t * sc, ldc, bias, act};
+        gemm_t g = {M, N, K, alpha, beta, A + t * sa, rsa, B + t * sb, rsb, csb, NULL, C + t * sc, ldc, bias, NULL,
+                    act};
         gemm_dispatch(g, csa, per_item);
     }
 }
