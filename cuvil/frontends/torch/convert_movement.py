@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ...ir.dtypes import DType
 from ...ops.common import norm_axis
 from .context import INT_MAX, aten
@@ -101,6 +103,35 @@ def getitem(cx, seq, i):
     if value is None:
         raise cx.error(f"output {i} of {cx.node.args[0]} is not computed by Cuvil (only the main result is)")
     return value
+
+
+@aten("as_strided", "as_strided_copy")
+def as_strided(cx, x, size, stride, storage_offset=None):
+    """A view of x's storage. PyTorch's decompositions use it to restride a result to a memory format (mean over
+    a transposed input): x's own sizes, and its own strides on every axis longer than one, which is x itself.
+    Any other view (static sizes) gathers x's elements at the storage positions it reads."""
+    src = cx.node.args[0].meta["val"]
+    shape, offset = cx.out_shape(), src.storage_offset() if storage_offset is None else storage_offset
+    own = cx.walker.shape(src.stride()), cx.walker.shape([src.storage_offset()])[0]
+    if shape == x.type.shape and offset == own[1] and all(n == 1 or a == b for n, a, b in zip(shape, stride, own[0])):
+        return x
+    ints = list(shape) + list(stride) + list(own[0]) + list(x.type.shape) + [offset, own[1]]
+    if not all(isinstance(d, int) for d in ints):
+        raise cx.error("as_strided with symbolic sizes is supported only as a restride of its input to its own layout")
+    position = own[1] + _storage_positions(x.type.shape, own[0])  # x's elements in its storage
+    element = np.full(int(position.max(initial=-1)) + 1, -1, np.int64)
+    element[position.ravel()] = np.arange(position.size)
+    want = offset + _storage_positions(shape, stride)
+    if want.size and (want.max() >= element.size or (element[want] < 0).any()):
+        raise cx.error(f"as_strided{tuple(shape)}, strides {tuple(stride)} reads storage outside its input's elements")
+    flat = cx.b.reshape(x, shape=(position.size,))
+    return cx.b.gather(flat, cx.b.constant(element[want], "as_strided_index"), axis=0)
+
+
+def _storage_positions(shape, strides) -> np.ndarray:
+    """The storage offset of each element of a strided view with these sizes and strides."""
+    grids = np.meshgrid(*[np.arange(n, dtype=np.int64) * s for n, s in zip(shape, strides)], indexing="ij")
+    return sum(grids, np.zeros(tuple(shape), np.int64))
 
 
 # -- gathers ---------------------------------------------------------------------------------------------

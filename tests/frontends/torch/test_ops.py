@@ -83,6 +83,8 @@ CASES = {
     "cat_stack_split": (lambda x, y: (torch.cat([x, y], 1), torch.stack([x, x], 2), *x.split(2, 1),
                                       *torch.split(x, [1, 3], 1), *x.chunk(2), *x.unbind(0)), (r(4, 4), r(4, 2))),
     "cat_promotes": (lambda x, y: torch.cat([x, y]), (r(2, 3), ints(1, 3))),
+    "as_strided": (lambda x: (F.adaptive_avg_pool1d(x.transpose(1, 2), 1), torch.as_strided(x[0], (3, 2), (1, 3), 1),
+                              torch.as_strided(x[0].t(), (2, 2), (2, 1))), (r(2, 4, 3),)),
     "pad_flip_tril": (lambda x: (F.pad(x, (1, 2)), F.pad(x, (1, 0, 0, 2), value=3.0), x.flip(0), x.flip((0, 1)),
                                  x.tril(), x.triu(1), x.tril(-1)), (r(4, 5),)),
     "index_put": (lambda x, i, v: index_puts(x, i, v), (r(4, 5), torch.tensor([3, 0]), r(2, 5))),
