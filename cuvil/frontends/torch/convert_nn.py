@@ -166,7 +166,7 @@ def sdpa(cx, q, k, v, mask=None, dropout_p=0.0, is_causal=False, scale=None, ena
         k, v = (_repeat_heads(cx, z, t.shape[-3]) for z in (k, v))
     scale = 1 / math.sqrt(t.shape[-1]) if scale is None else scale
     kt = cx.b.transpose(k, perm=list(range(k.type.rank - 2)) + [k.type.rank - 1, k.type.rank - 2])
-    scores = cx.b.matmul(q, kt)
+    scores = matmul(cx, q, kt)  # batch dims broadcast: one key/value head shared by all (multi-query attention)
     st = scores.type
     scores = cx.b.mul(scores, cx.tensor(scale, st.dtype, st.shape))
     if is_causal:
@@ -177,8 +177,8 @@ def sdpa(cx, q, k, v, mask=None, dropout_p=0.0, is_causal=False, scale=None, ena
             scores = cx.b.where(mask, scores, cx.tensor(-math.inf, st.dtype, st.shape))
         else:
             scores = cx.b.add(scores, cx.tensor(mask, st.dtype))
-        return cx.b.matmul(_safe_softmax(cx, scores, st.rank - 1), v)
-    return cx.b.matmul(cx.b.softmax(scores, axis=-1), v)
+        return matmul(cx, _safe_softmax(cx, scores, st.rank - 1), v)
+    return matmul(cx, cx.b.softmax(scores, axis=-1), v)
 
 
 def _causal(cx, shape):

@@ -131,6 +131,9 @@ CASES = {
                                                        F.scaled_dot_product_attention(q, q, q, attn_mask=bias)),
                                     (r(1, 2, 3, 4), torch.tensor([[True] * 3, [False] * 3, [True, False, True]]),
                                      torch.tensor([[0.0] * 3, [float("-inf")] * 3, [0.0, 1.0, -1.0]]))),
+    "attention_broadcast_heads": (lambda q, k, v: (F.scaled_dot_product_attention(q, k, v),
+                                                   F.scaled_dot_product_attention(q, k[:1], v, is_causal=True)),
+                                  (r(2, 4, 3, 2), r(2, 1, 3, 2), r(2, 1, 3, 2))),
     "attention_gqa": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True),
                       (r(1, 4, 3, 2), r(1, 2, 3, 2), r(1, 2, 3, 2))),
 }
