@@ -188,6 +188,36 @@ def index_put(cx, x, indices, values, accumulate=False):
     return cx.b.transpose(out, perm=_inverse(axes + others))
 
 
+@aten("slice_scatter", "select_scatter")
+def slice_scatter(cx, x, src, dim=0, start=None, end=None, step=1):
+    """x with x[start:end:step] along `dim` replaced by src (select_scatter: one index, src without the axis).
+    A unit step joins the pieces; other steps scatter src's rows to their positions."""
+    axis, size = norm_axis(dim, x.type.rank, cx.op_name), x.type.shape[norm_axis(dim, x.type.rank, cx.op_name)]
+    start = 0 if start is None else start
+    start = start + size if isinstance(start, int) and start < 0 else start
+    if cx.op_name == "select_scatter":
+        src = cx.b.reshape(src, shape=src.type.shape[:axis] + (1,) + src.type.shape[axis:])
+    src = cx.tensor(src, x.type.dtype)
+    n = src.type.shape[axis]
+    if step != 1:
+        idx = cx.b.iota(shape=src.type.shape, axis=axis, dtype=DType.i64)
+        idx = cx.b.add(cx.b.mul(idx, cx.tensor(step, DType.i64, idx.type.shape)),
+                       cx.tensor(start, DType.i64, idx.type.shape))
+        return cx.b.scatter_elements(x, idx, src, axis=axis, reduction="none")
+    stop = start + n
+    parts = [] if isinstance(start, int) and start == 0 else [cx.b.slice(x, starts=[0], ends=[start], axes=[axis])]
+    parts.append(src)
+    if not (isinstance(stop, int) and stop == size):
+        parts.append(cx.b.slice(x, starts=[stop], ends=[_BIG], axes=[axis]))
+    return parts[0] if len(parts) == 1 else cx.b.concat(*parts, axis=axis)
+
+
+@aten("copy", "copy_")
+def copy(cx, x, src, non_blocking=False):
+    """x's type and shape with src's values (what `x[...] = src` leaves after functionalisation)."""
+    return cx.tensor(src, x.type.dtype, x.type.shape)
+
+
 def _flattened(cx, x, indices):
     """(x with the indexed axes moved first and merged, the combined flat index, lead): lead is where B goes
     in x[indices] when the indexed axes are adjacent (0 when B leads)."""

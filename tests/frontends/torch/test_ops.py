@@ -27,6 +27,15 @@ def index_puts(x, i, v):
     return a, b, c, d, x.index_put((i,), v, accumulate=True)
 
 
+def slice_assigns(x, y, z):
+    a, b, c, d = x.clone(), x.clone(), x.clone(), torch.zeros(4, 5, dtype=torch.long)
+    a[1:3] = y
+    b[:, ::2] = 5.0
+    c[:, -2] = z
+    d[1:, 1:] = torch.arange(12).reshape(3, 4)
+    return a, b, c, d, torch.slice_scatter(x, y, 0, 2), torch.select_scatter(x, z, 1, 0)
+
+
 # id -> (function, example inputs). Every case runs through export -> IR -> interpreter -> compare.
 CASES = {
     # elementwise: promotion and broadcasting made explicit
@@ -88,6 +97,7 @@ CASES = {
     "pad_flip_tril": (lambda x: (F.pad(x, (1, 2)), F.pad(x, (1, 0, 0, 2), value=3.0), x.flip(0), x.flip((0, 1)),
                                  x.tril(), x.triu(1), x.tril(-1)), (r(4, 5),)),
     "index_put": (lambda x, i, v: index_puts(x, i, v), (r(4, 5), torch.tensor([3, 0]), r(2, 5))),
+    "slice_scatter_copy": (lambda x, y, z: slice_assigns(x, y, z), (r(4, 5), r(2, 5), r(4))),
     "scatter_sort": (lambda x, i, v: (x.scatter(1, i, 0.5), x.scatter(0, i, v), x.scatter_add(0, i, v),
                                       x.scatter_reduce(1, i, v, "amax"), x.scatter(1, i, v, reduce="multiply"),
                                       torch.sort(x, 1), torch.sort(x, 0, descending=True), x.argsort(1),
