@@ -72,6 +72,20 @@ def test_shared_broadcast_is_copied_into_each_loop_kernel():
     assert 'name = "exp_broadcast_to_add"' in got and 'name = "broadcast_to_mul"' in got
 
 
+def test_broadcast_read_twice_by_one_concat_is_fused_into_it():
+    """DeiT's concat(cls, dist, patches) with both tokens zero-initialised: CSE leaves one broadcast read twice
+    by the concat. It joins the concat's kernel; no copy is left over as a kernel with no outputs."""
+    got = run_passes("""
+        module {
+          func @main(%x: f32[2,4], %b: f32[4]) -> (f32[2,12]) {
+            %0:f32[2,4] = broadcast_to %b {shape = [2, 4]}
+            %1:f32[2,12] = concat %0, %0, %x {axis = 1}
+            return %1
+          }
+        }""", FUSE, inputs=X)
+    assert got.count("= fused") == 1 and got.count("fused") == 1 and got.count("broadcast_to %") == 1
+
+
 def test_reduction_result_is_not_reread_in_its_own_loop():
     """softmax's x - max(x) needs max over the row first: two groups, not one."""
     got = run_passes("""

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ...ir.dtypes import DType
 from ...ops.common import norm_axis
 from .context import INT_MAX, aten
@@ -103,6 +105,35 @@ def getitem(cx, seq, i):
     return value
 
 
+@aten("as_strided", "as_strided_copy")
+def as_strided(cx, x, size, stride, storage_offset=None):
+    """A view of x's storage. PyTorch's decompositions use it to restride a result to a memory format (mean over
+    a transposed input): x's own sizes, and its own strides on every axis longer than one, which is x itself.
+    Any other view (static sizes) gathers x's elements at the storage positions it reads."""
+    src = cx.node.args[0].meta["val"]
+    shape, offset = cx.out_shape(), src.storage_offset() if storage_offset is None else storage_offset
+    own = cx.walker.shape(src.stride()), cx.walker.shape([src.storage_offset()])[0]
+    if shape == x.type.shape and offset == own[1] and all(n == 1 or a == b for n, a, b in zip(shape, stride, own[0])):
+        return x
+    ints = list(shape) + list(stride) + list(own[0]) + list(x.type.shape) + [offset, own[1]]
+    if not all(isinstance(d, int) for d in ints):
+        raise cx.error("as_strided with symbolic sizes is supported only as a restride of its input to its own layout")
+    position = own[1] + _storage_positions(x.type.shape, own[0])  # x's elements in its storage
+    element = np.full(int(position.max(initial=-1)) + 1, -1, np.int64)
+    element[position.ravel()] = np.arange(position.size)
+    want = offset + _storage_positions(shape, stride)
+    if want.size and (want.max() >= element.size or (element[want] < 0).any()):
+        raise cx.error(f"as_strided{tuple(shape)}, strides {tuple(stride)} reads storage outside its input's elements")
+    flat = cx.b.reshape(x, shape=(position.size,))
+    return cx.b.gather(flat, cx.b.constant(element[want], "as_strided_index"), axis=0)
+
+
+def _storage_positions(shape, strides) -> np.ndarray:
+    """The storage offset of each element of a strided view with these sizes and strides."""
+    grids = np.meshgrid(*[np.arange(n, dtype=np.int64) * s for n, s in zip(shape, strides)], indexing="ij")
+    return sum(grids, np.zeros(tuple(shape), np.int64))
+
+
 # -- gathers ---------------------------------------------------------------------------------------------
 @aten("embedding")
 def embedding(cx, weight, indices, *rest):
@@ -155,6 +186,36 @@ def index_put(cx, x, indices, values, accumulate=False):
     others = [i for i in range(x.type.rank) if i not in axes]
     out = cx.b.reshape(out, shape=tuple(x.type.shape[a] for a in axes) + rest)
     return cx.b.transpose(out, perm=_inverse(axes + others))
+
+
+@aten("slice_scatter", "select_scatter")
+def slice_scatter(cx, x, src, dim=0, start=None, end=None, step=1):
+    """x with x[start:end:step] along `dim` replaced by src (select_scatter: one index, src without the axis).
+    A unit step joins the pieces; other steps scatter src's rows to their positions."""
+    axis, size = norm_axis(dim, x.type.rank, cx.op_name), x.type.shape[norm_axis(dim, x.type.rank, cx.op_name)]
+    start = 0 if start is None else start
+    start = start + size if isinstance(start, int) and start < 0 else start
+    if cx.op_name == "select_scatter":
+        src = cx.b.reshape(src, shape=src.type.shape[:axis] + (1,) + src.type.shape[axis:])
+    src = cx.tensor(src, x.type.dtype)
+    n = src.type.shape[axis]
+    if step != 1:
+        idx = cx.b.iota(shape=src.type.shape, axis=axis, dtype=DType.i64)
+        idx = cx.b.add(cx.b.mul(idx, cx.tensor(step, DType.i64, idx.type.shape)),
+                       cx.tensor(start, DType.i64, idx.type.shape))
+        return cx.b.scatter_elements(x, idx, src, axis=axis, reduction="none")
+    stop = start + n
+    parts = [] if isinstance(start, int) and start == 0 else [cx.b.slice(x, starts=[0], ends=[start], axes=[axis])]
+    parts.append(src)
+    if not (isinstance(stop, int) and stop == size):
+        parts.append(cx.b.slice(x, starts=[stop], ends=[_BIG], axes=[axis]))
+    return parts[0] if len(parts) == 1 else cx.b.concat(*parts, axis=axis)
+
+
+@aten("copy", "copy_")
+def copy(cx, x, src, non_blocking=False):
+    """x's type and shape with src's values (what `x[...] = src` leaves after functionalisation)."""
+    return cx.tensor(src, x.type.dtype, x.type.shape)
 
 
 def _flattened(cx, x, indices):

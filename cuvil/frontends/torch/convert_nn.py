@@ -1,5 +1,5 @@
 """ATen neural-network ops: convolutions, linear layers and matmuls, normalisation (inference), softmax,
-attention (decomposed into matmul and softmax), pooling (adaptive pooling where it is a plain window),
+attention (decomposed into matmul and softmax), pooling (adaptive pooling as a window, or axis by axis),
 upsampling and einsum.
 """
 from __future__ import annotations
@@ -166,7 +166,7 @@ def sdpa(cx, q, k, v, mask=None, dropout_p=0.0, is_causal=False, scale=None, ena
         k, v = (_repeat_heads(cx, z, t.shape[-3]) for z in (k, v))
     scale = 1 / math.sqrt(t.shape[-1]) if scale is None else scale
     kt = cx.b.transpose(k, perm=list(range(k.type.rank - 2)) + [k.type.rank - 1, k.type.rank - 2])
-    scores = cx.b.matmul(q, kt)
+    scores = matmul(cx, q, kt)  # batch dims broadcast: one key/value head shared by all (multi-query attention)
     st = scores.type
     scores = cx.b.mul(scores, cx.tensor(scale, st.dtype, st.shape))
     if is_causal:
@@ -177,8 +177,8 @@ def sdpa(cx, q, k, v, mask=None, dropout_p=0.0, is_causal=False, scale=None, ena
             scores = cx.b.where(mask, scores, cx.tensor(-math.inf, st.dtype, st.shape))
         else:
             scores = cx.b.add(scores, cx.tensor(mask, st.dtype))
-        return cx.b.matmul(_safe_softmax(cx, scores, st.rank - 1), v)
-    return cx.b.matmul(cx.b.softmax(scores, axis=-1), v)
+        return matmul(cx, _safe_softmax(cx, scores, st.rank - 1), v)
+    return matmul(cx, cx.b.softmax(scores, axis=-1), v)
 
 
 def _causal(cx, shape):
@@ -218,18 +218,38 @@ def avg_pool(cx, x, kernel, stride=(), padding=(0,), ceil_mode=False, count_incl
 @aten("adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "_adaptive_avg_pool2d",
       "_adaptive_avg_pool3d", "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d")
 def adaptive_pool(cx, x, output_size):
-    """Adaptive pooling is a plain window when every input size is a multiple of the output size."""
+    """Adaptive pooling is a plain window when every input size is a multiple of the output size; otherwise,
+    with static sizes, one axis at a time (window i covers [floor(i*n/o), ceil((i+1)*n/o)) on each axis, so the
+    max or mean over the box is the max or mean over each axis in turn)."""
     is_max = "max" in cx.op_name
     spatial, out = x.type.shape[2:], cx.out_shape(0 if is_max else None)[2:]
+    reduce = "reduce_max" if is_max else "reduce_mean"
     if all(o == 1 for o in out):
-        y = cx.b.emit("reduce_max" if is_max else "reduce_mean", x, axes=list(range(2, x.type.rank)), keepdims=True)
+        y = cx.b.emit(reduce, x, axes=list(range(2, x.type.rank)), keepdims=True)
     elif all(isinstance(n, int) and isinstance(o, int) and n % o == 0 for n, o in zip(spatial, out)):
         kernel = [n // o for n, o in zip(spatial, out)]
         y = cx.b.emit("max_pool" if is_max else "avg_pool", x, kernel=kernel, strides=kernel)
+    elif all(isinstance(n, int) and isinstance(o, int) for n, o in zip(spatial, out)):
+        y = x
+        for axis, (n, o) in enumerate(zip(spatial, out), start=2):
+            y = _adaptive_axis(cx, y, axis, n, o, reduce)
     else:
-        raise cx.error(f"adaptive pooling from {list(spatial)} to {list(out)} needs input sizes that are "
-                       f"multiples of the output sizes")
+        raise cx.error(f"adaptive pooling from {list(spatial)} to {list(out)} with symbolic sizes needs input sizes "
+                       f"that are multiples of the output sizes")
     return (y, None) if is_max else y
+
+
+def _adaptive_axis(cx, x, axis: int, n: int, o: int, reduce: str):
+    """Adaptive pooling of `x` along one axis from n to o: equal windows as a reshape, uneven ones one by one."""
+    if n == o:
+        return x
+    shape = x.type.shape
+    if n % o == 0:
+        y = cx.b.reshape(x, shape=shape[:axis] + (o, n // o) + shape[axis + 1:])
+        return cx.b.emit(reduce, y, axes=[axis + 1], keepdims=False)
+    parts = [cx.b.emit(reduce, cx.b.slice(x, starts=[i * n // o], ends=[-(-(i + 1) * n // o)], axes=[axis]),
+                       axes=[axis], keepdims=True) for i in range(o)]
+    return cx.b.concat(*parts, axis=axis)
 
 
 # -- upsampling ------------------------------------------------------------------------------------------

@@ -146,6 +146,10 @@ class ProgramWalker:
         args = self._bind(node)
         try:
             return fn(Ctx(self, b, node), *args)
+        except UnsupportedError as e:
+            if e.loc is not None:
+                raise
+            raise UnsupportedError(f"{name} (FX node {node.name}{source_text(node)}): {e.message}", b.loc) from None
         except Exception as e:
             e.add_note(f"while converting FX node {node.format_node()} at {b.loc}")
             raise

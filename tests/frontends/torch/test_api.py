@@ -94,6 +94,14 @@ def test_unsupported_op_names_the_op_and_the_line():
         compile_torch(fn, (torch.randn(3),))
 
 
+def test_an_unsupported_dtype_names_the_node_and_the_line():
+    def fn(x):
+        return torch.fft.fft(x.to(torch.complex64)).real  # FNet's token mixing
+
+    with pytest.raises(cuvil.UnsupportedError, match=r"_to_copy.*x\.to\(torch\.complex64\).*complex64.*test_api"):
+        compile_torch(fn, (torch.randn(3),))
+
+
 def test_data_dependent_shapes_are_a_clear_error():
     with pytest.raises(cuvil.UnsupportedError, match="data-dependent"):
         compile_torch(lambda x: x[x > 0], (torch.randn(5),))

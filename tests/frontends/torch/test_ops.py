@@ -27,6 +27,15 @@ def index_puts(x, i, v):
     return a, b, c, d, x.index_put((i,), v, accumulate=True)
 
 
+def slice_assigns(x, y, z):
+    a, b, c, d = x.clone(), x.clone(), x.clone(), torch.zeros(4, 5, dtype=torch.long)
+    a[1:3] = y
+    b[:, ::2] = 5.0
+    c[:, -2] = z
+    d[1:, 1:] = torch.arange(12).reshape(3, 4)
+    return a, b, c, d, torch.slice_scatter(x, y, 0, 2), torch.select_scatter(x, z, 1, 0)
+
+
 # id -> (function, example inputs). Every case runs through export -> IR -> interpreter -> compare.
 CASES = {
     # elementwise: promotion and broadcasting made explicit
@@ -83,9 +92,12 @@ CASES = {
     "cat_stack_split": (lambda x, y: (torch.cat([x, y], 1), torch.stack([x, x], 2), *x.split(2, 1),
                                       *torch.split(x, [1, 3], 1), *x.chunk(2), *x.unbind(0)), (r(4, 4), r(4, 2))),
     "cat_promotes": (lambda x, y: torch.cat([x, y]), (r(2, 3), ints(1, 3))),
+    "as_strided": (lambda x: (F.adaptive_avg_pool1d(x.transpose(1, 2), 1), torch.as_strided(x[0], (3, 2), (1, 3), 1),
+                              torch.as_strided(x[0].t(), (2, 2), (2, 1))), (r(2, 4, 3),)),
     "pad_flip_tril": (lambda x: (F.pad(x, (1, 2)), F.pad(x, (1, 0, 0, 2), value=3.0), x.flip(0), x.flip((0, 1)),
                                  x.tril(), x.triu(1), x.tril(-1)), (r(4, 5),)),
     "index_put": (lambda x, i, v: index_puts(x, i, v), (r(4, 5), torch.tensor([3, 0]), r(2, 5))),
+    "slice_scatter_copy": (lambda x, y, z: slice_assigns(x, y, z), (r(4, 5), r(2, 5), r(4))),
     "scatter_sort": (lambda x, i, v: (x.scatter(1, i, 0.5), x.scatter(0, i, v), x.scatter_add(0, i, v),
                                       x.scatter_reduce(1, i, v, "amax"), x.scatter(1, i, v, reduce="multiply"),
                                       torch.sort(x, 1), torch.sort(x, 0, descending=True), x.argsort(1),
@@ -116,6 +128,9 @@ CASES = {
                            F.avg_pool2d(x, 2, count_include_pad=False), F.adaptive_avg_pool2d(x, 1),
                            F.adaptive_avg_pool2d(x, (3, 2)), F.adaptive_max_pool2d(x, 1), F.max_pool1d(x[0], 2)),
                 (r(1, 2, 6, 4),)),
+    "adaptive_pool_uneven": (lambda x: (F.adaptive_avg_pool2d(x, (4, 3)), F.adaptive_max_pool2d(x, (2, 6)),
+                                        F.adaptive_avg_pool1d(x[0], 5), F.adaptive_max_pool3d(x[None], (1, 4, 3))),
+                             (r(1, 2, 6, 4),)),
     "upsample": (lambda x: (F.interpolate(x, scale_factor=2), F.interpolate(x, size=(5, 7), mode="bilinear"),
                             F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=True),
                             F.pixel_shuffle(x.repeat(1, 2, 1, 1), 2)), (r(1, 2, 3, 4),)),
@@ -129,6 +144,9 @@ CASES = {
                                                        F.scaled_dot_product_attention(q, q, q, attn_mask=bias)),
                                     (r(1, 2, 3, 4), torch.tensor([[True] * 3, [False] * 3, [True, False, True]]),
                                      torch.tensor([[0.0] * 3, [float("-inf")] * 3, [0.0, 1.0, -1.0]]))),
+    "attention_broadcast_heads": (lambda q, k, v: (F.scaled_dot_product_attention(q, k, v),
+                                                   F.scaled_dot_product_attention(q, k[:1], v, is_causal=True)),
+                                  (r(2, 4, 3, 2), r(2, 1, 3, 2), r(2, 1, 3, 2))),
     "attention_gqa": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True),
                       (r(1, 4, 3, 2), r(1, 2, 3, 2), r(1, 2, 3, 2))),
 }
