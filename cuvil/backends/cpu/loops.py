@@ -31,8 +31,8 @@ def parallel_clause(work: str) -> str:
 INDEX_OPS = {"broadcast_to", "transpose", "slice", "pad", "concat", "gather", "iota"}
 REDUCE_INIT = {"reduce_sum": "0", "reduce_prod": "1", "reduce_max": "-INFINITY", "reduce_min": "INFINITY"}
 REDUCE_INT_INIT = {"reduce_max": "{t}_MIN", "reduce_min": "{t}_MAX"}
-# Within a thread max/min propagate NaN as the reference does; OpenMP's combination of per-thread partial
-# results (full reductions over many threads) uses plain max/min, which may drop a NaN.
+# OpenMP's max/min reductions (SIMD lanes, threads) combine partial results with plain max/min, which drops
+# NaNs; float max/min also OR a NaN flag into `acc_nan` and return NaN when it is set, as the reference does.
 REDUCE_COMBINE = {"reduce_sum": "{a} + {x}", "reduce_prod": "{a} * {x}", "reduce_max": "CUVIL_MAX({a}, {x})",
                   "reduce_min": "CUVIL_MIN({a}, {x})"}
 _INT_LIMITS = {DType.i64: "INT64", DType.i32: "INT32", DType.i16: "INT16", DType.i8: "INT8", DType.u8: "UINT8",
@@ -299,22 +299,32 @@ class LoopKernel:
             unsigned_min = out_t.dtype in (DType.u8, DType.bool) and red.name == "reduce_max"
             init = "0" if unsigned_min else REDUCE_INT_INIT[red.name].format(t=_INT_LIMITS[out_t.dtype])
         self._line(depth, f"{ct.name} {acc} = {init};")
+        track_nan = ct.is_float and red.name in ("reduce_max", "reduce_min")
+        if track_nan:
+            self._line(depth, "int acc_nan = 0;")
         reduced = sorted(axes_reduced)
         omp_op = {"reduce_sum": "+", "reduce_prod": "*", "reduce_max": "max", "reduce_min": "min"}[red.name]
+        clause = f"reduction({omp_op}:{acc})" + (" reduction(|:acc_nan)" if track_nan else "")
         inner_depth = depth
         for n, k in enumerate(reduced):
             if not kept and n == 0:  # a full reduction: threads split it, each with its own partial result
                 collapse = f" collapse({len(reduced)})" if len(reduced) > 1 else ""
-                self._line(inner_depth, f"#pragma omp parallel for simd reduction({omp_op}:{acc}){collapse} {par}")
+                self._line(inner_depth, f"#pragma omp parallel for simd {clause}{collapse} {par}")
             elif kept and n == len(reduced) - 1:
-                self._line(inner_depth, f"#pragma omp simd reduction({omp_op}:{acc})")
+                self._line(inner_depth, f"#pragma omp simd {clause}")
             self._line(inner_depth, f"for (int64_t i{k} = 0; i{k} < {c_dim(src.shape[k])}; i{k}++) {{")
             inner_depth += 1
         self.memo.append({})
         x = self.value(red.operands[0], Idx(src.shape, tuple(full_axes)), inner_depth)
         self.memo.pop()
+        if track_nan:
+            self._line(inner_depth, f"const {ct.name} x_red = {x};")
+            x = "x_red"
+            self._line(inner_depth, f"acc_nan |= {x} != {x};")
         self._line(inner_depth, f"{acc} = {REDUCE_COMBINE[red.name].format(a=acc, x=x)};")
         self._close(inner_depth, depth)
+        if track_nan:
+            self._line(depth, f"if (acc_nan) {acc} = NAN;")
         out_idx = Idx(out_t.shape, out_axes)
         self.memo.append({(id(red.results[0]), out_axes): acc, (id(red.results[0]), out_idx.get_flat()): acc})
         self._store_outputs(out_idx, depth)
