@@ -54,6 +54,26 @@ def test_dynamic_true_keeps_every_size_but_0_and_1_symbolic():
     assert f.compile_count == 2
 
 
+def fixed_bounds(x):
+    return x[2:6], x[-3:], x[4], x[:, ::-1][:, 1:]
+
+
+@pytest.mark.parametrize("target", [TARGET, "cpu"])
+def test_dynamic_sizes_too_small_for_fixed_bounds_compile_as_they_are(target):
+    """x[2:6] on a symbolic size assumes it holds the bounds: a call with a smaller size gets a compilation of
+    its own (NumPy's clamping, or its IndexError) instead of reading past the end."""
+    f = cuvil.jit(fixed_bounds, target=target, dynamic=True)
+    for n in (8, 9):
+        x = f32(n, 3)
+        assert_same(f(x), fixed_bounds(x))
+    assert f.compile_count == 1
+    x = f32(5, 3)
+    assert_same(f(x), fixed_bounds(x))
+    assert f.compile_count == 2
+    with pytest.raises(cuvil.ShapeError, match="index 4 is out of bounds"):
+        f(f32(4, 3))
+
+
 def lambda_free_softmax(x):
     e = np.exp(x - x.max(axis=-1, keepdims=True))
     return e / e.sum(axis=-1, keepdims=True) * x.shape[0]
