@@ -216,6 +216,19 @@ def test_float_max_min_reductions_propagate_nan():
     assert_matches(got, interpret(m, [x, y]))
 
 
+@pytest.mark.parametrize("narrow", ["f16", "bf16"])
+def test_a_cast_to_a_narrow_float_rounds_inside_a_fused_loop(narrow):
+    """f16 and bf16 compute in float; a cast to them rounds (and overflows to inf) where it stands, also when
+    a cast back to f32 follows in the same kernel."""
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", (6,))], ["x"])
+    y = b.cast(b.cast(b.args[0], dtype=narrow), dtype="f32")
+    b.ret(b.add(y, y))
+    x = np.array([-2.7, 300.7, -1e10, 1.00390625, 3.14159, np.nan], np.float32)
+    got = compile_module(m)(x)
+    np.testing.assert_array_equal(got[0], interpret(m, [x])[0])
+
+
 def test_reduction_with_a_reshaping_epilogue():
     """Global average pooling then flatten: the reduction's result is read through a reshape."""
     m = Module()
