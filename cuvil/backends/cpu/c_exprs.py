@@ -157,7 +157,8 @@ def _cast(x, a, t, src: DType):
 ELEMENTWISE = {
     "neg": lambda x, a, t: f"(-{x[0]})",
     "abs": lambda x, a, t: f"fabs{t.f}({x[0]})" if t.is_float else f"({x[0]} < 0 ? -{x[0]} : {x[0]})",
-    "sign": lambda x, a, t: f"(({t.name})(({x[0]} > 0) - ({x[0]} < 0)))",
+    "sign": lambda x, a, t: (f"({x[0]} != {x[0]} ? {x[0]} : " if t.is_float else "(") +  # NaN stays NaN
+            f"({t.name})(({x[0]} > 0) - ({x[0]} < 0)))",
     "exp": lambda x, a, t: _exp(t, x[0]),
     "log": _fn("log"),
     "sqrt": _libm("sqrt"),
