@@ -103,7 +103,10 @@ def _resolve_minus_one(dims: list, known: list, name: str):
             dims.remove(d)
         else:
             rest.append(d)
-    q = _exact_div(math.prod(dims, start=1), math.prod(rest, start=1))
+    num, den = math.prod(dims, start=1), math.prod(rest, start=1)
+    q = _exact_div(num, den)
+    if q is None and isinstance(num, SymExpr) and isinstance(den, int) and den > 0:
+        q = num // den  # the shape rule then requires den * q == num of every call
     if q is None:
         raise ValueError(f"'{name}' cannot infer -1: {math.prod(dims, start=1)} elements do not split into "
                          f"parts of {math.prod(rest, start=1)}")

@@ -90,6 +90,18 @@ def test_slice_bounds_are_normalised():
     np.testing.assert_array_equal(interpret(b.module, [x])[0], x[::-1, -1:])
 
 
+def test_reshape_infers_minus_one_as_a_floor_division_and_requires_it_exact():
+    b = builder("f32[n,m]")
+    out = b.reshape(b.args[0], shape=[3, -1])
+    b.ret(out)
+    assert str(out.type) == "f32[3,m*n//3]"
+    verify(b.module)
+    x = np.arange(12, dtype=np.float32).reshape(2, 6)
+    np.testing.assert_array_equal(interpret(b.module, [x])[0], x.reshape(3, -1))
+    with pytest.raises(ShapeError, match="needs"):
+        interpret(b.module, [np.zeros((2, 5), np.float32)])
+
+
 def test_fixed_slice_bounds_on_a_symbolic_size_are_required_of_every_call():
     """x[2:6] on a size n is not clamped: the function records n >= 6, and a smaller n is refused at the call
     rather than read past its end. The relation prints and parses back."""

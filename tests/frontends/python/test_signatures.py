@@ -74,6 +74,23 @@ def test_dynamic_sizes_too_small_for_fixed_bounds_compile_as_they_are(target):
         f(f32(4, 3))
 
 
+def split_heads(q):
+    B, T, C = q.shape
+    h = q.reshape(B, T, 4, -1).transpose(0, 2, 1, 3)
+    return h @ h.transpose(0, 1, 3, 2)
+
+
+def test_dynamic_reshape_with_an_inferred_size_compiles_once():
+    """-1 after a fixed count of heads is C // 4 of a symbolic C, with 4 * (C // 4) == C checked per call."""
+    f = cuvil.jit(split_heads, target=TARGET, dynamic=True)
+    for shape in ((2, 3, 8), (3, 5, 12)):
+        x = f32(*shape)
+        assert_same(f(x), split_heads(x), rtol=1e-4)
+    assert f.compile_count == 1
+    with pytest.raises(cuvil.ShapeError, match="cannot infer -1"):
+        f(f32(2, 3, 6))
+
+
 def lambda_free_softmax(x):
     e = np.exp(x - x.max(axis=-1, keepdims=True))
     return e / e.sum(axis=-1, keepdims=True) * x.shape[0]
