@@ -12,7 +12,7 @@ import numpy as np
 
 from .errors import ShapeError
 from .ir.core import Function, Module, Op, Region
-from .ir.symbolic import SymExpr, evaluate
+from .ir.symbolic import SymExpr, describe_constraint, describe_inputs, evaluate
 from .ir.types import TensorType
 from .ops import registry
 
@@ -37,7 +37,8 @@ def bind_symbols(fn: Function, inputs: Sequence[np.ndarray]) -> dict:
     for a, b in fn.constraints:
         va, vb = _eval(a, env, fn), _eval(b, env, fn)
         if va != vb:
-            raise ShapeError(f"@{fn.name} needs {a} == {b}, but the inputs give {va} != {vb}")
+            raise ShapeError(f"@{fn.name} needs {describe_constraint(a, b)}, but the inputs give "
+                             f"{describe_inputs(a, b, env)}")
     return env
 
 

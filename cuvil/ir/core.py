@@ -13,7 +13,7 @@ from typing import Iterator, Optional
 import numpy as np
 
 from ..errors import ShapeError
-from .symbolic import Dim, SymExpr
+from .symbolic import Dim, SymExpr, at_least
 from .types import TensorType
 
 
@@ -205,6 +205,15 @@ class ShapeContext:
         if self.function is not None:
             self.function.add_constraint(a, b)
         return a if isinstance(a, int) or not isinstance(b, int) else b
+
+    def require_at_least(self, d: Dim, k: Dim, what: str) -> None:
+        """Demand d >= k: raise if both are known and it fails, record the relation if symbolic."""
+        gap = d - k
+        if isinstance(gap, int):
+            if gap < 0:
+                raise self.error(f"{what}: {d} < {k}")
+        elif self.function is not None:
+            self.function.add_constraint(*at_least(d, k))
 
     def constant(self, name: str) -> np.ndarray:
         if self.module is None or name not in self.module.constants:

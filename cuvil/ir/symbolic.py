@@ -196,6 +196,41 @@ def dim_str(d: Dim) -> str:
     return str(d)
 
 
+# Constraints are equalities; `d >= k` is written as the equality (d - k) // FAR == 0, which holds exactly when
+# 0 <= d - k < FAR, and sizes never come near FAR.
+FAR = 2 ** 62
+
+
+def at_least(d: Dim, k: Dim) -> tuple:
+    """The constraint pair (lhs, rhs) that holds exactly when d >= k."""
+    return (d - k) // FAR, 0
+
+
+def _at_least_parts(lhs: Dim, rhs: Dim):
+    """(d, k) when the pair is at_least(d, k) (k the constant term), else None."""
+    if rhs == 0 and isinstance(lhs, SymExpr) and len(lhs.terms) == 1 and lhs.terms[0][1] == 1 \
+            and len(lhs.terms[0][0]) == 1:
+        atom = lhs.terms[0][0][0]
+        if isinstance(atom, tuple) and atom[0] == "//" and atom[2] == FAR:
+            const = dict(atom[1].terms).get((), 0)
+            return atom[1] - const, -const
+    return None
+
+
+def describe_constraint(lhs: Dim, rhs: Dim) -> str:
+    """A constraint pair as a reader wants it: `a == b`, or `d >= k` for the pairs `at_least` makes."""
+    parts = _at_least_parts(lhs, rhs)
+    return f"{parts[0]} >= {parts[1]}" if parts else f"{lhs} == {rhs}"
+
+
+def describe_inputs(lhs: Dim, rhs: Dim, env: dict) -> str:
+    """What the sizes in `env` make of a constraint that fails: `3 != 4`, or `3 < 10`."""
+    parts = _at_least_parts(lhs, rhs)
+    if parts:
+        return f"{evaluate(parts[0], env)} < {parts[1]}"
+    return f"{evaluate(lhs, env)} != {evaluate(rhs, env)}"
+
+
 def parse_dim(text: str) -> Dim:
     """Parse the printed form of a dimension (`4`, `batch`, `2*s0+1`, `(s0+1)//2`)."""
     tokens = [m for m in _TOKEN.finditer(text)]

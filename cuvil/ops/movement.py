@@ -103,7 +103,10 @@ def _resolve_minus_one(dims: list, known: list, name: str):
             dims.remove(d)
         else:
             rest.append(d)
-    q = _exact_div(math.prod(dims, start=1), math.prod(rest, start=1))
+    num, den = math.prod(dims, start=1), math.prod(rest, start=1)
+    q = _exact_div(num, den)
+    if q is None and isinstance(num, SymExpr) and isinstance(den, int) and den > 0:
+        q = num // den  # the shape rule then requires den * q == num of every call
     if q is None:
         raise ValueError(f"'{name}' cannot infer -1: {math.prod(dims, start=1)} elements do not split into "
                          f"parts of {math.prod(rest, start=1)}")
@@ -243,10 +246,24 @@ def _slice_length(d, start, end, step: int):
     return max(n, 0) if isinstance(n, int) else n
 
 
+def _require_in_range(ctx, d, start, end, step: int, what: str) -> None:
+    """Bounds on a symbolic size are not clamped (_resolve_symbolic): a call must give sizes that hold them,
+    0 <= bound <= d going forward, -1 <= bound <= d - 1 going backward (-d-1 standing for -1)."""
+    low, high = (0, d) if step > 0 else (-1, d - 1)
+    needs = [(big, small) for bound in (start, end) if not (step < 0 and bound == -d - 1)
+             for small, big in ((low, bound), (bound, high)) if small != big]
+    fixed = [small - high + d for big, small in needs if big == high and isinstance(small, int)]
+    needs = [(big, small) for big, small in needs if not (big == high and isinstance(small, int))]
+    for big, small in needs + ([(d, max(fixed))] if fixed and max(fixed) > 0 else []):
+        ctx.require_at_least(big, small, what)
+
+
 def _slice_shape(ctx, types, a):
     t = types[0]
     shape = list(t.shape)
     for axis, start, end, step in zip(a["axes"], a["starts"], a["ends"], a["steps"]):
+        if isinstance(t.shape[axis], SymExpr):
+            _require_in_range(ctx, t.shape[axis], start, end, step, f"'slice' of {t} along axis {axis}")
         shape[axis] = _slice_length(t.shape[axis], start, end, step)
     if any(isinstance(d, int) and d < 0 for d in shape):
         raise ctx.error(f"'slice' of {t} gives the negative shape {shape}")

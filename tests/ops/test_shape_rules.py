@@ -90,6 +90,35 @@ def test_slice_bounds_are_normalised():
     np.testing.assert_array_equal(interpret(b.module, [x])[0], x[::-1, -1:])
 
 
+def test_reshape_infers_minus_one_as_a_floor_division_and_requires_it_exact():
+    b = builder("f32[n,m]")
+    out = b.reshape(b.args[0], shape=[3, -1])
+    b.ret(out)
+    assert str(out.type) == "f32[3,m*n//3]"
+    verify(b.module)
+    x = np.arange(12, dtype=np.float32).reshape(2, 6)
+    np.testing.assert_array_equal(interpret(b.module, [x])[0], x.reshape(3, -1))
+    with pytest.raises(ShapeError, match="needs"):
+        interpret(b.module, [np.zeros((2, 5), np.float32)])
+
+
+def test_fixed_slice_bounds_on_a_symbolic_size_are_required_of_every_call():
+    """x[2:6] on a size n is not clamped: the function records n >= 6, and a smaller n is refused at the call
+    rather than read past its end. The relation prints and parses back."""
+    from cuvil.ir.parser import parse_module
+    from cuvil.ir.symbolic import describe_constraint
+
+    b = builder("f32[n]")
+    b.ret(b.slice(b.args[0], starts=[2], ends=[6]))
+    assert [describe_constraint(*c) for c in b.function.constraints] == ["n >= 6"]
+    verify(b.module)
+    assert parse_module(print_module(b.module)).main.constraints == b.function.constraints
+    x = np.arange(7, dtype=np.float32)
+    np.testing.assert_array_equal(interpret(b.module, [x])[0], x[2:6])
+    with pytest.raises(ShapeError, match="needs n >= 6, but the inputs give 4 < 6"):
+        interpret(b.module, [x[:4]])
+
+
 @pytest.mark.parametrize("op, types, attrs, message", [
     ("reshape", ["f32[3,4]"], {"shape": [5, -1]}, "'reshape' cannot infer -1"),
     ("reshape", ["f32[3,4]"], {"shape": [5, 2]}, "'reshape'.*element count"),

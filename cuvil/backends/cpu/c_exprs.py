@@ -147,6 +147,9 @@ def _cast(x, a, t, src: DType):
     ct = CType(target)
     if src.is_float and not target.is_float:  # truncate toward zero; NaN gives 0 as in the reference
         return f"({ct.name})(int64_t)({x[0]} != {x[0]} ? 0 : {x[0]})"
+    if target in (DType.f16, DType.bf16) and src != target:  # computed in float: round (and overflow) here
+        stored = store_value(target, x[0])
+        return f"cuvil_bf16_to_f32({stored})" if target is DType.bf16 else f"(float){stored}"
     return f"({ct.name})({x[0]})"
 
 
@@ -154,7 +157,8 @@ def _cast(x, a, t, src: DType):
 ELEMENTWISE = {
     "neg": lambda x, a, t: f"(-{x[0]})",
     "abs": lambda x, a, t: f"fabs{t.f}({x[0]})" if t.is_float else f"({x[0]} < 0 ? -{x[0]} : {x[0]})",
-    "sign": lambda x, a, t: f"(({t.name})(({x[0]} > 0) - ({x[0]} < 0)))",
+    "sign": lambda x, a, t: (f"({x[0]} != {x[0]} ? {x[0]} : " if t.is_float else "(") +  # NaN stays NaN
+            f"({t.name})(({x[0]} > 0) - ({x[0]} < 0)))",
     "exp": lambda x, a, t: _exp(t, x[0]),
     "log": _fn("log"),
     "sqrt": _libm("sqrt"),

@@ -158,8 +158,10 @@ def _cosh(ctx, x):
 
 
 def _asinh(ctx, x):
+    """Odd: sign(x) * asinh(|x|), so x + sqrt(x^2 + 1) never cancels (large negative x, -inf)."""
     b = ctx.b
-    return b.log(b.add(x, b.sqrt(b.add(b.mul(x, x), ctx.scalar_like(1, x)))))
+    ax = b.abs(x)
+    return b.mul(b.sign(x), b.log(b.add(ax, b.sqrt(b.add(b.mul(ax, ax), ctx.scalar_like(1, x))))))
 
 
 def _acosh(ctx, x):

@@ -14,9 +14,10 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from ...compiler import TARGETS, Executable, compile_module
-from ...errors import CuvilError, UnsupportedError
+from ...errors import CuvilError, ShapeError, UnsupportedError
 from ...ir.builder import Builder
 from ...ir.core import Module
+from ...ir.symbolic import SymExpr
 from . import emit as E
 from .merge import flatten, unflatten
 from .signature import CallSpec, Leaf, numpy_to_torch, take_apart
@@ -122,11 +123,23 @@ class JitFunction:
             compiled = _FALLBACK
         if compiled is _FALLBACK:
             return self.python_function(*args, **kwargs)
+        try:
+            outputs = compiled.executable(*spec.inputs)
+        except ShapeError:
+            if not any(isinstance(d, SymExpr) for leaf in spec.leaves for d in leaf.type.shape):
+                raise
+            # sizes the symbolic compilation cannot serve (a slice past the end, an index past a size): compile
+            # these sizes as they are, where Python's clamping and bounds checks apply
+            log.debug("%s: sizes outside the dynamic compilation's range; compiling them statically",
+                      self.__wrapped__.__qualname__)
+            spec = self._bind(args, kwargs, {**self.options, "dynamic": False, "dynamic_dims": {}})
+            compiled = self._compiled(spec)
+            return self._finish(compiled, compiled.executable(*spec.inputs))
         if not kwargs and len(self._hot) < 64:
             hot = _hot_call(args, spec, compiled, self.options["runtime_args"], self._signature)
             if hot is not None:
                 self._hot[tuple(map(type, args))] = hot
-        return self._finish(compiled, compiled.executable(*spec.inputs))
+        return self._finish(compiled, outputs)
 
     @staticmethod
     def _finish(compiled, outputs):
@@ -143,13 +156,13 @@ class JitFunction:
             self._jax = jax_jit(self.python_function, **keep)
         return self._jax
 
-    def _bind(self, args, kwargs) -> CallSpec:
+    def _bind(self, args, kwargs, options=None) -> CallSpec:
         try:
             bound = self._signature.bind(*args, **kwargs)
         except TypeError as e:
             raise TypeError(f"{self.__wrapped__.__qualname__}(): {e}") from None
         bound.apply_defaults()
-        return take_apart(dict(bound.arguments), self.options)
+        return take_apart(dict(bound.arguments), options or self.options)
 
     def _compiled(self, spec: CallSpec):
         hit = self._cache.get(spec.key)

@@ -200,6 +200,35 @@ def test_integer_and_bool_reductions():
     assert_matches(compile_module(m)(*inputs), interpret(m, inputs))
 
 
+def test_float_max_min_reductions_propagate_nan():
+    """A NaN anywhere in a row makes its max/min NaN (NumPy, torch, the reference), also through the
+    vectorised and the threaded full reductions, whose OpenMP max/min would drop it."""
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", (3, 40)), TensorType("f64", (5,))], ["x", "y"])
+    x, y = b.args
+    b.ret(b.reduce_max(x, axes=(1,)), b.reduce_min(x, axes=(0,)), b.reduce_max(x, axes=(0, 1)),
+          b.reduce_min(y, axes=(0,)))
+    x = np.random.default_rng(0).standard_normal((3, 40)).astype(np.float32)
+    x[0, 1], x[1, 37] = np.nan, np.nan
+    y = np.array([1.0, np.nan, 3.0, -1.0, 0.0])
+    got = compile_module(m)(x, y)
+    assert np.isnan(got[0][:2]).all() and not np.isnan(got[0][2]) and np.isnan(got[2]) and np.isnan(got[3])
+    assert_matches(got, interpret(m, [x, y]))
+
+
+@pytest.mark.parametrize("narrow", ["f16", "bf16"])
+def test_a_cast_to_a_narrow_float_rounds_inside_a_fused_loop(narrow):
+    """f16 and bf16 compute in float; a cast to them rounds (and overflows to inf) where it stands, also when
+    a cast back to f32 follows in the same kernel."""
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", (6,))], ["x"])
+    y = b.cast(b.cast(b.args[0], dtype=narrow), dtype="f32")
+    b.ret(b.add(y, y))
+    x = np.array([-2.7, 300.7, -1e10, 1.00390625, 3.14159, np.nan], np.float32)
+    got = compile_module(m)(x)
+    np.testing.assert_array_equal(got[0], interpret(m, [x])[0])
+
+
 def test_reduction_with_a_reshaping_epilogue():
     """Global average pooling then flatten: the reduction's result is read through a reshape."""
     m = Module()

@@ -61,3 +61,12 @@ def test_bitwise_and_shifts_on_signed_and_unsigned():
     feeds = {"a": np.int32([-7, 12, 2 ** 30, -1]), "b": np.int32([5, -3, 7, 0]),
              "u": np.uint16([1, 40000, 3, 65535]), "s": np.uint16([3, 1, 15, 4])}
     check_against_ort(proto, feeds)
+
+
+@pytest.mark.parametrize("op,ref", [("Asinh", np.arcsinh), ("Sign", np.sign)])
+def test_odd_functions_at_the_extremes_interpreted_and_compiled(op, ref):
+    """asinh of a large negative x must not cancel to log(0) (nor -inf to NaN); sign(NaN) is NaN."""
+    x = np.float32([-np.inf, -1e30, -1e8, -1e4, -3.5, 0, 1e-8, 2, 1e30, np.inf, np.nan])
+    m = cuvil.load_onnx(model([N(op, ["x"], ["y"])], [("x", F32, [11])], [("y", F32, None)]))
+    for run in (m, m.optimize()):
+        np.testing.assert_allclose(run(x)[0], ref(x), rtol=1e-6)

@@ -54,6 +54,43 @@ def test_dynamic_true_keeps_every_size_but_0_and_1_symbolic():
     assert f.compile_count == 2
 
 
+def fixed_bounds(x):
+    return x[2:6], x[-3:], x[4], x[:, ::-1][:, 1:]
+
+
+@pytest.mark.parametrize("target", [TARGET, "cpu"])
+def test_dynamic_sizes_too_small_for_fixed_bounds_compile_as_they_are(target):
+    """x[2:6] on a symbolic size assumes it holds the bounds: a call with a smaller size gets a compilation of
+    its own (NumPy's clamping, or its IndexError) instead of reading past the end."""
+    f = cuvil.jit(fixed_bounds, target=target, dynamic=True)
+    for n in (8, 9):
+        x = f32(n, 3)
+        assert_same(f(x), fixed_bounds(x))
+    assert f.compile_count == 1
+    x = f32(5, 3)
+    assert_same(f(x), fixed_bounds(x))
+    assert f.compile_count == 2
+    with pytest.raises(cuvil.ShapeError, match="index 4 is out of bounds"):
+        f(f32(4, 3))
+
+
+def split_heads(q):
+    B, T, C = q.shape
+    h = q.reshape(B, T, 4, -1).transpose(0, 2, 1, 3)
+    return h @ h.transpose(0, 1, 3, 2)
+
+
+def test_dynamic_reshape_with_an_inferred_size_compiles_once():
+    """-1 after a fixed count of heads is C // 4 of a symbolic C, with 4 * (C // 4) == C checked per call."""
+    f = cuvil.jit(split_heads, target=TARGET, dynamic=True)
+    for shape in ((2, 3, 8), (3, 5, 12)):
+        x = f32(*shape)
+        assert_same(f(x), split_heads(x), rtol=1e-4)
+    assert f.compile_count == 1
+    with pytest.raises(cuvil.ShapeError, match="cannot infer -1"):
+        f(f32(2, 3, 6))
+
+
 def lambda_free_softmax(x):
     e = np.exp(x - x.max(axis=-1, keepdims=True))
     return e / e.sum(axis=-1, keepdims=True) * x.shape[0]
