@@ -171,6 +171,16 @@ def test_dynamic_dims_through_views_and_reductions():
     assert [str(a.type) for a in args] == ["f32[n,8]", "f32[m,8]"]
 
 
+def test_repeat_by_a_symbolic_count():
+    from torch.export import Dim
+
+    def fn(x, p):  # DeBERTa-v2 repeats its relative positions once per batch row
+        return p.repeat(x.shape[0], 1, 2) + x[:, :1, :1], p.repeat(2, x.shape[0], 1, 1)
+
+    check(fn, r(3, 4, 6), r(1, 4, 3), dynamic_shapes={"x": {0: Dim("b")}, "p": None},
+          more=[((r(5, 4, 6), r(1, 4, 3)), None)])
+
+
 def test_derived_dims_become_expressions():
     from torch.export import Dim
 
