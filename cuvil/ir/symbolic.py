@@ -126,7 +126,9 @@ class SymExpr:
     def __str__(self) -> str:
         out = ""
         for m, c in self.terms:
-            body = "*".join(_atom_str(a) for a in m)
+            # a // or % atom next to a factor or a sign is parenthesised: 2*(s//2) is not (2*s)//2
+            alone = len(m) == 1 and c == 1
+            body = "*".join(_atom_str(a) if alone or isinstance(a, str) else f"({_atom_str(a)})" for a in m)
             if not m:
                 piece = str(abs(c))
             elif abs(c) == 1:

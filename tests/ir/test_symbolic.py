@@ -18,7 +18,8 @@ def test_static_collapses_to_int():
     assert type(n - n + 3) is int and n - n + 3 == 3
 
 
-@pytest.mark.parametrize("text", ["n", "2*n+1", "(n+1)//2", "m*n-3", "-n+4", "n%3", "batch*seq", "((n+1)//2+1)//2"])
+@pytest.mark.parametrize("text", ["n", "2*n+1", "(n+1)//2", "m*n-3", "-n+4", "n%3", "batch*seq", "((n+1)//2+1)//2",
+                                  "2*(n//2)", "-(n//2)+3", "m*(n%3)", "n//2//3"])
 def test_parse_round_trips(text):
     assert str(parse_dim(text)) == text
     assert parse_dim(str(parse_dim(text))) == parse_dim(text)

@@ -9,7 +9,6 @@ import math
 from dataclasses import dataclass
 
 from ...ir.dtypes import DType
-from ...ir.symbolic import SymExpr
 from ...ops import registry
 
 STORAGE = {DType.f64: "double", DType.f32: "float", DType.f16: "_Float16", DType.bf16: "uint16_t",
@@ -70,15 +69,17 @@ def c_dim(d) -> str:
     C's truncating `/` and `%` equal floor division and modulo)."""
     if isinstance(d, int):
         return str(d)
-    parts = []
+    parts, products = [], False
     for monomial, coef in d.terms:
         factors = [str(abs(coef))] if abs(coef) != 1 or not monomial else []
         for atom in monomial:
             factors.append(f"s_{atom}" if isinstance(atom, str) else
                            f"({c_dim(atom[1])} {'/' if atom[0] == '//' else '%'} {atom[2]})")
         parts.append(("-" if coef < 0 else "+") + "*".join(factors))
+        products |= len(factors) > 1
     text = "".join(parts).lstrip("+")
-    return f"({text})" if len(d.terms) > 1 or isinstance(d, SymExpr) and d.terms[0][1] < 0 else text
+    # parenthesised unless one atom: callers write `i % <dim>` and `i / <dim>`, where 4*s_b would bind wrongly
+    return f"({text})" if len(d.terms) > 1 or products or d.terms[0][1] < 0 else text
 
 
 def _fn(name):

@@ -305,9 +305,15 @@ def constant_pad(cx, x, pad, value=0.0, *rest):
 
 @aten("repeat")
 def repeat(cx, x, repeats):
+    """`tile`; symbolic counts (DeBERTa's relative positions repeated per batch) as [1, n] -> [r, n] -> [r * n]."""
     lead = len(repeats) - x.type.rank
     x = cx.b.reshape(x, shape=(1,) * lead + x.type.shape) if lead else x
-    return cx.b.tile(x, repeats=list(repeats))
+    if all(isinstance(r, int) for r in repeats):
+        return cx.b.tile(x, repeats=list(repeats))
+    pairs = list(zip(repeats, x.type.shape))
+    spread = cx.b.reshape(x, shape=tuple(d for _, n in pairs for d in (1, n)))
+    wide = cx.b.broadcast_to(spread, shape=tuple(d for pair in pairs for d in pair))
+    return cx.b.reshape(wide, shape=cx.out_shape())
 
 
 @aten("tril", "triu")

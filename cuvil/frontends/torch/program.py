@@ -16,11 +16,12 @@ from torch.export.graph_signature import InputKind, OutputKind
 from ...errors import UnsupportedError
 from ...ir.builder import Builder
 from ...ir.core import Location, Module
+from ...ir.symbolic import sym
 from ...ir.types import TensorType
 from . import convert_control, convert_elementwise, convert_movement, convert_nn, convert_reduce  # noqa: F401
 from .context import Ctx, lookup, source_text, to_dtype
 from .signature import Signature, tensor_to_numpy  # noqa: F401 (tensor_to_numpy: also for importers)
-from .symbols import to_dim
+from .symbols import Multiple, to_dim
 
 # Frames inside PyTorch or Cuvil are not the user's source.
 _LIBRARY_DIRS = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
@@ -57,6 +58,8 @@ class ProgramWalker:
         sig = Signature(ep.call_spec.in_spec, ep.call_spec.out_spec, 0)
         specs = {s.arg.name: s for s in ep.graph_signature.input_specs}
         b = Builder.new_function(self.module, name, *self._arguments(specs, sig))
+        for m in {m for m in self.symbols.values() if isinstance(m, Multiple)}:  # a size given as k * root
+            b.function.add_constraint(sym(m.name), (sym(m.name) // m.factor) * m.factor)
         args = iter(b.args)
         for node in ep.graph.nodes:
             if node.op == "placeholder":

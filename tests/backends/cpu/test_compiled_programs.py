@@ -84,6 +84,21 @@ def test_one_compilation_serves_every_size_and_checks_relations():
         exe(np.zeros((2, 5), np.float32), np.zeros((2, 5), np.float32))
 
 
+def test_index_modulo_a_symbolic_product():
+    """Bloom's alibi: [b, 4, s] read as [4*b, 1, s] in a [b, 4, s, s] kernel indexes `% (4*s_b)`, not `% 4*s_b`."""
+    m = Module()
+    b, s = sym("b"), sym("s")
+    fb = Builder.new_function(m, "main", [TensorType("f32", (b, 4, s)), TensorType("f32", (4 * b, s, s))], ["a", "x"])
+    a, x = fb.args
+    rows = fb.broadcast_to(fb.reshape(a, shape=(4 * b, 1, s)), shape=(4 * b, s, s))
+    fb.ret(fb.reshape(fb.add(rows, x), shape=(b, 4, s, s)))
+    exe = compile_module(m)
+    rng = np.random.default_rng(0)
+    for n, t in ((2, 5), (3, 2)):
+        inputs = [rng.random((n, 4, t), np.float32), rng.random((4 * n, t, t), np.float32)]
+        assert_matches(exe(*inputs), interpret(m, inputs))
+
+
 def test_inputs_are_converted_as_a_user_expects():
     m = Module()
     b = Builder.new_function(m, "main", [TensorType("f32", (3, 4))], ["x"])

@@ -171,6 +171,16 @@ def test_dynamic_dims_through_views_and_reductions():
     assert [str(a.type) for a in args] == ["f32[n,8]", "f32[m,8]"]
 
 
+def test_repeat_by_a_symbolic_count():
+    from torch.export import Dim
+
+    def fn(x, p):  # DeBERTa-v2 repeats its relative positions once per batch row
+        return p.repeat(x.shape[0], 1, 2) + x[:, :1, :1], p.repeat(2, x.shape[0], 1, 1)
+
+    check(fn, r(3, 4, 6), r(1, 4, 3), dynamic_shapes={"x": {0: Dim("b")}, "p": None},
+          more=[((r(5, 4, 6), r(1, 4, 3)), None)])
+
+
 def test_derived_dims_become_expressions():
     from torch.export import Dim
 
@@ -181,3 +191,22 @@ def test_derived_dims_become_expressions():
 
     compiled = check(fn, r(6), r(3), dynamic_shapes={"x": {0: 2 * n}, "y": {0: n}}, more=[((r(10), r(5)), None)])
     assert [str(a.type) for a in compiled.module.main.args] == ["f32[2*n]", "f32[n]"]
+
+
+def test_input_sizes_given_as_multiples_of_a_dim():
+    """export suggests `h = 2 * Dim("_h")` for a UNet's even heights: the input size gets its own symbol, the root
+    is derived from it, and an odd size is refused at the call."""
+    import cuvil
+    from torch.export import Dim
+
+    def fn(x):
+        n = x.shape[0] // 4
+        return F.interpolate(F.max_pool2d(x, 2), scale_factor=2) + x, x.reshape(n, 4, *x.shape[1:]).sum(1)
+
+    h, b = Dim("_h", min=2, max=32), Dim("b")
+    compiled = check(fn, r(8, 2, 8, 6), dynamic_shapes={"x": {0: 4 * b, 2: 2 * h}},
+                     more=[((r(4, 2, 12, 6),), None)])
+    assert [str(a.type) for a in compiled.module.main.args] == ["f32[b_x4,2,_h_x2,6]"]
+    with pytest.raises(cuvil.ShapeError, match="_h_x2"):
+        compiled(r(8, 2, 9, 6))
+
