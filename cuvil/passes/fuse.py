@@ -78,9 +78,12 @@ class FuseOps(Pass):
         users = _users(region)
         for op in [o for o in region.ops if o.name == "broadcast_to"]:
             v = op.results[0]
-            readers = [u for u in users.get(id(v), []) if u is not None and self.is_loop(u.name)
-                       and any(x is v for x in u.operands)]
-            others = len(users.get(id(v), [])) - len(readers)
+            uses = users.get(id(v), [])
+            # one entry per reader, also for one that reads v twice (`div %b, %b`): a second copy for it would
+            # leave the original broadcast without users
+            readers = list({id(u): u for u in uses if u is not None and self.is_loop(u.name)
+                            and any(x is v for x in u.operands)}.values())
+            others = sum(1 for u in uses if u is None or all(u is not r for r in readers))
             for u in readers if others else readers[1:]:
                 copy = Op(op.name, op.operands, op.attrs, [v.type], (), op.loc)
                 copy.parent = region
