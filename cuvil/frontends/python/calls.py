@@ -197,9 +197,9 @@ def np_split(cx, a, indices_or_sections, axis=0):
     n = t.shape[ax]
     if isinstance(indices_or_sections, int):
         k = indices_or_sections
-        if not isinstance(n, int) or n % k:
-            raise UnsupportedError(f"np.split into {k} equal parts needs a static size divisible by {k}, got {n}")
-        return list(split(cx, t, [n // k] * k, ax))
+        if isinstance(n, int) and n % k:
+            raise UnsupportedError(f"np.split into {k} equal parts needs a size divisible by {k}, got {n}")
+        return list(split(cx, t, [n // k] * k, ax))  # a symbolic n: the split records k * (n // k) == n
     bounds = [0, *indices_or_sections, n]
     return list(split(cx, t, [max(e - s, 0) for s, e in zip(bounds, bounds[1:])], ax))
 

@@ -134,9 +134,10 @@ def t_split(cx, tensor_, split_size_or_sections, dim=0):
 
 def t_chunk(cx, input, chunks, dim=0):
     t = tensor(cx, input)
-    n = t.shape[E.axes_of(dim, t.rank)[0]]
-    if not isinstance(n, int):
-        raise UnsupportedError("torch.chunk needs a static size along dim")
+    ax = E.axes_of(dim, t.rank)[0]
+    n = t.shape[ax]
+    if not isinstance(n, int):  # equal pieces; the split records chunks * (n // chunks) == n for every call
+        return split(cx, t, [n // chunks] * chunks, ax)
     return t_split(cx, t, -(-n // chunks), dim)
 
 
