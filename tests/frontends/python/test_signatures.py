@@ -107,6 +107,18 @@ def test_dynamic_chunk_into_equal_pieces_compiles_once():
         f(x)
 
 
+def pairs(x):
+    return torch.split(x, 2, dim=-1)[-1] * 2  # as many pieces as the size gives: no symbolic form
+
+
+def test_dynamic_functions_without_a_symbolic_form_compile_each_size():
+    f = cuvil.jit(pairs, target=TARGET, dynamic=True)
+    for shape in ((3, 4), (3, 5), (3, 4)):
+        x = t32(*shape)
+        assert_same(f(x), pairs(x))
+    assert f.compile_count == 2 and len(f.signatures) == 2
+
+
 def lambda_free_softmax(x):
     e = np.exp(x - x.max(axis=-1, keepdims=True))
     return e / e.sum(axis=-1, keepdims=True) * x.shape[0]
