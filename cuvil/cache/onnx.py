@@ -158,6 +158,8 @@ class CompiledOnnxModel:
     def _check(self, i: int, x) -> np.ndarray:
         name, want = self._in[i][0], self._dtypes[i]
         arr = x if isinstance(x, np.ndarray) else np.asarray(x, want)
+        if not arr.dtype.isnative and arr.dtype.newbyteorder("=") == want:  # big-endian data: same values
+            arr = arr.astype(want)
         if arr.dtype != want:
             raise ShapeError(f"input {name!r} must have element type {want}, got {arr.dtype}")
         static = self._static[i]

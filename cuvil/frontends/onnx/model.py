@@ -136,6 +136,8 @@ def bind_inputs(specs: list, args: tuple, kwargs: dict) -> list:
 
 def _check_input(spec: TensorSpec, x) -> np.ndarray:
     arr = x if isinstance(x, np.ndarray) else np.asarray(x, spec.dtype)
+    if not arr.dtype.isnative and arr.dtype.newbyteorder("=") == spec.dtype:  # big-endian data: same values
+        arr = arr.astype(spec.dtype)
     if arr.dtype != spec.dtype:
         raise ShapeError(f"input {spec.name!r} must have element type {spec.dtype}, got {arr.dtype}")
     if arr.ndim != len(spec.shape):
