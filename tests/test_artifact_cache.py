@@ -67,6 +67,23 @@ def test_onnx_warm_start_runs_no_frontend_and_no_pass(cache, tmp_path, monkeypat
         warm(np.ones((5, 3), np.float32))
 
 
+def test_a_warm_model_serves_sizes_its_symbolic_relations_refuse(cache, tmp_path):
+    """x[:, :8] of a dynamic T compiles with T >= 8; a warm start converts shorter inputs for their sizes."""
+    nodes = [helper.make_node("Slice", ["x", "s", "e", "a"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "T"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.int64([v]), n) for n, v in (("s", 0), ("e", 8), ("a", 1))])
+    path = tmp_path / "truncate.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    x = np.arange(10, dtype=np.float32).reshape(2, 5)
+    cold = cuvil.load_onnx(path).optimize()
+    warm = cuvil.load_onnx(path).optimize()
+    assert isinstance(warm, CompiledOnnxModel)
+    for m in (cold, warm):
+        np.testing.assert_array_equal(m(x)[0], x)
+        np.testing.assert_array_equal(m(np.ones((1, 9), np.float32))[0], np.ones((1, 8), np.float32))
+
+
 def test_the_key_follows_the_model_bytes_and_options(cache, tmp_path):
     path, _ = _onnx_file(tmp_path, seed=0)
     cuvil.load_onnx(path).optimize()

@@ -86,8 +86,15 @@ class LazyOnnxModel:
         key = Key("onnx").add("model", self.digest).add("fuse", enable_fuse).add("env", environment()).hexdigest()
         hit = store.load(key)
         if hit is not None:
-            return CompiledOnnxModel(*hit)
+            return CompiledOnnxModel(*hit, for_sizes=lambda shapes: self._for_sizes(shapes, enable_fuse))
         return self._compile(key, enable_fuse)
+
+    def _for_sizes(self, shapes, enable_fuse: bool):
+        """The model compiled for these input sizes (not cached on disk): see OnnxModel.for_sizes."""
+        sized = self.converted().for_sizes
+        if sized is None:
+            return None
+        return sized(shapes).optimize(enable_fuse=enable_fuse)
 
     def _compile(self, key: str, enable_fuse: bool):
         from ..compiler import compile_module
@@ -98,7 +105,8 @@ class LazyOnnxModel:
         exe.cache = "miss"
         route = {"inputs": [_spec_json(s) for s in model.inputs], "outputs": [_spec_json(s) for s in model.outputs]}
         store.save(key, exe, route)
-        compiled = OnnxModel(exe.module, model.inputs, model.outputs, lambda arrays: exe(*arrays))
+        compiled = OnnxModel(exe.module, model.inputs, model.outputs, lambda arrays: exe(*arrays),
+                             model.for_sizes and (lambda shapes: self._for_sizes(shapes, enable_fuse)))
         compiled.executable = exe
         return compiled
 
@@ -111,8 +119,9 @@ class CompiledOnnxModel:
     """An optimised ONNX model loaded from the artifact cache: called like `OnnxModel` (positionally or by input
     name, a list of outputs back); `.inputs`, `.outputs` and `.module` are built when first read."""
 
-    def __init__(self, executable, route: dict):
+    def __init__(self, executable, route: dict, for_sizes=None):
         self.executable = executable
+        self._for_sizes, self._sized = for_sizes, {}
         self._in, self._out = route["inputs"], route["outputs"]
         self._dtypes = [np.dtype(dt) for _, _, dt, _ in self._in]
         self._static = [[int(d) if d.lstrip("-").isdigit() else None for d in shape] for _, _, _, shape in self._in]
@@ -123,7 +132,18 @@ class CompiledOnnxModel:
     outputs = property(lambda self: _tensor_specs(self._out))
 
     def __call__(self, *args, **kwargs) -> list:
-        return self.executable(*self._bind(args, kwargs))
+        arrays = self._bind(args, kwargs)
+        try:
+            return self.executable(*arrays)
+        except ShapeError:  # sizes a symbolic dimension's relations refuse: OnnxModel.for_sizes
+            key = tuple(a.shape for a in arrays)
+            if key not in self._sized:
+                if len(self._sized) >= 16:
+                    self._sized.pop(next(iter(self._sized)))
+                self._sized[key] = self._for_sizes(key) if self._for_sizes else None
+            if self._sized[key] is None:
+                raise
+            return self._sized[key](*arrays)
 
     def _bind(self, args: tuple, kwargs: dict) -> list:
         names = [spec[0] for spec in self._in]
@@ -138,6 +158,8 @@ class CompiledOnnxModel:
     def _check(self, i: int, x) -> np.ndarray:
         name, want = self._in[i][0], self._dtypes[i]
         arr = x if isinstance(x, np.ndarray) else np.asarray(x, want)
+        if not arr.dtype.isnative and arr.dtype.newbyteorder("=") == want:  # big-endian data: same values
+            arr = arr.astype(want)
         if arr.dtype != want:
             raise ShapeError(f"input {name!r} must have element type {want}, got {arr.dtype}")
         static = self._static[i]

@@ -86,6 +86,20 @@ def test_broadcast_read_twice_by_one_concat_is_fused_into_it():
     assert got.count("= fused") == 1 and got.count("fused") == 1 and got.count("broadcast_to %") == 1
 
 
+def test_shared_broadcast_read_twice_by_one_op_keeps_a_user():
+    """`div %0, %0` reads the broadcast twice: it gets one copy, not two, and no group is left without outputs."""
+    got = run_passes("""
+        module {
+          func @main(%x: f32[2,4], %b: f32[4]) -> (f32[2,4], f32[2,4]) {
+            %0:f32[2,4] = broadcast_to %b {shape = [2, 4]}
+            %1:f32[2,4] = div %0, %0
+            %2:f32[2,4] = mul %x, %0
+            return %1, %2
+          }
+        }""", FUSE, inputs=X)
+    assert got.count("= fused") == 2 and got.count("broadcast_to %") == 2 and "yield\n" not in got
+
+
 def test_reduction_result_is_not_reread_in_its_own_loop():
     """softmax's x - max(x) needs max over the row first: two groups, not one."""
     got = run_passes("""

@@ -47,11 +47,27 @@ def has_external_data(proto) -> bool:
 
 def _convert(proto, base_dir, values: dict) -> OnnxModel:
     try:
-        return convert_model(proto, base_dir, values)
+        model = convert_model(proto, base_dir, values)
     except CuvilError:
         raise
     except (ValueError, TypeError, IndexError, KeyError, AttributeError, ArithmeticError, RecursionError) as e:
         raise SerializationError(f"malformed ONNX model: {type(e).__name__}: {e}") from None
+    if any(isinstance(d, SymExpr) for spec in model.inputs for d in spec.shape):
+        model.for_sizes = lambda shapes: _convert(with_input_shapes(proto, model.inputs, shapes), base_dir, values)
+    return model
+
+
+def with_input_shapes(proto, specs: list, shapes) -> onnx.ModelProto:
+    """A copy of the model whose inputs (`specs`, in order) have these static shapes."""
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(proto)
+    sizes = {spec.name: shape for spec, shape in zip(specs, shapes)}
+    for v in fixed.graph.input:
+        if v.name in sizes:
+            for d, n in zip(v.type.tensor_type.shape.dim, sizes[v.name]):
+                d.Clear()
+                d.dim_value = n
+    return fixed
 
 
 def read_model(model) -> tuple:

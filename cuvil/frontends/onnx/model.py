@@ -58,11 +58,17 @@ class OnnxModel:
         ['x: f32[n]']
     """
 
-    def __init__(self, module: Module, inputs: list, outputs: list, runner=None):
+    MAX_SIZED = 16
+
+    def __init__(self, module: Module, inputs: list, outputs: list, runner=None, for_sizes=None):
         self.module = module
         self.inputs = list(inputs)
         self.outputs = list(outputs)
         self._run = runner or (lambda arrays: interpret(module, arrays))
+        # input shapes -> the model converted for those sizes: serves a call whose sizes a symbolic dimension's
+        # relations refuse (a Slice bound past the end of the size it cuts), where ONNX's clamping applies
+        self.for_sizes = for_sizes
+        self._sized: dict = {}
 
     @property
     def weights(self) -> dict:
@@ -70,7 +76,20 @@ class OnnxModel:
         return self.module.constants
 
     def __call__(self, *args, **kwargs) -> list:
-        return self._outputs(self._run(bind_inputs(self.inputs, args, kwargs)))
+        return self._outputs(self._run_any_size(bind_inputs(self.inputs, args, kwargs)))
+
+    def _run_any_size(self, arrays: list) -> list:
+        try:
+            return self._run(arrays)
+        except ShapeError:
+            if self.for_sizes is None:
+                raise
+        key = tuple(a.shape for a in arrays)
+        if key not in self._sized:
+            if len(self._sized) >= self.MAX_SIZED:
+                self._sized.pop(next(iter(self._sized)))
+            self._sized[key] = self.for_sizes(key)
+        return self._sized[key]._run(arrays)
 
     def _outputs(self, arrays) -> list:
         return [from_carrier(np.asarray(o), s.elem) for o, s in zip(arrays, self.outputs)]
@@ -87,7 +106,10 @@ class OnnxModel:
         if precision != "fp32":
             raise UnsupportedError(f"optimize: precision {precision!r} is not supported yet (only 'fp32')")
         exe = compile_module(self.module, target=target, passes=passes or (), enable_fusion=enable_fuse)
-        return OnnxModel(exe.module, self.inputs, self.outputs, lambda arrays: exe(*arrays))
+        sized = self.for_sizes
+        return OnnxModel(exe.module, self.inputs, self.outputs, lambda arrays: exe(*arrays),
+                         sized and (lambda shapes: sized(shapes).optimize(target, precision, enable_fuse,
+                                                                          calibrate_dataset, passes)))
 
     def __repr__(self) -> str:
         ins = ", ".join(map(str, self.inputs))
@@ -114,6 +136,8 @@ def bind_inputs(specs: list, args: tuple, kwargs: dict) -> list:
 
 def _check_input(spec: TensorSpec, x) -> np.ndarray:
     arr = x if isinstance(x, np.ndarray) else np.asarray(x, spec.dtype)
+    if not arr.dtype.isnative and arr.dtype.newbyteorder("=") == spec.dtype:  # big-endian data: same values
+        arr = arr.astype(spec.dtype)
     if arr.dtype != spec.dtype:
         raise ShapeError(f"input {spec.name!r} must have element type {spec.dtype}, got {arr.dtype}")
     if arr.ndim != len(spec.shape):
@@ -177,7 +201,7 @@ class SpecializingModel(OnnxModel):
 
     def __call__(self, *args, **kwargs) -> list:
         arrays = bind_inputs(self.inputs, args, kwargs)
-        return self._outputs(self.specialize(arrays)._run(arrays))
+        return self._outputs(self.specialize(arrays)._run_any_size(arrays))
 
     def optimize(self, target: str = "cpu", precision: str = "fp32", enable_fuse: bool = True,
                  calibrate_dataset=None, passes=None) -> "SpecializingModel":

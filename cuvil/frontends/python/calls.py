@@ -13,6 +13,7 @@ import numpy as np
 
 from ...errors import UnsupportedError
 from ...ir.dtypes import DType
+from . import calls_more as M
 from . import emit as E
 from .emit import Context, tensor
 from .values import TV, result_dtype, to_dtype, user_dtype, weak_kind
@@ -196,9 +197,9 @@ def np_split(cx, a, indices_or_sections, axis=0):
     n = t.shape[ax]
     if isinstance(indices_or_sections, int):
         k = indices_or_sections
-        if not isinstance(n, int) or n % k:
-            raise UnsupportedError(f"np.split into {k} equal parts needs a static size divisible by {k}, got {n}")
-        return list(split(cx, t, [n // k] * k, ax))
+        if isinstance(n, int) and n % k:
+            raise UnsupportedError(f"np.split into {k} equal parts needs a size divisible by {k}, got {n}")
+        return list(split(cx, t, [n // k] * k, ax))  # a symbolic n: the split records k * (n // k) == n
     bounds = [0, *indices_or_sections, n]
     return list(split(cx, t, [max(e - s, 0) for s, e in zip(bounds, bounds[1:])], ax))
 
@@ -250,6 +251,10 @@ NUMPY_FUNCS = {
     "zeros": np_zeros(0.0), "ones": np_zeros(1.0), "full": np_full,
     "zeros_like": like(0.0), "ones_like": like(1.0), "full_like": like(None),
     "astype": lambda cx, x, dtype: E.cast(cx, x, dtype_arg(dtype)),
+    "flip": M.flip, "fliplr": lambda cx, m: M.flip(cx, m, 1), "flipud": lambda cx, m: M.flip(cx, m, 0),
+    "roll": M.roll, "moveaxis": M.moveaxis, "outer": M.outer, "trunc": M.trunc, "fix": M.trunc,
+    "rint": unary_any("round", "rint"), "count_nonzero": M.count_nonzero, "diff": M.diff, "isclose": M.isclose,
+    "pad": M.np_pad, "repeat": M.repeat,
 }
 NUMPY_FOLD_ONLY = ("array", "asarray", "arange", "eye", "linspace")
 
@@ -281,7 +286,8 @@ NUMPY_METHODS = {
     "min": lambda cx, x, axis=None, keepdims=False: E.reduce(cx, "reduce_min", "min", x, axis, keepdims),
     "argmax": np_arg("argmax"), "argmin": np_arg("argmin"), "any": np_any_all("reduce_max"),
     "all": np_any_all("reduce_min"), "var": np_var(False), "std": np_var(True), "cumsum": np_cumsum,
-    "clip": np_clip, "round": np_round, "dot": E.matmul,
+    "clip": lambda cx, x, min=None, max=None: np_clip(cx, x, min, max), "round": np_round, "dot": E.matmul,
+    "repeat": M.repeat,
     "squeeze": lambda cx, x, axis=None: E.squeeze(cx, x, axis),
     "flatten": lambda cx, x: E.reshape(cx, x, (-1,)), "ravel": lambda cx, x: E.reshape(cx, x, (-1,)),
     "swapaxes": lambda cx, x, a, b: E.swap(cx, x, a, b), "copy": lambda cx, x: x,
@@ -318,6 +324,7 @@ def _numpy_table() -> dict:
             table.setdefault(fn, ("numpy", name, conv))
     for name in NUMPY_FOLD_ONLY:
         table.setdefault(getattr(np, name), ("numpy", name, None))
+    table[np.linalg.norm] = ("numpy", "linalg.norm", M.np_norm)
     return table
 
 

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 from ...errors import UnsupportedError
 from ...ir.dtypes import DType
+from . import calls_more as M
 from . import emit as E
 from .calls import (binary, clip, dtype_arg, einsum, expm1, full_of, item, like, log1p, log_base, predicate, split,
                     square, tile, triangle, unary, unary_any)
@@ -133,9 +134,10 @@ def t_split(cx, tensor_, split_size_or_sections, dim=0):
 
 def t_chunk(cx, input, chunks, dim=0):
     t = tensor(cx, input)
-    n = t.shape[E.axes_of(dim, t.rank)[0]]
-    if not isinstance(n, int):
-        raise UnsupportedError("torch.chunk needs a static size along dim")
+    ax = E.axes_of(dim, t.rank)[0]
+    n = t.shape[ax]
+    if not isinstance(n, int):  # equal pieces; the split records chunks * (n // chunks) == n for every call
+        return split(cx, t, [n // chunks] * chunks, ax)
     return t_split(cx, t, -(-n // chunks), dim)
 
 
@@ -186,6 +188,9 @@ TORCH_FUNCS = {
     "zeros_like": like(0.0), "ones_like": like(1.0), "full_like": like(None),
     "split": t_split, "chunk": t_chunk, "tril": lambda cx, input, diagonal=0: triangle(True)(cx, input, diagonal),
     "triu": lambda cx, input, diagonal=0: triangle(False)(cx, input, diagonal),
+    "flip": lambda cx, input, dims: M.flip(cx, input, tuple(dims)),
+    "roll": lambda cx, input, shifts, dims=None: M.roll(cx, input, shifts, dims),
+    "gather": M.t_gather, "index_select": M.t_index_select, "norm": M.t_norm, "trunc": M.trunc, "fix": M.trunc,
 }
 TORCH_FOLD_ONLY = ("tensor", "as_tensor", "arange", "eye", "linspace")
 
@@ -327,7 +332,8 @@ F_FUNCS = {
     "sigmoid": unary("sigmoid", "sigmoid"), "tanh": unary("tanh", "tanh"), "softplus": f_softplus,
     "hardsigmoid": act("hardsigmoid", alpha=1 / 6, beta=0.5), "hardswish": act("hardswish"), "hardtanh": f_hardtanh,
     "softmax": t_softmax("softmax"), "log_softmax": t_softmax("log_softmax"), "layer_norm": f_layer_norm,
-    "linear": f_linear, "dropout": f_dropout, "embedding": f_embedding,
+    "linear": f_linear, "dropout": f_dropout, "embedding": f_embedding, "normalize": M.f_normalize,
+    "scaled_dot_product_attention": M.f_sdpa,
     **{f"conv{n}d": f_conv for n in (1, 2, 3)}, **{f"max_pool{n}d": f_max_pool for n in (1, 2, 3)},
     **{f"avg_pool{n}d": f_avg_pool for n in (1, 2, 3)},
     **{f"adaptive_avg_pool{n}d": f_adaptive_avg_pool for n in (1, 2, 3)},
@@ -399,6 +405,9 @@ TORCH_METHODS = {
     "masked_fill": m_masked_fill, "where": lambda cx, x, condition, y: E.where(cx, condition, x, y),
     "split": t_split, "chunk": t_chunk, "tril": lambda cx, x, diagonal=0: triangle(True)(cx, x, diagonal),
     "triu": lambda cx, x, diagonal=0: triangle(False)(cx, x, diagonal),
+    "flip": lambda cx, x, *dims: M.flip(cx, x, E.shape_arg(dims)),
+    "roll": lambda cx, x, shifts, dims=None: M.roll(cx, x, shifts, dims),
+    "gather": M.t_gather, "index_select": M.t_index_select, "norm": M.t_norm, "trunc": M.trunc, "fix": M.trunc,
 }
 TORCH_ATTRS = {
     "T": lambda cx, x: E.transpose(cx, x),

@@ -31,6 +31,7 @@ class Context:
         self._b = builder
         self.loc = UNKNOWN_LOC
         self._constants: dict = {}  # id(array) -> constant name, so one array is stored once
+        self.nesting = 0  # regions (branches, loop bodies) being translated inside the function's own
 
     @property
     def b(self):
@@ -41,11 +42,13 @@ class Context:
         """Translate into another region for a while (a branch, a loop body)."""
         outer, self._b = self._b, builder
         builder.loc = self.loc
+        self.nesting += 1
         try:
             yield builder
         finally:
             self._b = outer
             outer.loc = self.loc
+            self.nesting -= 1
 
     def at(self, loc) -> None:
         self.loc = loc

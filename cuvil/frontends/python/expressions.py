@@ -365,6 +365,8 @@ class ExpressionTranslator:
             return E.cast(self.cx, args[0], to_dtype(fn)) if is_dynamic(args) else fn(*args, **kwargs)
         if _is_value_method(fn) and not is_dynamic(args) and not is_dynamic(kwargs):
             return fn(*args, **kwargs)  # shape.index(4), "{}".format(n): methods of immutable Python values
+        if _is_list_method(fn):
+            return self.change_list(fn, args, kwargs, label)
         hit = lookup(fn)
         if hit is None:
             raise UnsupportedError(_unsupported_call(fn, label))
@@ -374,6 +376,15 @@ class ExpressionTranslator:
         if conv is None:
             raise UnsupportedError(f"{label} is supported with arguments known at compile time only")
         return self.invoke(conv, args, kwargs, label)
+
+    def change_list(self, fn, args, kwargs, label: str):
+        """`outs.append(y)` in straight-line code or an unrolled loop runs now, on the list being built. In a
+        branch or loop on a tensor value the body is translated once for every run: the list cannot follow."""
+        if self.cx.nesting:
+            raise UnsupportedError(f"{label}() inside a branch on a tensor value or a loop that runs at run time "
+                                   "is not supported; build the list where the control flow is known at compile time "
+                                   "(a loop over range(n) unrolls up to cuvil.jit(unroll=...) iterations)")
+        return fn(*args, **kwargs)
 
     def invoke(self, conv, args, kwargs, label: str):
         try:
@@ -399,6 +410,13 @@ class ExpressionTranslator:
 
 def _is_value_method(fn) -> bool:
     return inspect.isbuiltin(fn) and isinstance(getattr(fn, "__self__", None), (tuple, str, dict, range, int, float))
+
+
+_LIST_METHODS = ("append", "extend", "insert", "pop", "reverse", "clear")
+
+
+def _is_list_method(fn) -> bool:
+    return inspect.isbuiltin(fn) and type(getattr(fn, "__self__", None)) is list and fn.__name__ in _LIST_METHODS
 
 
 def _is_hashable(fn) -> bool:

@@ -45,6 +45,7 @@ class Compiled:
 
 
 _FALLBACK = "python"
+_STATIC = "static"  # a signature with symbolic sizes that does not compile: its calls compile their own sizes
 _PLAIN_CALL = Executable.__call__
 OUTPUT = object()  # marks the result leaves the executable computes
 
@@ -82,7 +83,7 @@ class JitFunction:
     @property
     def signatures(self) -> list:
         """The keys compiled so far (one per distinct input signature)."""
-        return [k for k, v in self._cache.items() if v is not _FALLBACK]
+        return [k for k, v in self._cache.items() if v is not _FALLBACK and v is not _STATIC]
 
     @property
     def module(self) -> Optional[Module]:
@@ -97,7 +98,7 @@ class JitFunction:
         """The optimised IR text for these arguments (compiling them if needed)."""
         from ... import inspect_ir
 
-        compiled = self._compiled(self._bind(args, kwargs))
+        compiled = self._compile_for(args, kwargs)[1]
         return inspect_ir(compiled.executable if compiled is not _FALLBACK else self.lower(*args, **kwargs))
 
     def __repr__(self) -> str:
@@ -114,8 +115,7 @@ class JitFunction:
         if any(_is_jax_array(a) for a in (*args, *kwargs.values())):
             return self._jax_route()(*args, **kwargs)
         try:
-            spec = self._bind(args, kwargs)
-            compiled = self._compiled(spec)
+            spec, compiled = self._compile_for(args, kwargs)
         except Exception as e:  # noqa: BLE001 (with fallback='python', anything that stops compiling falls back)
             if self.options["fallback"] != "python":
                 raise
@@ -132,7 +132,7 @@ class JitFunction:
             # these sizes as they are, where Python's clamping and bounds checks apply
             log.debug("%s: sizes outside the dynamic compilation's range; compiling them statically",
                       self.__wrapped__.__qualname__)
-            spec = self._bind(args, kwargs, {**self.options, "dynamic": False, "dynamic_dims": {}})
+            spec = self._bind(args, kwargs, self._static_options)
             compiled = self._compiled(spec)
             return self._finish(compiled, compiled.executable(*spec.inputs))
         if not kwargs and len(self._hot) < 64:
@@ -163,6 +163,28 @@ class JitFunction:
             raise TypeError(f"{self.__wrapped__.__qualname__}(): {e}") from None
         bound.apply_defaults()
         return take_apart(dict(bound.arguments), options or self.options)
+
+    @property
+    def _static_options(self) -> dict:
+        return {**self.options, "dynamic": False, "dynamic_dims": {}}
+
+    def _compile_for(self, args, kwargs) -> tuple:
+        """(spec, compiled) for a call. A function that does not compile with symbolic sizes (a split by a
+        size, a roll of a dynamic axis) compiles each call's sizes instead, as without `dynamic`."""
+        spec = self._bind(args, kwargs)
+        if self._cache.get(spec.key) is _STATIC:
+            spec = self._bind(args, kwargs, self._static_options)
+            return spec, self._compiled(spec)
+        try:
+            return spec, self._compiled(spec)
+        except CuvilError as e:
+            if not any(isinstance(d, SymExpr) for leaf in spec.leaves for d in leaf.type.shape):
+                raise
+            log.info("%s does not compile with symbolic sizes (%s); compiling each call's sizes",
+                     self.__wrapped__.__qualname__, e.message if hasattr(e, "message") else e)
+            self._cache[spec.key] = _STATIC
+        spec = self._bind(args, kwargs, self._static_options)
+        return spec, self._compiled(spec)
 
     def _compiled(self, spec: CallSpec):
         hit = self._cache.get(spec.key)

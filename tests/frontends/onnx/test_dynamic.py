@@ -118,3 +118,19 @@ def test_torch_exported_block_with_dynamic_batch_and_sequence():
         for got, w in zip(m(x.numpy(), ids.numpy()), want, strict=True):
             assert got.dtype == w.dtype and got.shape == w.shape
             np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-5)
+
+
+def _truncate_to(n: int):
+    """x[:, :n] on a dynamic T, the way torch exports a truncation to a maximum length."""
+    nodes = [helper.make_node("Slice", ["x", "s", "e", "a"], ["y"])]
+    inits = [("s", np.int64([0])), ("e", np.int64([n])), ("a", np.int64([1]))]
+    return model(nodes, [("x", F32, ["B", "T"])], [("y", F32, None)], inits)
+
+
+def test_a_slice_bound_past_a_dynamic_size_clamps_as_in_onnx():
+    """The symbolic conversion needs T >= 512; a shorter input is served by a conversion for its own sizes."""
+    proto = _truncate_to(512)
+    for m in (cuvil.load_onnx(proto), cuvil.load_onnx(proto).optimize()):
+        for shape in ((2, 600), (2, 5), (3, 5), (1, 512)):
+            x = rand(*shape)
+            np.testing.assert_array_equal(m(x)[0], x[:, :512])

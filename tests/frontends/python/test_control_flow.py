@@ -206,3 +206,26 @@ def test_loop_bound_passed_at_run_time():
         np.testing.assert_allclose(f(X, n), power(X, n), rtol=1e-5)
     assert f.compile_count == 1
     assert ops_of(cuvil.jit(rows, target=TARGET), f32(40, 3)).count("while") == 1
+
+
+def rows_collected(x):
+    outs = []
+    for i, row in enumerate(x):
+        outs.append(row * i)
+    outs.extend([x[0], x[-1]])
+    last = outs.pop()
+    return np.stack(outs), last
+
+
+def collected_in_a_tensor_branch(x):
+    outs = [x]
+    if x.sum() > 0:
+        outs.append(x * 2)
+    return outs[-1]
+
+
+def test_lists_grow_where_control_flow_is_known_at_compile_time():
+    check(rows_collected, f32(3, 4))
+    with pytest.raises(cuvil.UnsupportedError, match=r"outs.append\(\) inside a branch on a tensor value") as info:
+        cuvil.jit(collected_in_a_tensor_branch, target=TARGET)(f32(3))
+    assert info.value.loc.line == collected_in_a_tensor_branch.__code__.co_firstlineno + 3

@@ -123,9 +123,23 @@ def split_parts(x):
     return a - b, np.split(x, [1], axis=0)[1]
 
 
+def flips_rolls_pads(x):
+    return (np.flip(x, 0), np.flip(x), np.fliplr(x), np.flipud(x), np.roll(x, 1, axis=1), np.roll(x, -2),
+            np.roll(x, (1, 2), axis=(0, 1)), np.moveaxis(x[None], 0, -1), np.outer(x[0], x[1]), np.diff(x, axis=1),
+            np.diff(x, n=2, axis=0), np.pad(x, ((1, 0), (2, 1))), np.pad(x, 1, mode="reflect"),
+            np.pad(x, (1, 2), mode="edge"), np.pad(x, 2, constant_values=3.5), np.repeat(x, 2, axis=0),
+            np.repeat(x, 3), x.repeat(2, axis=-1))
+
+
+def rounding_counting_norms(x):
+    return (np.trunc(x * 3), np.fix(x * 3), np.rint(x * 3), np.count_nonzero(x > 0),
+            np.count_nonzero(x > 0, axis=1), np.isclose(x, x + 1e-7), np.linalg.norm(x), np.linalg.norm(x, axis=-1),
+            np.linalg.norm(x, axis=0, keepdims=True), x.clip(min=-1), x.clip(max=0.5))
+
+
 @pytest.mark.parametrize("fn,args", [
     (reductions, (X,)), (int_reductions, (I,)), (movement, (X, B3)), (elementwise, (X,)), (creation, (X,)),
-    (split_parts, (X,)),
+    (split_parts, (X,)), (flips_rolls_pads, (X,)), (rounding_counting_norms, (X,)),
 ], ids=lambda v: getattr(v, "__name__", ""))
 def test_methods_and_functions(fn, args):
     check(fn, *args)

@@ -91,6 +91,34 @@ def test_dynamic_reshape_with_an_inferred_size_compiles_once():
         f(f32(2, 3, 6))
 
 
+def gated(x):
+    a, b = x.chunk(2, dim=-1)
+    return a * torch.sigmoid(b)
+
+
+def test_dynamic_chunk_into_equal_pieces_compiles_once():
+    f = cuvil.jit(gated, target=TARGET, dynamic=True)
+    for shape in ((3, 4), (5, 8)):
+        x = t32(*shape)
+        assert_same(f(x), gated(x))
+    assert f.compile_count == 1
+    x = t32(3, 5)  # unequal pieces: a compilation of its own, and torch's error
+    with pytest.raises(cuvil.ShapeError, match="do not broadcast"):
+        f(x)
+
+
+def pairs(x):
+    return torch.split(x, 2, dim=-1)[-1] * 2  # as many pieces as the size gives: no symbolic form
+
+
+def test_dynamic_functions_without_a_symbolic_form_compile_each_size():
+    f = cuvil.jit(pairs, target=TARGET, dynamic=True)
+    for shape in ((3, 4), (3, 5), (3, 4)):
+        x = t32(*shape)
+        assert_same(f(x), pairs(x))
+    assert f.compile_count == 2 and len(f.signatures) == 2
+
+
 def lambda_free_softmax(x):
     e = np.exp(x - x.max(axis=-1, keepdims=True))
     return e / e.sum(axis=-1, keepdims=True) * x.shape[0]

@@ -65,9 +65,25 @@ def functional(x, w, b, img, k, idx):
             F.batch_norm(img, b[:3], b[:3].abs() + 1, training=False), F.group_norm(img, 3))
 
 
+def gathers_flips_norms(x, i):
+    return (torch.flip(x, [0]), x.flip(-1), x.flip(0, 1), torch.roll(x, 1, 1), torch.roll(x, 2), x.roll(-1, 0),
+            torch.gather(x, 1, i), x.gather(0, i[:2] % x.shape[0]), torch.index_select(x, 0, i[:, 0] % x.shape[0]),
+            x.index_select(1, i[0]), torch.norm(x), x.norm(dim=-1), x.norm(p=2, dim=0, keepdim=True),
+            torch.trunc(x * 3), x.trunc(), F.normalize(x, dim=-1), F.normalize(x))
+
+
+def attention(q, k, v, m):
+    sdpa = F.scaled_dot_product_attention
+    return (sdpa(q, k, v), sdpa(q, k, v, is_causal=True), sdpa(q, k, v, attn_mask=m), sdpa(q, k, v, m > 0, scale=.3))
+
+
+IDX = torch.tensor([[1, 0, 3, 2], [0, 0, 1, 1], [3, 3, 3, 3]])
+
+
 @pytest.mark.parametrize("fn,args", [
     (operators, (X, Y)), (methods, (X,)), (movement, (X, IMG)), (casts, (X,)), (torch_functions, (X, Y)),
-    (functional, (X, W, B, IMG, K, L)),
+    (functional, (X, W, B, IMG, K, L)), (gathers_flips_norms, (X, IDX)),
+    (attention, (t32(2, 3, 5, 4), t32(2, 3, 6, 4), t32(2, 3, 6, 4), t32(5, 6))),
 ], ids=lambda v: getattr(v, "__name__", ""))
 def test_torch_matches_eager(fn, args):
     check(fn, *args, rtol=2e-3, atol=2e-3)
