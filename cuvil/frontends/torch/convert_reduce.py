@@ -1,5 +1,5 @@
 """ATen reductions: sum, mean, prod, min/max (with indices), var/std, any/all, norms, argmax, cumsum, topk,
-kthvalue and median.
+kthvalue and median, cdist.
 
 An empty or missing `dim` list means every axis, as in PyTorch (and in the IR's `axes`). Sums and means
 run in the result dtype, so bool and int sums widen to int64 first, as PyTorch does.
@@ -98,6 +98,20 @@ def vector_norm(cx, x, ord=2, dim=None, keepdim=False, dtype=None):
     total = cx.b.reduce_sum(powered, axes=axes, keepdims=keep)
     return cx.b.pow(total, cx.tensor(1 / ord, t.dtype, total.type.shape))
 
+
+
+@aten("_cdist_forward", "cdist")
+def cdist(cx, x1, x2, p=2.0, *rest):
+    """The p-norm of every row difference: x1[..., P, M] against x2[..., R, M] broadcast to [..., P, R, M]
+    (exact, where PyTorch may use |a|^2 + |b|^2 - 2ab for large inputs)."""
+    if p == 0:
+        raise cx.error("cdist with p=0 is not supported")
+    *lead1, rows, m = x1.type.shape
+    *lead2, cols, _ = x2.type.shape
+    shape = tuple(cx.out_shape()) + (m,)
+    a = cx.broadcast(cx.b.reshape(x1, shape=(*lead1, rows, 1, m)), shape)
+    b = cx.broadcast(cx.b.reshape(x2, shape=(*lead2, 1, cols, m)), shape)
+    return vector_norm(cx, cx.b.sub(a, b), p, [-1])
 
 @aten("argmax", "argmin")
 def argmax(cx, x, dim=None, keepdim=False):
