@@ -9,7 +9,8 @@ group (`reduce_ops`). Walking each region from its end, a producer joins its con
   is first copied once per user, so that no kernel materialises it for the others to read;
 - in a reduce group, a value at the reduction's input domain is never needed outside the group, and only
   the reduction's output domain feeds the epilogue: a reduction's result is not re-read inside the loop
-  nest that computes it.
+  nest that computes it, and the epilogue reads each result where it was computed (elementwise ops and
+  reshapes; a gather or a transpose of the result starts a group of its own).
 Every remaining loop op becomes a group of its own, so the backend sees only `fused` ops, the ops it
 implements directly (matmul, conv, ...) and control flow.
 """
@@ -121,8 +122,9 @@ class FuseOps(Pass):
             return None
         numel = op.results[0].type.numel
         if op.name in self.reduce_ops:
-            # a reduction closes a loop group whose domain is its output: it becomes the group's reduction
-            return g if g.reduce is None and numel == g.domain and not outside else None
+            # a reduction closes a loop group whose domain is its output: it becomes the group's reduction, if the
+            # group reads each result where the reduction leaves it (not through a gather or a transpose)
+            return g if g.reduce is None and numel == g.domain and not outside and _read_in_place(op, g) else None
         if g.reduce is not None:
             feeds_reduction = _reaches(op, g.reduce, g)
             if feeds_reduction:
@@ -155,6 +157,26 @@ def _traits(op: Op):
     from ..ops import registry
 
     return registry.get_op(op.name).traits
+
+
+# Ops that read each element of their operand at the position they write it (flat, in row-major order).
+IN_PLACE_READS = frozenset({"reshape"})
+
+
+def _read_in_place(op: Op, g: _Group) -> bool:
+    """Whether every op of `g` reached from `op`'s result reads it element for element (elementwise ops and
+    reshapes): a reduction's epilogue sees the result only at the position the reduction computed."""
+    members = {id(o): o for o in g.ops}
+    stack, seen = [op.results[0]], set()
+    while stack:
+        v = stack.pop()
+        for u in (o for o in members.values() if any(x is v for x in o.operands)):
+            if u.name not in IN_PLACE_READS and "elementwise" not in _traits(u):
+                return False
+            if id(u) not in seen:
+                seen.add(id(u))
+                stack += u.results
+    return True
 
 
 def _reaches(op: Op, target: Op, g: _Group) -> bool:

@@ -213,6 +213,10 @@ class GraphConverter:
         try:
             schema = defs.get_schema(ctx.op_type, ctx.opset, ctx.node.domain)
         except defs.SchemaError:
+            domain = ctx.node.domain
+            if domain not in DEFAULT_DOMAINS:  # e.g. ONNX Runtime's com.microsoft ops (QLinearConcat, ...)
+                raise ctx.unsupported(f"is an op of domain {domain!r}, which has no schema or converter here: "
+                                      f"Cuvil converts the standard ONNX ops and functions the model defines") from None
             raise ctx.unsupported("is not an op of this opset") from None
         fn = _schema_function(ctx, schema)
         if fn is None:

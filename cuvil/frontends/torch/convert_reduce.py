@@ -1,4 +1,5 @@
-"""ATen reductions: sum, mean, prod, min/max (with indices), var/std, any/all, norms, argmax, cumsum, topk.
+"""ATen reductions: sum, mean, prod, min/max (with indices), var/std, any/all, norms, argmax, cumsum, topk,
+kthvalue and median, cdist.
 
 An empty or missing `dim` list means every axis, as in PyTorch (and in the IR's `axes`). Sums and means
 run in the result dtype, so bool and int sums widen to int64 first, as PyTorch does.
@@ -98,6 +99,20 @@ def vector_norm(cx, x, ord=2, dim=None, keepdim=False, dtype=None):
     return cx.b.pow(total, cx.tensor(1 / ord, t.dtype, total.type.shape))
 
 
+
+@aten("_cdist_forward", "cdist")
+def cdist(cx, x1, x2, p=2.0, *rest):
+    """The p-norm of every row difference: x1[..., P, M] against x2[..., R, M] broadcast to [..., P, R, M]
+    (exact, where PyTorch may use |a|^2 + |b|^2 - 2ab for large inputs)."""
+    if p == 0:
+        raise cx.error("cdist with p=0 is not supported")
+    *lead1, rows, m = x1.type.shape
+    *lead2, cols, _ = x2.type.shape
+    shape = tuple(cx.out_shape()) + (m,)
+    a = cx.broadcast(cx.b.reshape(x1, shape=(*lead1, rows, 1, m)), shape)
+    b = cx.broadcast(cx.b.reshape(x2, shape=(*lead2, 1, cols, m)), shape)
+    return vector_norm(cx, cx.b.sub(a, b), p, [-1])
+
 @aten("argmax", "argmin")
 def argmax(cx, x, dim=None, keepdim=False):
     if dim is None:
@@ -114,3 +129,34 @@ def cumsum(cx, x, dim, dtype=None):
 @aten("topk")
 def topk(cx, x, k, dim=-1, largest=True, sorted=True):
     return cx.b.topk(x, k=k, axis=dim, largest=bool(largest), sorted=bool(sorted))
+
+
+
+@aten("kthvalue")
+def kthvalue(cx, x, k, dim=-1, keepdim=False):
+    """The k-th smallest along `dim` and its index, from an ascending `topk`."""
+    return _kth(cx, x, k, dim, keepdim)
+
+
+@aten("median")
+def median(cx, x, dim=None, keepdim=False):
+    """The lower middle (k = (n+1)//2) along `dim`; without a dim, of the flattened tensor, the value alone."""
+    if dim is None:
+        flat = cx.b.reshape(x, shape=(math.prod(x.type.shape, start=1),))
+        return cx.b.reshape(_kth(cx, flat, None, 0)[0], shape=())
+    return _kth(cx, x, None, dim, keepdim)
+
+
+def _kth(cx, x, k, dim, keepdim=False):
+    axis = norm_axes([dim], x.type.rank, cx.op_name)[0]
+    n = x.type.shape[axis]
+    if k is None:
+        if not isinstance(n, int):
+            raise cx.error("median along a symbolic axis is not supported")
+        k = (n + 1) // 2
+    values, idx = cx.b.topk(x, k=k, axis=axis, largest=False, sorted=True)
+    picked = [cx.b.slice(v, starts=[k - 1], ends=[k], axes=[axis]) for v in (values, idx)]
+    if keepdim:
+        return tuple(picked)
+    shape = x.type.shape[:axis] + x.type.shape[axis + 1:]
+    return tuple(cx.b.reshape(v, shape=shape) for v in picked)

@@ -254,6 +254,25 @@ def test_reduction_with_a_reshaping_epilogue():
     assert_matches(compile_module(m)(x), interpret(m, [x]))
 
 
+@pytest.mark.parametrize("epilogue", ["gather", "transpose", "flip"])
+def test_reduction_result_read_elsewhere_is_a_kernel_of_its_own(epilogue):
+    """FocalNet's pooler exported to ONNX gathers the pooled means at constant positions: a gather, transpose or
+    flip of a reduction's result reads it at other positions than the reduction computes, so it is not fused."""
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", (2, 3, 4)), TensorType("i64", (6,))], ["x", "i"])
+    x, i = b.args
+    total = b.reduce_sum(x, axes=(2,), keepdims=False)
+    if epilogue == "gather":
+        y = b.gather(b.reshape(total, shape=(6,)), i, axis=0)
+    elif epilogue == "transpose":
+        y = b.exp(b.transpose(total, perm=[1, 0]))
+    else:
+        y = b.slice(total, starts=[-1], ends=[-100], axes=[1], steps=[-1])
+    b.ret(y)
+    inputs = [np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32), np.array([5, 0, 3, 3, 1, 2])]
+    assert_matches(compile_module(m)(*inputs), interpret(m, inputs))
+
+
 def test_gemm_reads_transposed_operands_through_strides():
     """x @ W.T with a constant W (a Linear layer) and q @ k^T (attention): no transpose kernel, no copy."""
     rng = np.random.default_rng(0)

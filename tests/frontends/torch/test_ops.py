@@ -78,6 +78,10 @@ CASES = {
     "prod_any_all_norm": (lambda x: (x.prod(1), (x > 0).any(1), (x > -2).all(), x.norm(dim=1), x.logsumexp(1),
                                      torch.linalg.vector_norm(x, ord=1)), (r(3, 4),)),
     "cumsum_topk": (lambda x: (x.cumsum(1), torch.topk(x, 2, dim=1), torch.topk(x, 2, largest=False)), (r(3, 5),)),
+    "kthvalue_median": (lambda x: (torch.kthvalue(x, 2, 1), torch.median(x, 0), torch.median(x),
+                                   x.median(1, keepdim=True), x.kthvalue(3, dim=0, keepdim=True)), (r(4, 5),)),
+    "cdist": (lambda x, y: (torch.cdist(x, y), torch.cdist(x, y, p=1), torch.cdist(x[0], y[0], p=float("inf")),
+                            torch.cdist(x, y[:1], p=3)), (r(2, 5, 4), r(2, 3, 4))),
     # movement
     "views": (lambda x: (x.view(6, 4), x.reshape(-1), x.unsqueeze(1), x.flatten(1), x.unflatten(2, (2, 2)),
                          x[None, :, None].squeeze(), x.permute(2, 0, 1), x.transpose(0, 2), x[0].t(), x.mT),
