@@ -122,8 +122,11 @@ class FuseOps(Pass):
             return None
         numel = op.results[0].type.numel
         if op.name in self.reduce_ops:
-            # a reduction closes a loop group whose domain is its output: it becomes the group's reduction
-            return g if g.reduce is None and numel == g.domain and not outside else None
+            # a reduction closes a loop group whose domain is its output: it becomes the group's reduction. Its
+            # result exists only at the output index being stored, so the ops after it must keep that index
+            after = [o for o in g.ops if _reaches(op, o, g)]
+            return g if g.reduce is None and numel == g.domain and not outside and all(map(_keeps_order, after)) \
+                else None
         if g.reduce is not None:
             feeds_reduction = _reaches(op, g.reduce, g)
             if feeds_reduction:
@@ -156,6 +159,12 @@ def _traits(op: Op):
     from ..ops import registry
 
     return registry.get_op(op.name).traits
+
+
+def _keeps_order(op: Op) -> bool:
+    """Whether `op` reads its operands at its own element's index (elementwise ops) or flat position (reshape),
+    the only indices a reduction's result is known at; data movement after it needs a kernel of its own."""
+    return op.name not in ("transpose", "broadcast_to", "slice", "pad", "concat", "gather", "gather_elements")
 
 
 def _reaches(op: Op, target: Op, g: _Group) -> bool:
