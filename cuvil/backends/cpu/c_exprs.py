@@ -9,7 +9,6 @@ import math
 from dataclasses import dataclass
 
 from ...ir.dtypes import DType
-from ...ir.symbolic import SymExpr
 from ...ops import registry
 
 STORAGE = {DType.f64: "double", DType.f32: "float", DType.f16: "_Float16", DType.bf16: "uint16_t",
@@ -78,7 +77,8 @@ def c_dim(d) -> str:
                            f"({c_dim(atom[1])} {'/' if atom[0] == '//' else '%'} {atom[2]})")
         parts.append(("-" if coef < 0 else "+") + "*".join(factors))
     text = "".join(parts).lstrip("+")
-    return f"({text})" if len(d.terms) > 1 or isinstance(d, SymExpr) and d.terms[0][1] < 0 else text
+    # one operand wherever it lands: `i % (2*s_a)`, not `(i % 2)*s_a`
+    return f"({text})" if len(d.terms) > 1 or d.terms[0][1] < 0 or "*" in text else text
 
 
 def _fn(name):
