@@ -244,6 +244,30 @@ def test_a_cast_to_a_narrow_float_rounds_inside_a_fused_loop(narrow):
     np.testing.assert_array_equal(got[0], interpret(m, [x])[0])
 
 
+def test_a_reduction_followed_by_a_real_transpose_compiles():
+    """The reduction's value exists only at the output index being stored: a transpose that moves a size above 1
+    after it (even one that only moves a keepdims axis) starts a kernel of its own."""
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", (2, 3, 4))], ["x"])
+    x = b.args[0]
+    moved = b.transpose(b.reduce_mean(x, axes=(2,), keepdims=True), perm=(1, 0, 2))
+    b.ret(moved, b.relu(b.transpose(b.reduce_max(x, axes=(2,), keepdims=True), perm=(0, 2, 1))))
+    x = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
+    assert_matches(compile_module(m)(x), interpret(m, [x]))
+
+
+def test_symbolic_products_stay_one_operand_in_index_arithmetic():
+    """Reading a concat of size 2*a through a reshape takes `i % (2*s_a)`; `i % 2*s_a` is `(i % 2) * s_a`."""
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", (sym("a"), sym("b"), 6))], ["y"])
+    y = b.args[0]
+    b.ret(b.reshape(b.concat(y, b.mul(y, y), axis=0), shape=[-1, 6]))
+    exe = compile_module(m)
+    for shape in ((2, 3, 6), (3, 2, 6)):
+        x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+        assert_matches(exe(x), interpret(m, [x]))
+
+
 def test_reduction_with_a_reshaping_epilogue():
     """Global average pooling then flatten: the reduction's result is read through a reshape."""
     m = Module()
