@@ -85,6 +85,8 @@ CONV = [
          expected=onnx("Conv", {"dilations": [2, 1], "pads": [2, 0, 1, 1]})),
     Case("conv", [rand(1, 4, 6, 5), rand(6, 2, 3, 3, seed=1)], {"groups": 2, "strides": (2, 1), "pads": (1,) * 4},
          expected=onnx("Conv", {"group": 2, "strides": [2, 1], "pads": [1] * 4}), id="groups"),
+    Case("conv", [rand(2, 4, 5, 5), rand(6, 2, 1, 1, seed=1), rand(6, seed=2)], {"groups": 2},
+         expected=onnx("Conv", {"group": 2}), id="groups-1x1-bias-batch2"),  # each group's rows take its bias
     Case("conv", [rand(2, 4, 6, 6), rand(4, 1, 3, 3, seed=1), rand(4, seed=2)], {"groups": 4, "pads": (1,) * 4},
          expected=onnx("Conv", {"group": 4, "pads": [1] * 4}), id="depthwise"),
     Case("conv", [rand(2, 3, 10), rand(5, 3, 3, seed=1)], {"strides": (2,), "pads": (1, 2)},
