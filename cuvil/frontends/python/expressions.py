@@ -265,12 +265,34 @@ class ExpressionTranslator:
         if op in (ast.In, ast.NotIn):
             if is_dynamic(b):
                 raise UnsupportedError("`in` needs a container known at compile time")
-            return (a in b) == (op is ast.In)
+            if not isinstance(a, (TV, SymExpr)):
+                return (a in b) == (op is ast.In)
+            found = self._any_all([self.compare(ast.Eq, a, x) for x in b], any)  # a size bound at run time
+            return found if op is ast.In else self._negate(found)
+        if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)) and is_dynamic([a, b]):
+            if op not in (ast.Eq, ast.NotEq):
+                raise UnsupportedError("ordering sequences that hold sizes bound at run time is not supported")
+            same = len(a) == len(b) and self._any_all([self.compare(ast.Eq, x, y) for x, y in zip(a, b)], all)
+            return same if op is ast.Eq else self._negate(same)
         if not isinstance(a, (TV, SymExpr)) and not isinstance(b, (TV, SymExpr)):
             return _PY_COMPARE[op](a, b)
         if a is None or b is None:
             raise UnsupportedError("compare tensors with None using `is None` / `is not None`")
         return E.binary(self.cx, _COMPARE[op], None, a, b)
+
+    def _any_all(self, results: list, py):
+        """any/all of Python truth values and run-time conditions."""
+        static = py(r for r in results if not isinstance(r, TV))
+        if static is (py is any):  # decided already: some True for any, some False for all
+            return static
+        conds = [r for r in results if isinstance(r, TV)]
+        out = conds[0] if conds else static
+        for r in conds[1:]:
+            out = E.binary(self.cx, "or" if py is any else "and", None, out, r)
+        return out
+
+    def _negate(self, v):
+        return E.logical_not(self.cx, v) if isinstance(v, TV) else not v
 
     def e_ifexp(self, node, env):
         c = self.condition(node.test, env)

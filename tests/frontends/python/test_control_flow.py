@@ -229,3 +229,19 @@ def test_lists_grow_where_control_flow_is_known_at_compile_time():
     with pytest.raises(cuvil.UnsupportedError, match=r"outs.append\(\) inside a branch on a tensor value") as info:
         cuvil.jit(collected_in_a_tensor_branch, target=TARGET)(f32(3))
     assert info.value.loc.line == collected_in_a_tensor_branch.__code__.co_firstlineno + 3
+
+
+def by_shapes(x, y):
+    if x.shape == y.shape and x.shape[0] in (2, 5):
+        return x + y
+    if x.shape != (4, 3):
+        return x * 2
+    return x
+
+
+def test_sequences_of_run_time_sizes_compare_by_value():
+    """With dynamic sizes, `x.shape == y.shape` and `n in (2, 5)` compare the sizes a call binds, not symbols."""
+    f = cuvil.jit(by_shapes, target=TARGET, dynamic=True)
+    for a, b in (((5, 3), (5, 3)), ((3, 3), (3, 3)), ((4, 3), (5, 3)), ((2, 4), (2, 4))):
+        x, y = f32(*a), f32(*b)
+        np.testing.assert_allclose(f(x, y), by_shapes(x, y), rtol=1e-6)
