@@ -121,6 +121,12 @@ class ExpressionTranslator:
                 return self.lift(scope[node.id])
         raise CuvilError(f"name '{node.id}' is not defined (or not assigned on this path)")
 
+    def e_namedexpr(self, node, env):
+        """`(s := x.sum())`: bind, then use the value."""
+        value = self.expr(node.value, env)
+        self.assign(node.target, value, env)
+        return value
+
     def e_tuple(self, node, env):
         return tuple(self.items(node.elts, env))
 
@@ -474,4 +480,5 @@ _EXPRS = {
     ast.BoolOp: ExpressionTranslator.e_boolop, ast.Compare: ExpressionTranslator.e_compare,
     ast.IfExp: ExpressionTranslator.e_ifexp, ast.Call: ExpressionTranslator.e_call,
     ast.ListComp: ExpressionTranslator.e_listcomp, ast.GeneratorExp: ExpressionTranslator.e_listcomp,
+    ast.NamedExpr: ExpressionTranslator.e_namedexpr,
 }

@@ -86,6 +86,13 @@ class FunctionTranslator(ExpressionTranslator):
     def s_pass(self, node, env, tail):
         return None
 
+    def s_delete(self, node, env, tail):
+        line = self.src.location(node).line
+        for t in node.targets:
+            if not isinstance(t, ast.Name):
+                raise UnsupportedError("del of an item or attribute is not supported (tensors are immutable here)")
+            env[t.id] = Undefined(f"'{t.id}' is used after `del {t.id}` at line {line}")
+
     def s_return(self, node, env, tail):
         return Return(self.expr(node.value, env) if node.value is not None else None)
 
@@ -357,7 +364,7 @@ _STMTS = {
     ast.Break: FunctionTranslator.s_break, ast.Continue: FunctionTranslator.s_continue,
     ast.Assert: FunctionTranslator.s_assert, ast.Raise: FunctionTranslator.s_raise,
     ast.With: FunctionTranslator.s_with, ast.If: FunctionTranslator.s_if, ast.For: FunctionTranslator.s_for,
-    ast.While: FunctionTranslator.s_while,
+    ast.While: FunctionTranslator.s_while, ast.Delete: FunctionTranslator.s_delete,
 }
 _UNSUPPORTED = {
     ast.FunctionDef: "nested function definitions are not supported; define the helper at module level and "
@@ -367,6 +374,5 @@ _UNSUPPORTED = {
     ast.ImportFrom: "imports inside compiled code are not supported; import at module level",
     ast.Global: "global/nonlocal are not supported: compiled code cannot change Python state",
     ast.Nonlocal: "global/nonlocal are not supported: compiled code cannot change Python state",
-    ast.Delete: "del is not supported inside compiled code",
     ast.ClassDef: "class definitions are not supported inside compiled code",
 }

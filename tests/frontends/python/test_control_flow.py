@@ -245,3 +245,24 @@ def test_sequences_of_run_time_sizes_compare_by_value():
     for a, b in (((5, 3), (5, 3)), ((3, 3), (3, 3)), ((4, 3), (5, 3)), ((2, 4), (2, 4))):
         x, y = f32(*a), f32(*b)
         np.testing.assert_allclose(f(x, y), by_shapes(x, y), rtol=1e-6)
+
+
+def walrus_and_del(x):
+    if (s := x.sum()) > 0:
+        x = x * s
+    tmp = x + 1
+    del tmp
+    return x
+
+
+def used_after_del(x):
+    y = x + 1
+    del y
+    return y  # noqa: F821 (used after del on purpose)
+
+
+def test_walrus_binds_and_del_unbinds():
+    check(walrus_and_del, f32(3, 4))
+    check(walrus_and_del, -abs(f32(3, 4)))
+    with pytest.raises(cuvil.CuvilError, match=r"'y' is used after `del y` at line"):
+        cuvil.jit(used_after_del, target=TARGET)(f32(3))
