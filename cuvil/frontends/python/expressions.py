@@ -121,6 +121,11 @@ class ExpressionTranslator:
                 return self.lift(scope[node.id])
         raise CuvilError(f"name '{node.id}' is not defined (or not assigned on this path)")
 
+    def e_lambda(self, node, env):
+        """A lambda is translated where it is called; as in Python, it reads the names of its scope then (late
+        binding) and its defaults now."""
+        return Lambda(node, env, self.items(node.args.defaults, env))
+
     def e_namedexpr(self, node, env):
         """`(s := x.sum())`: bind, then use the value."""
         value = self.expr(node.value, env)
@@ -387,6 +392,8 @@ class ExpressionTranslator:
             return self.invoke(methods[fn.name], [fn.tensor, *args], kwargs, label)
         if getattr(fn, "_cuvil_jit", False):
             return self.inline(fn, args, kwargs)
+        if isinstance(fn, Lambda):
+            return self.expr(fn.node.body, {**fn.env, **fn.bind(args, kwargs, label)})
         if _is_hashable(fn) and fn in BUILTINS:
             return BUILTINS[fn](self, *args, **kwargs)
         if isinstance(fn, type) and issubclass(fn, np.generic):  # np.float32(x): a cast, or a NumPy scalar now
@@ -436,6 +443,25 @@ class ExpressionTranslator:
         return FunctionTranslator(self.cx, src, self.depth + 1).run(dict(bound.arguments))
 
 
+class Lambda:
+    """`lambda a, b=1: ...` inside compiled code: its node and the names it closes over."""
+
+    def __init__(self, node, env: dict, defaults: list):
+        self.node, self.env, self.defaults = node, env, defaults
+
+    def bind(self, args, kwargs, label: str) -> dict:
+        a = self.node.args
+        if a.vararg or a.kwarg or a.kwonlyargs or a.posonlyargs:
+            raise UnsupportedError("lambdas with *args, **kwargs or keyword-only parameters are not supported")
+        names = [p.arg for p in a.args]
+        bound = dict(zip(names[len(names) - len(self.defaults):], self.defaults))
+        bound.update(zip(names, args))
+        bound.update(kwargs)
+        if len(args) > len(names) or set(bound) != set(names):
+            raise UnsupportedError(f"{label}(): the arguments do not match the lambda's parameters {names}")
+        return bound
+
+
 def _is_value_method(fn) -> bool:
     return inspect.isbuiltin(fn) and isinstance(getattr(fn, "__self__", None), (tuple, str, dict, range, int, float))
 
@@ -480,5 +506,5 @@ _EXPRS = {
     ast.BoolOp: ExpressionTranslator.e_boolop, ast.Compare: ExpressionTranslator.e_compare,
     ast.IfExp: ExpressionTranslator.e_ifexp, ast.Call: ExpressionTranslator.e_call,
     ast.ListComp: ExpressionTranslator.e_listcomp, ast.GeneratorExp: ExpressionTranslator.e_listcomp,
-    ast.NamedExpr: ExpressionTranslator.e_namedexpr,
+    ast.NamedExpr: ExpressionTranslator.e_namedexpr, ast.Lambda: ExpressionTranslator.e_lambda,
 }

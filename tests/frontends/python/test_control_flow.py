@@ -266,3 +266,14 @@ def test_walrus_binds_and_del_unbinds():
     check(walrus_and_del, -abs(f32(3, 4)))
     with pytest.raises(cuvil.CuvilError, match=r"'y' is used after `del y` at line"):
         cuvil.jit(used_after_del, target=TARGET)(f32(3))
+
+
+def with_lambdas(x, k=3):
+    g = lambda z, s=2.0: np.tanh(z) * s + k  # noqa: E731 (what users write)
+    fs = [lambda z, i=i: z * i for i in range(3)]
+    k = 4
+    return g(x), g(x, s=0.5), sum(fn(x) for fn in fs)
+
+
+def test_lambdas_inline_where_called():
+    check(with_lambdas, f32(3, 2))
