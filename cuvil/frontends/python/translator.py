@@ -15,7 +15,7 @@ import ast
 from ...errors import CuvilError, UnsupportedError
 from ...ir.core import Region
 from . import emit as E
-from .expressions import ExpressionTranslator, RuntimeRange
+from .expressions import ExpressionTranslator, RuntimeRange, is_dynamic
 from .indexing import getitem
 from .merge import Plan, Slot, coerce, flatten, join, plan_leaf, slot_of, unflatten
 from .values import TV, Undefined, is_tensorish
@@ -112,7 +112,25 @@ class FunctionTranslator(ExpressionTranslator):
             raise CuvilError(f"assertion failed for these arguments: {msg}")
 
     def s_raise(self, node, env, tail):
-        raise CuvilError(f"the function raises here for these arguments: {ast.unparse(node)}")
+        """The user's own exception when it can be made now (`raise ValueError("need 2-D")` on a shape check), so
+        `except ValueError` works as without the compiler; the CuvilError it comes from names the line."""
+        where = CuvilError(f"the function raises here for these arguments: {ast.unparse(node)}")
+        exc = self._exception(node.exc, env) if node.exc is not None else None
+        if exc is None:
+            raise where
+        raise exc from self.src.error(where, node)
+
+    def _exception(self, node, env):
+        func, args = (node.func, node.args) if isinstance(node, ast.Call) and not node.keywords else (node, [])
+        try:
+            cls, values = self.expr(func, env), self.items(args, env)
+        except CuvilError:
+            return None
+        if isinstance(cls, BaseException) and not args:
+            return cls
+        if isinstance(cls, type) and issubclass(cls, BaseException) and not is_dynamic(values):
+            return cls(*values)
+        return None
 
     def s_with(self, node, env, tail):
         """`with torch.no_grad():` and friends only change autograd state: run the body."""
