@@ -121,6 +121,17 @@ class ExpressionTranslator:
                 return self.lift(scope[node.id])
         raise CuvilError(f"name '{node.id}' is not defined (or not assigned on this path)")
 
+    def e_lambda(self, node, env):
+        """A lambda is translated where it is called; as in Python, it reads the names of its scope then (late
+        binding) and its defaults now."""
+        return Lambda(node, env, self.items(node.args.defaults, env))
+
+    def e_namedexpr(self, node, env):
+        """`(s := x.sum())`: bind, then use the value."""
+        value = self.expr(node.value, env)
+        self.assign(node.target, value, env)
+        return value
+
     def e_tuple(self, node, env):
         return tuple(self.items(node.elts, env))
 
@@ -265,12 +276,34 @@ class ExpressionTranslator:
         if op in (ast.In, ast.NotIn):
             if is_dynamic(b):
                 raise UnsupportedError("`in` needs a container known at compile time")
-            return (a in b) == (op is ast.In)
+            if not isinstance(a, (TV, SymExpr)):
+                return (a in b) == (op is ast.In)
+            found = self._any_all([self.compare(ast.Eq, a, x) for x in b], any)  # a size bound at run time
+            return found if op is ast.In else self._negate(found)
+        if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)) and is_dynamic([a, b]):
+            if op not in (ast.Eq, ast.NotEq):
+                raise UnsupportedError("ordering sequences that hold sizes bound at run time is not supported")
+            same = len(a) == len(b) and self._any_all([self.compare(ast.Eq, x, y) for x, y in zip(a, b)], all)
+            return same if op is ast.Eq else self._negate(same)
         if not isinstance(a, (TV, SymExpr)) and not isinstance(b, (TV, SymExpr)):
             return _PY_COMPARE[op](a, b)
         if a is None or b is None:
             raise UnsupportedError("compare tensors with None using `is None` / `is not None`")
         return E.binary(self.cx, _COMPARE[op], None, a, b)
+
+    def _any_all(self, results: list, py):
+        """any/all of Python truth values and run-time conditions."""
+        static = py(r for r in results if not isinstance(r, TV))
+        if static is (py is any):  # decided already: some True for any, some False for all
+            return static
+        conds = [r for r in results if isinstance(r, TV)]
+        out = conds[0] if conds else static
+        for r in conds[1:]:
+            out = E.binary(self.cx, "or" if py is any else "and", None, out, r)
+        return out
+
+    def _negate(self, v):
+        return E.logical_not(self.cx, v) if isinstance(v, TV) else not v
 
     def e_ifexp(self, node, env):
         c = self.condition(node.test, env)
@@ -359,6 +392,8 @@ class ExpressionTranslator:
             return self.invoke(methods[fn.name], [fn.tensor, *args], kwargs, label)
         if getattr(fn, "_cuvil_jit", False):
             return self.inline(fn, args, kwargs)
+        if isinstance(fn, Lambda):
+            return self.expr(fn.node.body, {**fn.env, **fn.bind(args, kwargs, label)})
         if _is_hashable(fn) and fn in BUILTINS:
             return BUILTINS[fn](self, *args, **kwargs)
         if isinstance(fn, type) and issubclass(fn, np.generic):  # np.float32(x): a cast, or a NumPy scalar now
@@ -408,6 +443,25 @@ class ExpressionTranslator:
         return FunctionTranslator(self.cx, src, self.depth + 1).run(dict(bound.arguments))
 
 
+class Lambda:
+    """`lambda a, b=1: ...` inside compiled code: its node and the names it closes over."""
+
+    def __init__(self, node, env: dict, defaults: list):
+        self.node, self.env, self.defaults = node, env, defaults
+
+    def bind(self, args, kwargs, label: str) -> dict:
+        a = self.node.args
+        if a.vararg or a.kwarg or a.kwonlyargs or a.posonlyargs:
+            raise UnsupportedError("lambdas with *args, **kwargs or keyword-only parameters are not supported")
+        names = [p.arg for p in a.args]
+        bound = dict(zip(names[len(names) - len(self.defaults):], self.defaults))
+        bound.update(zip(names, args))
+        bound.update(kwargs)
+        if len(args) > len(names) or set(bound) != set(names):
+            raise UnsupportedError(f"{label}(): the arguments do not match the lambda's parameters {names}")
+        return bound
+
+
 def _is_value_method(fn) -> bool:
     return inspect.isbuiltin(fn) and isinstance(getattr(fn, "__self__", None), (tuple, str, dict, range, int, float))
 
@@ -452,4 +506,5 @@ _EXPRS = {
     ast.BoolOp: ExpressionTranslator.e_boolop, ast.Compare: ExpressionTranslator.e_compare,
     ast.IfExp: ExpressionTranslator.e_ifexp, ast.Call: ExpressionTranslator.e_call,
     ast.ListComp: ExpressionTranslator.e_listcomp, ast.GeneratorExp: ExpressionTranslator.e_listcomp,
+    ast.NamedExpr: ExpressionTranslator.e_namedexpr, ast.Lambda: ExpressionTranslator.e_lambda,
 }

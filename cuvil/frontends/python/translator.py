@@ -15,7 +15,7 @@ import ast
 from ...errors import CuvilError, UnsupportedError
 from ...ir.core import Region
 from . import emit as E
-from .expressions import ExpressionTranslator, RuntimeRange
+from .expressions import ExpressionTranslator, RuntimeRange, is_dynamic
 from .indexing import getitem
 from .merge import Plan, Slot, coerce, flatten, join, plan_leaf, slot_of, unflatten
 from .values import TV, Undefined, is_tensorish
@@ -86,6 +86,13 @@ class FunctionTranslator(ExpressionTranslator):
     def s_pass(self, node, env, tail):
         return None
 
+    def s_delete(self, node, env, tail):
+        line = self.src.location(node).line
+        for t in node.targets:
+            if not isinstance(t, ast.Name):
+                raise UnsupportedError("del of an item or attribute is not supported (tensors are immutable here)")
+            env[t.id] = Undefined(f"'{t.id}' is used after `del {t.id}` at line {line}")
+
     def s_return(self, node, env, tail):
         return Return(self.expr(node.value, env) if node.value is not None else None)
 
@@ -105,7 +112,25 @@ class FunctionTranslator(ExpressionTranslator):
             raise CuvilError(f"assertion failed for these arguments: {msg}")
 
     def s_raise(self, node, env, tail):
-        raise CuvilError(f"the function raises here for these arguments: {ast.unparse(node)}")
+        """The user's own exception when it can be made now (`raise ValueError("need 2-D")` on a shape check), so
+        `except ValueError` works as without the compiler; the CuvilError it comes from names the line."""
+        where = CuvilError(f"the function raises here for these arguments: {ast.unparse(node)}")
+        exc = self._exception(node.exc, env) if node.exc is not None else None
+        if exc is None:
+            raise where
+        raise exc from self.src.error(where, node)
+
+    def _exception(self, node, env):
+        func, args = (node.func, node.args) if isinstance(node, ast.Call) and not node.keywords else (node, [])
+        try:
+            cls, values = self.expr(func, env), self.items(args, env)
+        except CuvilError:
+            return None
+        if isinstance(cls, BaseException) and not args:
+            return cls
+        if isinstance(cls, type) and issubclass(cls, BaseException) and not is_dynamic(values):
+            return cls(*values)
+        return None
 
     def s_with(self, node, env, tail):
         """`with torch.no_grad():` and friends only change autograd state: run the body."""
@@ -357,7 +382,7 @@ _STMTS = {
     ast.Break: FunctionTranslator.s_break, ast.Continue: FunctionTranslator.s_continue,
     ast.Assert: FunctionTranslator.s_assert, ast.Raise: FunctionTranslator.s_raise,
     ast.With: FunctionTranslator.s_with, ast.If: FunctionTranslator.s_if, ast.For: FunctionTranslator.s_for,
-    ast.While: FunctionTranslator.s_while,
+    ast.While: FunctionTranslator.s_while, ast.Delete: FunctionTranslator.s_delete,
 }
 _UNSUPPORTED = {
     ast.FunctionDef: "nested function definitions are not supported; define the helper at module level and "
@@ -367,6 +392,5 @@ _UNSUPPORTED = {
     ast.ImportFrom: "imports inside compiled code are not supported; import at module level",
     ast.Global: "global/nonlocal are not supported: compiled code cannot change Python state",
     ast.Nonlocal: "global/nonlocal are not supported: compiled code cannot change Python state",
-    ast.Delete: "del is not supported inside compiled code",
     ast.ClassDef: "class definitions are not supported inside compiled code",
 }

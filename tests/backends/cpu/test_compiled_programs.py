@@ -268,6 +268,19 @@ def test_symbolic_products_stay_one_operand_in_index_arithmetic():
         assert_matches(exe(x), interpret(m, [x]))
 
 
+@pytest.mark.parametrize("dtype", ["i32", "i64", "i8"])
+def test_integer_division_by_zero_and_of_the_minimum_by_minus_one_does_not_trap(dtype):
+    """x86's idiv traps (SIGFPE) on MIN / -1 as on / 0: both give what the reference gives instead."""
+    low = np.iinfo(np.dtype(dtype.replace("i", "int"))).min
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType(dtype, (6,)), TensorType(dtype, (6,))], ["x", "y"])
+    x, y = b.args
+    b.ret(b.div(x, y), b.floordiv(x, y), b.mod(x, y), b.mod(x, y, fmod=True))
+    arrays = [np.array([7, -7, low, low, 5, -5]), np.array([0, -1, -1, 0, 2, -1])]
+    inputs = [a.astype(np.dtype(dtype.replace("i", "int"))) for a in arrays]
+    assert_matches(compile_module(m)(*inputs), interpret(m, inputs))
+
+
 def test_reduction_with_a_reshaping_epilogue():
     """Global average pooling then flatten: the reduction's result is read through a reshape."""
     m = Module()

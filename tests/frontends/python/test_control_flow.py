@@ -229,3 +229,51 @@ def test_lists_grow_where_control_flow_is_known_at_compile_time():
     with pytest.raises(cuvil.UnsupportedError, match=r"outs.append\(\) inside a branch on a tensor value") as info:
         cuvil.jit(collected_in_a_tensor_branch, target=TARGET)(f32(3))
     assert info.value.loc.line == collected_in_a_tensor_branch.__code__.co_firstlineno + 3
+
+
+def by_shapes(x, y):
+    if x.shape == y.shape and x.shape[0] in (2, 5):
+        return x + y
+    if x.shape != (4, 3):
+        return x * 2
+    return x
+
+
+def test_sequences_of_run_time_sizes_compare_by_value():
+    """With dynamic sizes, `x.shape == y.shape` and `n in (2, 5)` compare the sizes a call binds, not symbols."""
+    f = cuvil.jit(by_shapes, target=TARGET, dynamic=True)
+    for a, b in (((5, 3), (5, 3)), ((3, 3), (3, 3)), ((4, 3), (5, 3)), ((2, 4), (2, 4))):
+        x, y = f32(*a), f32(*b)
+        np.testing.assert_allclose(f(x, y), by_shapes(x, y), rtol=1e-6)
+
+
+def walrus_and_del(x):
+    if (s := x.sum()) > 0:
+        x = x * s
+    tmp = x + 1
+    del tmp
+    return x
+
+
+def used_after_del(x):
+    y = x + 1
+    del y
+    return y  # noqa: F821 (used after del on purpose)
+
+
+def test_walrus_binds_and_del_unbinds():
+    check(walrus_and_del, f32(3, 4))
+    check(walrus_and_del, -abs(f32(3, 4)))
+    with pytest.raises(cuvil.CuvilError, match=r"'y' is used after `del y` at line"):
+        cuvil.jit(used_after_del, target=TARGET)(f32(3))
+
+
+def with_lambdas(x, k=3):
+    g = lambda z, s=2.0: np.tanh(z) * s + k  # noqa: E731 (what users write)
+    fs = [lambda z, i=i: z * i for i in range(3)]
+    k = 4
+    return g(x), g(x, s=0.5), sum(fn(x) for fn in fs)
+
+
+def test_lambdas_inline_where_called():
+    check(with_lambdas, f32(3, 2))

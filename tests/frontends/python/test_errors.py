@@ -176,3 +176,16 @@ def test_every_op_carries_its_source_location():
         assert op.loc.file == __file__ and first <= op.loc.line <= last, (op.name, op.loc)
     mul = next(op for op in module.main.walk() if op.name == "mul")
     assert (mul.loc.line, mul.loc.col) == (line_of(scaled, "x * 2.0"), 9)
+
+
+def checks_rank(x):
+    if x.ndim != 2:
+        raise ValueError(f"need a matrix, got {x.ndim}-D")
+    return x * 2
+
+
+def test_a_raise_on_python_values_raises_the_users_exception_with_the_line():
+    with pytest.raises(ValueError, match="need a matrix, got 1-D") as info:
+        cuvil.jit(checks_rank, target=TARGET)(f32(3))
+    cause = info.value.__cause__
+    assert isinstance(cause, CuvilError) and cause.loc.line == line_of(checks_rank, "raise ValueError")

@@ -125,12 +125,17 @@ CUVIL_RT_INLINE float cuvil_logf(float x)
 }
 
 /* Integer division and remainder as the IR defines them: C truncation for `div`, Python floor semantics for
- * `floordiv`/`mod`, and 0 instead of a crash when the divisor is 0. */
-#define CUVIL_IDIV(a, b) ((b) == 0 ? 0 : (a) / ((b) == 0 ? 1 : (b)))
-#define CUVIL_IFLOORDIV(a, b) ((b) == 0 ? 0 : ((a) / ((b) == 0 ? 1 : (b)) - ((((a) % ((b) == 0 ? 1 : (b))) != 0) \
-                              && (((a) < 0) != ((b) < 0)))))
-#define CUVIL_IMOD(a, b) ((b) == 0 ? 0 : ((((a) % ((b) == 0 ? 1 : (b))) + (b)) % ((b) == 0 ? 1 : (b))))
-#define CUVIL_IFMOD(a, b) ((b) == 0 ? 0 : (a) % ((b) == 0 ? 1 : (b)))
+ * `floordiv`/`mod`, and 0 instead of a crash when the divisor is 0. A negative number over -1 is its negation
+ * (wrapping: INT_MIN / -1 is INT_MIN, as NumPy gives) with remainder 0, since x86's division traps on INT_MIN / -1.
+ * The divisor is made safe inside each branch too, as vectorised code may evaluate both. */
+#define CUVIL_INEG1(a, b) ((b) == -1 && (a) < 0)
+#define CUVIL_ISAFE(a, b) (((b) == 0 || CUVIL_INEG1(a, b)) ? 1 : (b))
+#define CUVIL_INEG(a) ((__typeof__(a))(0 - (uint64_t)(a)))
+#define CUVIL_IDIV(a, b) ((b) == 0 ? 0 : CUVIL_INEG1(a, b) ? CUVIL_INEG(a) : (a) / CUVIL_ISAFE(a, b))
+#define CUVIL_IFLOORDIV(a, b) ((b) == 0 ? 0 : CUVIL_INEG1(a, b) ? CUVIL_INEG(a) : ((a) / CUVIL_ISAFE(a, b) \
+                              - ((((a) % CUVIL_ISAFE(a, b)) != 0) && (((a) < 0) != ((b) < 0)))))
+#define CUVIL_IMOD(a, b) ((b) == 0 ? 0 : ((((a) % CUVIL_ISAFE(a, b)) + (b)) % CUVIL_ISAFE(a, b)))
+#define CUVIL_IFMOD(a, b) ((b) == 0 ? 0 : (a) % CUVIL_ISAFE(a, b))
 
 /* Python's float modulo: the result takes the divisor's sign. */
 CUVIL_RT_INLINE float cuvil_pymodf(float a, float b)
