@@ -63,6 +63,7 @@ CASES = {
     "activations": (lambda x: (F.gelu(x), F.gelu(x, approximate="tanh"), F.silu(x), F.hardswish(x),
                                F.hardsigmoid(x), F.leaky_relu(x, 0.2), F.elu(x), F.selu(x), F.celu(x, 0.5),
                                F.softplus(x), F.softplus(x, beta=2), F.mish(x), F.relu(x)), (r(3, 4) * 3,)),
+    "rrelu_eval": (lambda x: (F.rrelu(x), F.rrelu(x, 0.1, 0.3), torch.nn.RReLU().eval()(x)), (r(3, 4),)),
     "isnan_isinf": (lambda x: (x.isnan(), x.isinf()), (torch.tensor([1.0, float("nan"), float("inf")]),)),
     "casts": (lambda x: (x.int(), x.half(), x.to(torch.float64), x.bool(), (x > 0).float()), (r(3, 4) * 3,)),
     "float16_math": (lambda x: (x * x + 1).sigmoid(), (r(3, 4, dtype=torch.float16),)),
