@@ -118,6 +118,8 @@ CASES = {
                                           torch.bmm(x, x.transpose(1, 2)), torch.addmm(b, x[0], w.T),
                                           v @ x, x.transpose(1, 2) @ v.transpose(-1, -2)),
                       (r(2, 3, 4), r(5, 4), r(5), r(6, 1, 5, 3))),
+    "bilinear": (lambda a, b, w, bias: (F.bilinear(a, b, w, bias), F.bilinear(a[0], b[0], w)),
+                 (r(2, 3, 4), r(2, 3, 5), r(6, 4, 5), r(6))),
     "einsum": (lambda a, b: torch.einsum("bij,bjk->bik", a, b), (r(2, 3, 4), r(2, 4, 5))),
     "conv": (lambda x, w, wt, w1: (F.conv2d(x, w, padding=1), F.conv2d(x, w, stride=2, dilation=2, padding=(2, 1)),
                                    F.conv_transpose2d(x, wt, stride=2, padding=1, output_padding=1),
