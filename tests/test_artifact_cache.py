@@ -130,6 +130,29 @@ def test_modules_without_a_stable_key_are_compiled_uncached(cache):
     assert module_key(torch.nn.Linear(4, 3), (x,), {}) != module_key(torch.nn.Linear(4, 3), (x,), {})
 
 
+def test_forward_defaults_and_closures_are_in_the_key(cache):
+    """One class source made in a loop with other values bound to `forward` is another program, not a hit."""
+    torch = pytest.importorskip("torch")
+
+    def scaled(factor, by_default):
+        class Scale(torch.nn.Module):
+            if by_default:
+                def forward(self, x, factor=factor):
+                    return x * factor
+            else:
+                def forward(self, x):
+                    return x * factor
+        return Scale()
+
+    x = torch.randn(3)
+    for by_default in (True, False):
+        assert cuvil.compile(scaled(2.0, by_default), (x,)).executable.cache == "miss"
+        compiled = cuvil.compile(scaled(3.0, by_default), (x,))
+        assert compiled.executable.cache == "miss"
+        torch.testing.assert_close(compiled(x), x * 3.0)
+        assert cuvil.compile(scaled(3.0, by_default), (x,)).executable.cache == "hit"
+
+
 @pytest.mark.parametrize("target", [store.IR_FILE, store.LIB_FILE])
 def test_a_corrupt_entry_is_detected_and_rebuilt(cache, tmp_path, target):
     path, w = _onnx_file(tmp_path)

@@ -84,13 +84,20 @@ def _div_monomial(num, monomial, coef: int):
 
 
 def _exact_div(num, den):
-    """num / den as a dimension when it divides exactly, else None."""
+    """num / den as a dimension when it divides exactly, else None. A sum `den` divides when the quotient is one
+    term: (4*b*h2*w2 + 4*b*h2 + ...) / (4*h2*w2 + 4*h2 + ...) = b, found by dividing one term by one term."""
     if isinstance(den, int):
-        q = num // den if den else None
-    elif len(den.terms) == 1:
-        q = _div_monomial(num, *den.terms[0])
-    else:
-        q = None
+        return _checked(num // den if den else None, num, den)
+    if len(den.terms) == 1:
+        return _checked(_div_monomial(num, *den.terms[0]), num, den)
+    for m, c in _terms(num):
+        q = _checked(_div_monomial(c * math.prod((_dim_from_atom(x) for x in m), start=1), *den.terms[0]), num, den)
+        if q is not None:
+            return q
+    return None
+
+
+def _checked(q, num, den):
     return q if q is not None and q * den == num else None
 
 

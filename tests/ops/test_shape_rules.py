@@ -24,6 +24,7 @@ def result_types(op: str, types, **attrs) -> list:
     ("reshape", ["f32[n,4]"], {"shape": [-1]}, ["f32[4*n]"]),
     ("reshape", ["f32[n,m,6]"], {"shape": ["n", -1, 3]}, ["f32[n,2*m,3]"]),
     ("reshape", ["f32[b,s,8]"], {"shape": ["b", "s", 2, -1]}, ["f32[b,s,2,4]"]),
+    ("reshape", ["f32[b,h+1,2]"], {"shape": [-1, "2*h+2"]}, ["f32[b,2*h+2]"]),  # a sum divides a sum
     ("concat", ["f32[n,2]", "f32[m,2]"], {"axis": 0}, ["f32[m+n,2]"]),
     ("concat", ["f32[2,n]", "f32[2,n]", "f32[2,1]"], {"axis": -1}, ["f32[2,2*n+1]"]),
     ("split", ["f32[n,3]"], {"axis": 0, "sizes": [2, "n-2"]}, ["f32[2,3]", "f32[n-2,3]"]),

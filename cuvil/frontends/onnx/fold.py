@@ -103,6 +103,26 @@ def _min(x, y):
     raise CannotFold
 
 
+def _mod(x, y, floor: bool = True):
+    """x mod y for a divisor y > 0 and x >= 0 (where Mod's fmod flag does not matter): by a constant, or a
+    constant below every value the size y can take (torch.roll's shift on a dynamic axis: 3 % (8*s) = 3).
+    Floor mod (fmod=0) also takes a constant -y <= x < 0 to y + x (a roll by -3 slices at (-3) % n = n - 3)."""
+    if isinstance(x, int) and isinstance(y, int) and x >= 0 and y > 0:
+        return x % y
+    if isinstance(y, int) and y > 0 and nonnegative(x):
+        return x % y
+    if isinstance(x, int) and nonnegative(y) and 0 <= x < _least(y):
+        return x
+    if floor and isinstance(x, int) and nonnegative(y) and 0 < -x <= _least(y):
+        return y + x
+    raise CannotFold
+
+
+def _least(d: SymExpr) -> int:
+    """A lower bound of a size with positive coefficients: every symbol at least 1, // and % atoms at least 0."""
+    return sum(c * all(isinstance(a, str) for a in m) for m, c in d.terms)
+
+
 folder("Add")(_elementwise(lambda x, y: x + y))
 folder("Sub")(_elementwise(lambda x, y: x - y))
 folder("Mul")(_elementwise(lambda x, y: x * y))
@@ -112,6 +132,11 @@ folder("Equal")(_elementwise(_equal, TensorProto.BOOL))
 folder("Max")(_elementwise(_max))
 folder("Min")(_elementwise(_min))
 
+
+
+@folder("Mod")
+def mod(ctx):
+    return _elementwise(lambda x, y: _mod(x, y, floor=not ctx.attr("fmod", 0)))(ctx)
 
 @folder("Where")
 def where(ctx):

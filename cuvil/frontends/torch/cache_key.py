@@ -2,7 +2,8 @@
 
 What decides the exported program, and so the key:
 - the code: for every submodule's class, its qualified name and the source file of the class's module, plus
-  the versions of torch and of the package the class comes from (transformers, say);
+  the versions of torch and of the package the class comes from (transformers, say), and the default arguments
+  and closure values of its `forward`;
 - the state: every submodule's plain attributes (sizes, flags, configs; `training` is left out since export
   runs in eval mode) and the bytes, dtype and shape of every parameter and buffer;
 - the call: the example inputs' structure, dtypes and shapes, `dynamic_shapes`, and the options.
@@ -54,8 +55,25 @@ def module_key(obj, example_inputs, options: dict) -> str | None:
 def _add_code(key: Key, module: torch.nn.Module) -> None:
     for cls in sorted({type(m) for m in module.modules()}, key=lambda c: (c.__module__, c.__qualname__)):
         key.add("class", f"{cls.__module__}.{cls.__qualname__}").add("source", _source_digest(cls))
+        key.add("forward", _describe(_bound_values(cls.forward)))
         top = sys.modules.get(cls.__module__.partition(".")[0])
         key.add("version", getattr(top, "__version__", ""))
+
+
+def _bound_values(fn, depth: int = 0) -> list:
+    """What `forward` sees besides its code: its default arguments and closure cells (a class made in a loop, say:
+    one source, other values). A function in a cell (a decorator's wrapped `forward`) counts by its name and its
+    own bound values; its code is keyed with its file or its package's version like the classes'."""
+    cells = []
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            v = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if inspect.isfunction(v):
+            v = [f"{v.__module__}.{v.__qualname__}", _bound_values(v, depth + 1) if depth < 4 else None]
+        cells.append(v)
+    return [getattr(fn, "__defaults__", None), getattr(fn, "__kwdefaults__", None), cells]
 
 
 @functools.lru_cache(maxsize=None)

@@ -214,6 +214,16 @@ def leaky_relu(cx, x, slope=0.01):
     return cx.b.leaky_relu(x, alpha=float(slope))
 
 
+
+@aten("rrelu_with_noise_functional", "rrelu_with_noise", "rrelu")
+def rrelu(cx, x, *args):
+    """Randomized leaky relu at inference: the mean slope (lower + upper) / 2; the noise output is unused."""
+    lower, upper, training = (args[1:4] if cx.op_name.startswith("rrelu_with_noise") else args[:3])
+    if training:
+        raise cx.error("rrelu in training mode samples random slopes; Cuvil compiles inference graphs")
+    y = cx.b.leaky_relu(x, alpha=(float(lower) + float(upper)) / 2)
+    return (y, None) if cx.op_name == "rrelu_with_noise_functional" else y
+
 @aten("hardsigmoid")
 def hardsigmoid(cx, x):
     return cx.b.hardsigmoid(x, alpha=1 / 6, beta=0.5)

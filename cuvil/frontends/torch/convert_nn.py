@@ -1,6 +1,6 @@
 """ATen neural-network ops: convolutions, linear layers and matmuls, normalisation (inference), softmax,
 attention (decomposed into matmul and softmax), pooling (adaptive pooling as a window, or axis by axis),
-upsampling and einsum.
+upsampling, einsum and nn.Bilinear's _trilinear.
 """
 from __future__ import annotations
 
@@ -68,6 +68,24 @@ def addmm(cx, c, a, b, beta=1, alpha=1):
     c = cx.tensor(c, y.type.dtype, y.type.shape)
     return cx.b.add(y, c if beta == 1 else cx.b.mul(c, cx.tensor(beta, y.type.dtype, y.type.shape)))
 
+
+
+@aten("_trilinear")
+def trilinear(cx, i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
+    """nn.Bilinear's kernel: each input with unit axes inserted at its `expand` positions, the three multiplied
+    (broadcast) and summed over `sumdim`."""
+    rank = i1.type.rank + len(expand1)
+    parts = [_unsqueezed(cx, v, e, rank) for v, e in ((i1, expand1), (i2, expand2), (i3, expand3))]
+    shape = broadcast_shapes(*(v.type.shape for v in parts))
+    product = cx.b.mul(cx.b.mul(*(cx.broadcast(v, shape) for v in parts[:2])), cx.broadcast(parts[2], shape))
+    return cx.b.reduce_sum(product, axes=list(sumdim), keepdims=False) if sumdim else product
+
+
+def _unsqueezed(cx, v, expand, rank: int):
+    dims, it = [], iter(v.type.shape)
+    for k in range(rank):
+        dims.append(1 if k in set(expand) else next(it))
+    return cx.b.reshape(v, shape=tuple(dims))
 
 @aten("einsum")
 def einsum(cx, equation, tensors, path=None):

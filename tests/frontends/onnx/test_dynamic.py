@@ -83,6 +83,23 @@ def test_unrelated_dims_that_must_match_are_checked_at_call_time():
         m(np.float32([1, 2]), np.float32([3, 4, 5]))
 
 
+def test_mod_by_a_size_above_the_constant_folds():
+    """torch.roll(x.reshape(b, -1), 3, 1) as the dynamo exporter writes it: Slice bounds (-3) mod (4*seq), which
+    is 4*seq - 3 for every seq >= 1, and 2 mod (4*seq) = 2."""
+    nodes = [
+        _const("flat", [0, -1]), N("Reshape", ["x", "flat"], ["v"]), N("Shape", ["v"], ["n"], start=1, end=2),
+        _const("neg3", [-3]), N("Mod", ["neg3", "n"], ["k"], fmod=0), _const("two", [2]), N("Mod", ["two", "n"], ["j"]),
+        _const("zero", [0]), _const("axis", [1]),
+        N("Slice", ["v", "k", "n", "axis"], ["tail"]), N("Slice", ["v", "zero", "k", "axis"], ["head"]),
+        N("Concat", ["tail", "head"], ["rolled"], axis=1), N("Slice", ["v", "j", "n", "axis"], ["rest"]),
+    ]
+    proto = model(nodes, [("x", F32, ["batch", "seq", 4])], [("rolled", F32, None), ("rest", F32, None)])
+    m = cuvil.load_onnx(proto)
+    assert str(m.outputs[0]) == "rolled: f32[batch,4*seq]" and str(m.outputs[1]) == "rest: f32[batch,4*seq-2]"
+    for batch, seq in [(1, 1), (2, 3)]:
+        check_against_ort(proto, {"x": rand(batch, seq, 4, seed=seq)})
+
+
 def test_torch_exported_block_with_dynamic_batch_and_sequence():
     torch = pytest.importorskip("torch")
 
