@@ -22,6 +22,11 @@ Semantics worth knowing:
   framework itself, so `int / int`, `np.mean` of ints and mixed dtypes promote exactly as the original.
 - `x += y` rebinds x; tensors are never modified in place (`x[i] = v` is an error).
 - Globals and closure variables (arrays become constants) are read when a signature is compiled.
+- Lambdas inline where they are called; `:=` and `del` bind and unbind; list methods (`append`, `pop`, ...) run
+  at compile time in straight-line code and unrolled loops; `raise ValueError(...)` on Python values raises the
+  user's own exception, chained from a CuvilError naming the line.
+- With `dynamic=True`, a call whose sizes the symbolic compilation cannot serve (a slice bound past a size, a
+  split with no symbolic form) is compiled for its own sizes, as Python would run it.
 
 Options: `target` ("cpu"), `enable_fusion`, `dynamic` (all sizes but 0 and 1 symbolic), `dynamic_dims`
 (`{"x": {0: "batch"}}`), `fallback` ("python": run the original with a warning when compilation fails),
