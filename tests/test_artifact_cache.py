@@ -153,6 +153,19 @@ def test_forward_defaults_and_closures_are_in_the_key(cache):
         assert cuvil.compile(scaled(3.0, by_default), (x,)).executable.cache == "hit"
 
 
+def test_the_key_of_a_set_attribute_is_the_same_in_every_process():
+    """A set's order follows the process's string hash seed (GPT-2's `_keys_to_ignore_on_load_unexpected`): the key
+    sorts it, so a warm process hits whatever its seed."""
+    pytest.importorskip("torch")
+    code = ("import torch; from cuvil.frontends.torch.cache_key import module_key; m = torch.nn.Linear(2, 2); "
+            "torch.nn.init.ones_(m.weight); torch.nn.init.zeros_(m.bias); "
+            "m.names = {'attn.bias', 'crossattention.bias', 'a', 'b', 'c', 'd'}; "
+            "print(module_key(m, (torch.ones(1, 2),), {}))")
+    keys_seen = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True,
+                                env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout.strip() for seed in range(3)}
+    assert len(keys_seen) == 1 and "None" not in keys_seen
+
+
 @pytest.mark.parametrize("target", [store.IR_FILE, store.LIB_FILE])
 def test_a_corrupt_entry_is_detected_and_rebuilt(cache, tmp_path, target):
     path, w = _onnx_file(tmp_path)

@@ -114,6 +114,8 @@ def _describe(value) -> str:
         return f"{type(value).__name__}[{', '.join(map(_describe, value))}]"
     if isinstance(value, dict):
         return "{" + ", ".join(f"{_describe(k)}: {_describe(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (set, frozenset)):  # sorted: a set's order follows the process's string hash seed
+        return f"{type(value).__name__}{{{', '.join(sorted(map(_describe, value)))}}}"
     if isinstance(value, torch.nn.Module):
         return f"module {type(value).__qualname__}"  # its own attributes are keyed under its name
     text = repr(value)
