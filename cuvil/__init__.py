@@ -15,7 +15,8 @@ from __future__ import annotations
 from . import errors, ir, ops
 from .api import compile, compile_to_ir, jit, load_onnx
 from .compiler import Executable, compile_module
-from .errors import CuvilError, ParseError, SerializationError, ShapeError, UnsupportedError, VerificationError
+from .errors import (CuvilError, IndexRangeError, ParseError, SerializationError, ShapeError, UnsupportedError,
+                     VerificationError)
 from .interpreter import interpret
 from .ir import DType, Module, TensorType, sym
 from .log import LogLevel, set_log_level
@@ -39,7 +40,7 @@ def inspect_ir(obj, elide_constants: bool = True) -> str:
     return print_module(module, 16 if elide_constants else None)
 
 
-__all__ = ["CuvilError", "DType", "Executable", "LogLevel", "Module", "ParseError", "SerializationError",
-           "ShapeError", "TensorType", "UnsupportedError", "VerificationError", "compile", "compile_module",
-           "compile_to_ir", "errors", "inspect_ir", "interpret", "ir", "jit", "load_onnx", "ops", "register_op",
-           "set_log_level", "sym"]
+__all__ = ["CuvilError", "DType", "Executable", "IndexRangeError", "LogLevel", "Module", "ParseError",
+           "SerializationError", "ShapeError", "TensorType", "UnsupportedError", "VerificationError", "compile",
+           "compile_module", "compile_to_ir", "errors", "inspect_ir", "interpret", "ir", "jit", "load_onnx", "ops",
+           "register_op", "set_log_level", "sym"]

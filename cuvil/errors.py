@@ -15,6 +15,11 @@ class ShapeError(CuvilError, ValueError):
     """Operands whose shapes or dtypes an op cannot accept, or sizes that break a recorded relation."""
 
 
+class IndexRangeError(CuvilError, IndexError):
+    """An index input outside the axis it indexes (gather, scatter), found by the reference interpreter; compiled
+    code clamps such an index instead, so it never reads out of bounds."""
+
+
 class VerificationError(CuvilError):
     """IR that breaks a structural rule (dominance, types, attributes, regions)."""
 

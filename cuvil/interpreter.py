@@ -10,7 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .errors import ShapeError
+from .errors import IndexRangeError, ShapeError
 from .ir.core import Function, Module, Op, Region
 from .ir.symbolic import SymExpr, describe_constraint, describe_inputs, evaluate
 from .ir.types import TensorType
@@ -88,7 +88,10 @@ class _Interpreter:
         if opdef.reference is None:
             raise ShapeError(f"'{op.name}' has no reference implementation", op.loc)
         attrs = {k: self.bind_dims(op, k, v) for k, v in op.attrs.items()}
-        out = opdef.reference(inputs, attrs)
+        try:
+            out = opdef.reference(inputs, attrs)
+        except IndexError as e:  # NumPy's own words, with the op and the node or line that gave the index
+            raise IndexRangeError(f"'{op.name}': {e}", op.loc) from None
         outs = list(out) if isinstance(out, (list, tuple)) else [out]
         return [np.asarray(o) for o in outs]
 

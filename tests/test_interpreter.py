@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from cuvil.errors import ShapeError
+from cuvil.errors import IndexRangeError, ShapeError
 from cuvil.interpreter import interpret
 from cuvil.ir import Builder, Module, TensorType, sym
 from tests.ir.programs import control_flow_program
@@ -61,3 +61,16 @@ def test_recorded_relations_are_checked_at_call():
     with pytest.raises(ShapeError, match="needs k == n"):
         interpret(m, [np.zeros(3, np.float32), np.zeros(4, np.float32)])
     assert interpret(m, [np.ones(3, np.float32), np.ones(3, np.float32)])[0].tolist() == [2, 2, 2]
+
+
+def test_an_index_out_of_range_names_the_op_and_its_location():
+    """The reference raises NumPy's IndexError; the interpreter says which op and node gave the index (and it is
+    still an IndexError for the caller's except clauses)."""
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", (3, 2)), TensorType("i64", (1,))], ["x", "i"])
+    b.ret(b.gather(b.args[0], b.args[1], axis=0, loc="model.onnx:gather_node"))
+    x = np.zeros((3, 2), np.float32)
+    with pytest.raises(IndexRangeError, match="'gather': index 5 is out of bounds.*gather_node") as info:
+        interpret(m, [x, np.array([5])])
+    assert isinstance(info.value, IndexError)
+    assert interpret(m, [x, np.array([-3])])[0].shape == (1, 2)
