@@ -136,14 +136,10 @@ class CompiledOnnxModel:
         try:
             return self.executable(*arrays)
         except ShapeError:  # sizes a symbolic dimension's relations refuse: OnnxModel.for_sizes
-            key = tuple(a.shape for a in arrays)
-            if key not in self._sized:
-                if len(self._sized) >= 16:
-                    self._sized.pop(next(iter(self._sized)))
-                self._sized[key] = self._for_sizes(key) if self._for_sizes else None
-            if self._sized[key] is None:
+            sized = self._for_sizes and remember(self._sized, tuple(a.shape for a in arrays), self._for_sizes)
+            if sized is None:
                 raise
-            return self._sized[key](*arrays)
+            return sized(*arrays)
 
     def _bind(self, args: tuple, kwargs: dict) -> list:
         names = [spec[0] for spec in self._in]
@@ -157,9 +153,7 @@ class CompiledOnnxModel:
 
     def _check(self, i: int, x) -> np.ndarray:
         name, want = self._in[i][0], self._dtypes[i]
-        arr = x if isinstance(x, np.ndarray) else np.asarray(x, want)
-        if not arr.dtype.isnative and arr.dtype.newbyteorder("=") == want:  # big-endian data: same values
-            arr = arr.astype(want)
+        arr = native_order(x if isinstance(x, np.ndarray) else np.asarray(x, want), want)
         if arr.dtype != want:
             raise ShapeError(f"input {name!r} must have element type {want}, got {arr.dtype}")
         static = self._static[i]
@@ -170,6 +164,21 @@ class CompiledOnnxModel:
     def __repr__(self) -> str:
         ins = ", ".join(f"{n}: {np.dtype(dt).name}[{','.join(s)}]" for n, _, dt, s in self._in)
         return f"OnnxModel(({ins}) -> {len(self._out)} outputs, from the artifact cache)"
+
+
+def remember(cache: dict, key, make, limit: int = 16):
+    """cache[key], made by `make(key)` on a miss; the oldest entry goes when `limit` are held (the models converted
+    for the input sizes of calls that a symbolic dimension's relations refuse)."""
+    if key not in cache:
+        if len(cache) >= limit:
+            cache.pop(next(iter(cache)))
+        cache[key] = make(key)
+    return cache[key]
+
+
+def native_order(arr: np.ndarray, want: np.dtype) -> np.ndarray:
+    """`arr` in native byte order when it holds `want`'s values in the other order (big-endian data)."""
+    return arr.astype(want) if not arr.dtype.isnative and arr.dtype.newbyteorder("=") == want else arr
 
 
 def _tensor_specs(rows: list) -> list:

@@ -166,11 +166,10 @@ IN_PLACE_READS = frozenset({"reshape"})
 def _read_in_place(op: Op, g: _Group) -> bool:
     """Whether every op of `g` reached from `op`'s result reads it element for element (elementwise ops and
     reshapes): a reduction's epilogue sees the result only at the position the reduction computed."""
-    members = {id(o): o for o in g.ops}
     stack, seen = [op.results[0]], set()
     while stack:
         v = stack.pop()
-        for u in (o for o in members.values() if any(x is v for x in o.operands)):
+        for u in (o for o in g.ops if any(x is v for x in o.operands)):
             if u.name not in IN_PLACE_READS and "elementwise" not in _traits(u):
                 return False
             if id(u) not in seen:

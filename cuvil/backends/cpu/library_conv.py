@@ -5,7 +5,7 @@ and dtype serves 1-D, 2-D and 3-D and stays shared by all layers of a model. Con
 - f32 runs on the kernel library's GEMM: a 1x1 stride-1 unpadded conv is W[O,C] @ X[C,H*W] straight on the
   NCHW buffers; any other conv copies each image's windows into an im2col scratch buffer first. Rows are output
   channels here, so the bias goes in `cuvil_sgemm_row_bias`'s epilogue (f64 writes it into the output first and
-  accumulates onto it: 12-28% slower on MobileNetV2's 1x1 convs, one more pass over the output).
+  accumulates onto it: 10-31% slower on MobileNetV2's 1x1 convs, one more pass over the output).
 - convs with one input channel per group (depthwise) beat a GEMM whose K is only the kernel's taps: 1-D and 2-D
   ones in f32 (and f16/bf16) run on the kernel library's `cuvil_dwconv2d` (kernels/dwconv.c: vectorised for
   every stride, with a clamp epilogue for relu/relu6); f64 and 3-D ones on a direct loop here that threads over

@@ -286,9 +286,11 @@ class LoopKernel:
         src, out_t = red.operands[0].type, red.results[0].type
         reduced = set(red.attrs["axes"])
         groups = self._source_groups(red.operands[0])
-        src_idx = Idx(src.shape, factors=tuple(f for g in groups for f in g)) if groups else None
-        groups = groups or [[(f"i{k}", d)] for k, d in enumerate(src.shape)]
-        src_idx = src_idx or Idx(src.shape, tuple(g[0][0] for g in groups))
+        if groups is None:  # one loop per axis
+            groups = [[(f"i{k}", d)] for k, d in enumerate(src.shape)]
+            src_idx = Idx(src.shape, tuple(g[0][0] for g in groups))
+        else:
+            src_idx = Idx(src.shape, factors=tuple(f for g in groups for f in g))
         kept_loops = [f for k, g in enumerate(groups) if k not in reduced for f in g]
         reduced_loops = [f for k, g in enumerate(groups) if k in reduced for f in g]
         out_axes = tuple("0" if k in reduced else _group_expr(g) for k, g in enumerate(groups))

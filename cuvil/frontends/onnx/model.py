@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...cache.onnx import native_order, remember
 from ...errors import ShapeError, UnsupportedError
 from ...interpreter import interpret
 from ...ir.core import Module
@@ -58,8 +59,6 @@ class OnnxModel:
         ['x: f32[n]']
     """
 
-    MAX_SIZED = 16
-
     def __init__(self, module: Module, inputs: list, outputs: list, runner=None, for_sizes=None):
         self.module = module
         self.inputs = list(inputs)
@@ -84,12 +83,7 @@ class OnnxModel:
         except ShapeError:
             if self.for_sizes is None:
                 raise
-        key = tuple(a.shape for a in arrays)
-        if key not in self._sized:
-            if len(self._sized) >= self.MAX_SIZED:
-                self._sized.pop(next(iter(self._sized)))
-            self._sized[key] = self.for_sizes(key)
-        return self._sized[key]._run(arrays)
+        return remember(self._sized, tuple(a.shape for a in arrays), self.for_sizes)._run(arrays)
 
     def _outputs(self, arrays) -> list:
         return [from_carrier(np.asarray(o), s.elem) for o, s in zip(arrays, self.outputs)]
@@ -135,9 +129,7 @@ def bind_inputs(specs: list, args: tuple, kwargs: dict) -> list:
 
 
 def _check_input(spec: TensorSpec, x) -> np.ndarray:
-    arr = x if isinstance(x, np.ndarray) else np.asarray(x, spec.dtype)
-    if not arr.dtype.isnative and arr.dtype.newbyteorder("=") == spec.dtype:  # big-endian data: same values
-        arr = arr.astype(spec.dtype)
+    arr = native_order(x if isinstance(x, np.ndarray) else np.asarray(x, spec.dtype), spec.dtype)
     if arr.dtype != spec.dtype:
         raise ShapeError(f"input {spec.name!r} must have element type {spec.dtype}, got {arr.dtype}")
     if arr.ndim != len(spec.shape):

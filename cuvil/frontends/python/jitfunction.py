@@ -126,7 +126,7 @@ class JitFunction:
         try:
             outputs = compiled.executable(*spec.inputs)
         except ShapeError:
-            if not any(isinstance(d, SymExpr) for leaf in spec.leaves for d in leaf.type.shape):
+            if not _has_symbolic_sizes(spec):
                 raise
             # sizes the symbolic compilation cannot serve (a slice past the end, an index past a size): compile
             # these sizes as they are, where Python's clamping and bounds checks apply
@@ -178,10 +178,10 @@ class JitFunction:
         try:
             return spec, self._compiled(spec)
         except CuvilError as e:
-            if not any(isinstance(d, SymExpr) for leaf in spec.leaves for d in leaf.type.shape):
+            if not _has_symbolic_sizes(spec):
                 raise
             log.info("%s does not compile with symbolic sizes (%s); compiling each call's sizes",
-                     self.__wrapped__.__qualname__, e.message if hasattr(e, "message") else e)
+                     self.__wrapped__.__qualname__, e.message)
             self._cache[spec.key] = _STATIC
         spec = self._bind(args, kwargs, self._static_options)
         return spec, self._compiled(spec)
@@ -269,6 +269,10 @@ def _check_options(fn, options: dict) -> dict:
     out["runtime_args"] = tuple(out["runtime_args"])
     out["passes"] = tuple(out["passes"])
     return out
+
+
+def _has_symbolic_sizes(spec: CallSpec) -> bool:
+    return any(isinstance(d, SymExpr) for leaf in spec.leaves for d in leaf.type.shape)
 
 
 def _is_jax_array(x) -> bool:
