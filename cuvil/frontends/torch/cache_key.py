@@ -10,7 +10,7 @@ What decides the exported program, and so the key:
 
 Hashing the weights dominates: SHA-1 at about 1.4 GB/s, so ResNet-18's 47 MB take about 35 ms and BERT-base's
 440 MB about 0.3 s. An attribute whose text is not stable across processes (an object printed with its
-address) makes the module uncacheable rather than risk a wrong hit; so does a plain function, whose closure
+address) makes the module uncacheable rather than risk a wrong hit (logged at INFO with the reason); so does a plain function, whose closure
 and globals the key cannot see. Code that `forward` reaches outside the classes' own files (a helper in
 another module of the user's) is not covered: after editing only such code, pass `cache=False` once or clear
 the cache (`cuvil.cache.clear()`).
@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import re
 import sys
+import weakref
 
 import torch
 import torch.utils._pytree as pytree
@@ -29,6 +31,7 @@ from ...cache.keys import Key, bytes_digest, environment, file_digest
 from .signature import tensor_to_numpy
 
 _SKIP_ATTRS = frozenset({"training", "_parameters", "_buffers", "_modules", "_non_persistent_buffers_set"})
+log = logging.getLogger("cuvil.cache")
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+|object at|<function|<bound method|<lambda>")
 
 
@@ -47,7 +50,8 @@ def module_key(obj, example_inputs, options: dict) -> str | None:
         leaves, spec = pytree.tree_flatten(example_inputs)
         key.add("inputs", _describe([_example(x) for x in leaves] + [str(spec)]))
         key.add("options", _describe(sorted(options.items())))
-    except Uncacheable:
+    except Uncacheable as e:
+        log.info("not using the artifact cache for %s: %s (it compiles in every process)", type(obj).__name__, e)
         return None
     return key.hexdigest()
 
@@ -116,6 +120,9 @@ def _describe(value) -> str:
         return "{" + ", ".join(f"{_describe(k)}: {_describe(v)}" for k, v in value.items()) + "}"
     if isinstance(value, (set, frozenset)):  # sorted: a set's order follows the process's string hash seed
         return f"{type(value).__name__}{{{', '.join(sorted(map(_describe, value)))}}}"
+    if isinstance(value, weakref.ref):  # nn.LSTM/GRU keep weak references to their own parameters
+        target = value()
+        return "weakref(dead)" if target is None else f"weakref({_describe(target)})"
     if isinstance(value, torch.nn.Module):
         return f"module {type(value).__qualname__}"  # its own attributes are keyed under its name
     text = repr(value)
