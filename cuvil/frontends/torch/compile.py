@@ -22,7 +22,7 @@ from ...ir.core import Module
 from .signature import Signature, signature_from_json, signature_json, tensor_to_numpy
 
 log = logging.getLogger("cuvil.frontends.torch")
-_OPTIONS = ("dynamic_shapes", "passes", "target", "level", "cache")
+_OPTIONS = ("dynamic_shapes", "dynamic", "passes", "target", "level", "cache")
 
 
 class CompiledModule:
@@ -75,17 +75,29 @@ def _to_torch(arr: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(arr if arr.flags.writeable else arr.copy())
 
 
-def convert(obj, example_inputs, dynamic_shapes=None) -> tuple[Module, Signature, object]:
+def convert(obj, example_inputs, dynamic_shapes=None, dynamic: bool = False) -> tuple[Module, Signature, object]:
     """Export `obj` with `example_inputs` and convert the program: (IR module, signature, program)."""
     from .exporter import as_module, export_program, forward_arg_names
     from .program import ProgramWalker  # here, not at the top: the converters import sympy (0.8 s)
     from .symbols import dim_names
 
     args, kwargs = _split_inputs(example_inputs)
+    if dynamic and dynamic_shapes is None:
+        dynamic_shapes = _every_size_dynamic(args, kwargs)
     program = export_program(obj, args, kwargs, dynamic_shapes)
     names = dim_names(program, dynamic_shapes, forward_arg_names(as_module(obj)))
     module, signature = ProgramWalker(program, names).build()
     return module, signature, program
+
+
+def _every_size_dynamic(args: tuple, kwargs: dict):
+    """`dynamic=True`: every axis of every tensor input may vary (`Dim.AUTO`: export keeps static what the model
+    fixes, such as the features a Linear layer takes)."""
+    def spec(x):
+        return {axis: torch.export.Dim.AUTO for axis in range(x.dim())} if isinstance(x, torch.Tensor) else None
+
+    return {k: spec(v) for k, v in kwargs.items()} if kwargs and not args else tuple(spec(a) for a in args) + \
+        tuple(spec(v) for v in kwargs.values())
 
 
 def _split_inputs(example_inputs) -> tuple[tuple, dict]:
@@ -101,7 +113,8 @@ def compile_module(obj, example_inputs, **options) -> CompiledModule:
 
     `example_inputs` is a tensor, a tuple of positional inputs or a dict of keyword inputs. Options:
     `dynamic_shapes` (as `torch.export` takes them, with `torch.export.Dim`s; they become symbolic dims named
-    after the Dims), `passes` (extra IR passes), `target` ("cpu" or "interpreter"), `level` (0-2), `cache`
+    after the Dims; an example size of 1 on a dynamic axis is fine), `dynamic=True` (every size may vary, except
+    those the model fixes: `Dim.AUTO` on every axis, symbols named `x_0` for input x's axis 0), `passes` (extra IR passes), `target` ("cpu" or "interpreter"), `level` (0-2), `cache`
     (default True: look in the artifact cache first, keyed by the module's code, attributes and weights, and
     save what is compiled; a hit runs neither `torch.export` nor a pass; see `cache_key.py`).
     """
@@ -114,7 +127,8 @@ def compile_module(obj, example_inputs, **options) -> CompiledModule:
     hit = store.load(key) if key else None
     if hit is not None:
         return CompiledModule(hit[0], signature_from_json(hit[1]))
-    module, signature, program = convert(obj, example_inputs, options.get("dynamic_shapes"))
+    module, signature, program = convert(obj, example_inputs, options.get("dynamic_shapes"),
+                                         options.get("dynamic", False))
     executable = compiler.compile_module(module, target=options.get("target", "cpu"),
                                          passes=options.get("passes", ()), level=options.get("level", 2))
     if key:

@@ -55,16 +55,75 @@ def eval_mode(module: torch.nn.Module):
 
 
 def export_program(obj, args: tuple, kwargs: dict, dynamic_shapes=None):
-    """The core-ATen `ExportedProgram` of `obj` called with example `args` and `kwargs`."""
+    """The core-ATen `ExportedProgram` of `obj` called with example `args` and `kwargs`.
+
+    torch.export specialises every size that is 1 in the example, even one marked dynamic (`Constraints
+    violated (batch)` for a batch-1 example). Such examples are widened to 2 along the dynamic axes first (the
+    values are repeated: export reads sizes, not values), then along axis 0 alone (a channel of 1 that a conv
+    fixes); if no widened example exports, the original one is exported as given.
+    """
     module = as_module(obj)
+    wider = _widened_examples(args, kwargs, dynamic_shapes, forward_arg_names(module)) if dynamic_shapes else []
     with eval_mode(module), torch.no_grad():
+        for wide_args, wide_kwargs in wider:
+            try:
+                return _core(torch.export.export(module, wide_args, wide_kwargs, dynamic_shapes=dynamic_shapes))
+            except Exception:  # noqa: BLE001 (the example as given is tried last: its error is the one to report)
+                continue
         try:
             program = torch.export.export(module, tuple(args), dict(kwargs), dynamic_shapes=dynamic_shapes)
         except Exception as e:  # torch's message says what to change; keep it, under Cuvil's error type
-            hint = " (for a transformers model, set config.use_cache=False)" if "Cache" in str(e) else ""
-            raise UnsupportedError(f"torch.export could not capture {type(obj).__name__}{hint}: "
+            raise UnsupportedError(f"torch.export could not capture {type(obj).__name__}{_hint(e)}: "
                                    f"{type(e).__name__}: {e}") from e
+    return _core(program)
+
+
+def _core(program):
     return program.run_decompositions(_decomposition_table().copy())
+
+
+def _hint(e: Exception) -> str:
+    text = str(e)
+    if "Cache" in text:
+        return " (for a transformers model, set config.use_cache=False)"
+    if "specialized it to be a constant (1)" in text:
+        return (" (torch.export fixes a size that is 1 in the example; Cuvil retried with it widened to 2 and the "
+                "model did not export that way: give an example whose dynamic sizes are at least 2)")
+    return ""
+
+
+def _widened_examples(args: tuple, kwargs: dict, dynamic_shapes, names: list) -> list:
+    """Examples with the top-level tensor inputs that are 1 along an axis marked dynamic repeated to 2 along it:
+    along every such axis, then along axis 0 only; the distinct ones that differ from the original."""
+    specs = dynamic_shapes if isinstance(dynamic_shapes, dict) else dict(zip(names, dynamic_shapes))
+
+    def widen(name, x, axes):
+        spec = specs.get(name)
+        spec = dict(enumerate(spec)) if isinstance(spec, (list, tuple)) else spec
+        if not isinstance(x, torch.Tensor) or not isinstance(spec, dict):
+            return x
+        for axis, dim in spec.items():
+            if axis in axes and _is_dynamic(dim) and x.shape[axis] == 1:
+                x = torch.cat([x, x], dim=axis)
+        return x
+
+    out, seen = [], {_sizes(args, kwargs)}
+    for axes in (range(64), (0,)):
+        wide = (tuple(widen(n, a, axes) for n, a in zip([*names, *[None] * len(args)], args)),
+                {k: widen(k, v, axes) for k, v in kwargs.items()})
+        if _sizes(*wide) not in seen:
+            seen.add(_sizes(*wide))
+            out.append(wide)
+    return out
+
+
+def _sizes(args: tuple, kwargs: dict) -> tuple:
+    return tuple(tuple(x.shape) if isinstance(x, torch.Tensor) else None for x in (*args, *kwargs.values()))
+
+
+def _is_dynamic(dim) -> bool:
+    hint = getattr(torch.export.Dim, "STATIC", None)
+    return isinstance(dim, torch.export.Dim) or (isinstance(dim, type(torch.export.Dim.AUTO)) and dim is not hint)
 
 
 @functools.cache

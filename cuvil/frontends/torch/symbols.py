@@ -93,6 +93,8 @@ def dim_names(program, dynamic_shapes, arg_names: list) -> dict:
             if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol and isinstance(name, str) \
                     and name.isidentifier():
                 out[size.node.expr.name] = name
+            elif isinstance(size, torch.SymInt) and size.node.expr.is_Symbol and dim is torch.export.Dim.AUTO:
+                out.setdefault(size.node.expr.name, f"{node.target}_{axis}")  # `dynamic=True`: x_0 for x's axis 0
     return _multiples(program, specs, out)
 
 
