@@ -63,6 +63,7 @@ def export_program(obj, args: tuple, kwargs: dict, dynamic_shapes=None):
     fixes); if no widened example exports, the original one is exported as given.
     """
     module = as_module(obj)
+    _register_cache_pytrees(module)
     wider = _widened_examples(args, kwargs, dynamic_shapes, forward_arg_names(module)) if dynamic_shapes else []
     with eval_mode(module), torch.no_grad():
         for wide_args, wide_kwargs in wider:
@@ -75,10 +76,31 @@ def export_program(obj, args: tuple, kwargs: dict, dynamic_shapes=None):
         except Exception as e:  # torch's message says what to change; keep it, under Cuvil's error type
             raise UnsupportedError(f"torch.export could not capture {type(obj).__name__}{_hint(e)}: "
                                    f"{type(e).__name__}: {e}") from e
-    return _core(program)
+    try:
+        return _core(program)
+    except Exception as e:  # noqa: BLE001 (torch's own decomposition failed: say where, keep its words)
+        raise UnsupportedError(f"torch could not bring the exported {type(obj).__name__} to core ATen ops "
+                               f"(run_decompositions): {type(e).__name__}: {e}") from e
+
+
+def _register_cache_pytrees(module: torch.nn.Module) -> None:
+    """A transformers decoder returns (and takes) its KV cache as a `DynamicCache`: registered as a pytree, it
+    is flattened to its key and value tensors, so models compile with their default `use_cache=True`."""
+    if not type(module).__module__.startswith("transformers."):
+        return
+    try:
+        from transformers.integrations.executorch import register_dynamic_cache_export_support
+    except ImportError:  # an older transformers: export then names the cache type in its error
+        return
+    register_dynamic_cache_export_support()
 
 
 def _core(program):
+    """The program at the core-ATen level. Tensors that forward creates (`torch.tensor([])` in a transformers
+    cache layer) are lifted under qualified names (`h.0.attn.lifted_tensor_0`), but run_decompositions looks
+    them up by the last part: each is given that name too (they are numbered across the model, so unique)."""
+    for name in [k for k in program.constants if "." in k and "lifted_tensor" in k]:
+        program.constants.setdefault(name.rsplit(".", 1)[1], program.constants[name])
     return program.run_decompositions(_decomposition_table().copy())
 
 
