@@ -12,6 +12,7 @@ import inspect
 import torch
 
 from ...errors import UnsupportedError
+from .quantized import exportable_copy, has_quantized_modules
 
 PRESERVED = ("linear", "layer_norm", "scaled_dot_product_attention", "matmul")
 
@@ -64,6 +65,8 @@ def export_program(obj, args: tuple, kwargs: dict, dynamic_shapes=None):
     """
     module = as_module(obj)
     _register_cache_pytrees(module)
+    if has_quantized_modules(module):
+        module = exportable_copy(module)
     wider = _widened_examples(args, kwargs, dynamic_shapes, forward_arg_names(module)) if dynamic_shapes else []
     with eval_mode(module), torch.no_grad():
         for wide_args, wide_kwargs in wider:
