@@ -11,9 +11,9 @@ What decides the exported program, and so the key:
 Hashing the weights dominates: SHA-1 at about 1.4 GB/s, so ResNet-18's 47 MB take about 35 ms and BERT-base's
 440 MB about 0.3 s. An attribute whose text is not stable across processes (an object printed with its
 address) makes the module uncacheable rather than risk a wrong hit (logged at INFO with the reason); so does
-a plain function, whose closure and globals the key cannot see. Code that `forward` reaches outside the classes' own files (a helper in
-another module of the user's) is not covered: after editing only such code, pass `cache=False` once or clear
-the cache (`cuvil.cache.clear()`).
+a plain function, whose closure and globals the key cannot see. Code that `forward` reaches outside the
+classes' own files (a helper in another module of the user's) is not covered: after editing only such code,
+pass `cache=False` once or clear the cache (`cuvil.cache.clear()`).
 """
 from __future__ import annotations
 

@@ -112,11 +112,12 @@ def compile_module(obj, example_inputs, **options) -> CompiledModule:
     """Compile a `torch.nn.Module` (or a function of tensors) for the example inputs.
 
     `example_inputs` is a tensor, a tuple of positional inputs or a dict of keyword inputs. Options:
-    `dynamic_shapes` (as `torch.export` takes them, with `torch.export.Dim`s; they become symbolic dims named
-    after the Dims; an example size of 1 on a dynamic axis is fine), `dynamic=True` (every size may vary, except
-    those the model fixes: `Dim.AUTO` on every axis, symbols named `x_0` for input x's axis 0), `passes` (extra IR passes), `target` ("cpu" or "interpreter"), `level` (0-2), `cache`
-    (default True: look in the artifact cache first, keyed by the module's code, attributes and weights, and
-    save what is compiled; a hit runs neither `torch.export` nor a pass; see `cache_key.py`).
+    `dynamic_shapes` (as `torch.export` takes them, with `torch.export.Dim`s; they become symbolic dims named after
+    the Dims; an example size of 1 on a dynamic axis is fine), `dynamic=True` (every size may vary, except those the
+    model fixes: `Dim.AUTO` on every axis, symbols named `x_0` for input x's axis 0), `passes` (extra IR passes),
+    `target` ("cpu" or "interpreter"), `level` (0-2), `cache` (default True: look in the artifact cache first, keyed
+    by the module's code, attributes and weights, and save what is compiled; a hit runs neither `torch.export` nor a
+    pass; see `cache_key.py`).
     """
     unknown = sorted(set(options) - set(_OPTIONS))
     if unknown:
