@@ -47,6 +47,8 @@ class OpDef:
     traits: frozenset = frozenset()
     doc: str = ""
     c_expr: Optional[str] = None  # elementwise user ops: C for one element, operands as {0}, {1}, ...
+    torch_op: Optional[str] = None  # "mylib::add_relu": the torch.library op that frontends translate to this op
+    onnx_op: Optional[str] = None  # "com.example::AddRelu": the ONNX node (domain::op_type) likewise
 
     @property
     def is_composite(self) -> bool:
@@ -84,10 +86,13 @@ _REGISTRY: dict[str, OpDef] = {}
 
 
 def register_op(name: str, *, operands=1, results=1, attrs=None, shape=None, reference=None, decompose=None,
-                normalize=None, regions=0, traits=(), doc="", c_expr=None, replace=False) -> OpDef:
+                normalize=None, regions=0, traits=(), doc="", c_expr=None, torch_op=None, onnx_op=None,
+                replace=False) -> OpDef:
     """Declare an op. Users add custom ops the same way; an elementwise op with a `c_expr` (C for one
     element, operands as `{0}`, `{1}`, computed in float for float types) joins the CPU backend's fused
-    loop kernels.
+    loop kernels. `torch_op="ns::name"` (a `torch.library` op) and `onnx_op="domain::OpType"` (a node of a
+    custom ONNX domain) name what the frontends translate to it: tensor arguments become operands in order,
+    the others attributes of the same name.
 
     >>> import numpy as np, cuvil
     >>> from cuvil.ops import same_as_operand
@@ -98,10 +103,19 @@ def register_op(name: str, *, operands=1, results=1, attrs=None, shape=None, ref
         raise ValueError(f"op '{name}' is already registered")
     if shape is None:
         raise ValueError(f"op '{name}' needs a shape rule")
+    for what, bridge in (("torch_op", torch_op), ("onnx_op", onnx_op)):
+        if bridge is not None and (not isinstance(bridge, str) or bridge.count("::") != 1 or
+                                   not all(bridge.split("::"))):
+            raise ValueError(f"op '{name}': {what} must read 'namespace::name', got {bridge!r}")
     op = OpDef(name, operands, results, dict(attrs or {}), shape, reference, decompose, normalize, regions,
-               frozenset(traits), doc, c_expr)
+               frozenset(traits), doc, c_expr, torch_op, onnx_op)
     _REGISTRY[name] = op
     return op
+
+
+def bridged_op(kind: str, qualified: str) -> Optional[OpDef]:
+    """The op declared with `torch_op` or `onnx_op` (`kind`) equal to `qualified` ("ns::name"), if any."""
+    return next((op for op in _REGISTRY.values() if getattr(op, kind) == qualified), None)
 
 
 def get_op(name: str) -> OpDef:

@@ -203,7 +203,8 @@ class CodeGen:
         elif op.name in library.EMITTERS:
             library.EMITTERS[op.name](self, op, depth)
         else:
-            raise UnsupportedError(f"the CPU backend cannot compile '{op.name}'", op.loc)
+            raise UnsupportedError(f"the CPU backend cannot compile '{op.name}': declare it with a c_expr (C for one "
+                                   f"element, if it is elementwise) or a decompose into existing ops", op.loc)
 
     def args_of(self, values) -> list:
         return [self.ptr[id(v)] for v in values]

@@ -17,6 +17,7 @@ from ...errors import UnsupportedError
 from ...ir.core import Value
 from ...ir.dtypes import DType
 from ...ir.symbolic import SymExpr
+from ...ops import registry
 from ...ops.common import broadcast_shapes
 
 CONVERTERS: dict[str, Callable] = {}
@@ -38,10 +39,28 @@ def aten(*names: str):
 
 
 def lookup(target) -> Callable | None:
-    """The converter of an FX call target: its exact overload first, then its overload packet."""
+    """The converter of an FX call target: its exact overload first, then its overload packet, then a user op
+    declared with `register_op(..., torch_op="ns::name")`."""
     name = "getitem" if getattr(target, "__name__", None) == "getitem" else str(target)
     packet = getattr(target, "overloadpacket", None)
-    return CONVERTERS.get(name) or (CONVERTERS.get(str(packet)) if packet is not None else None)
+    found = CONVERTERS.get(name) or (CONVERTERS.get(str(packet)) if packet is not None else None)
+    if found is None and packet is not None:
+        opdef = registry.bridged_op("torch_op", str(packet).replace(".", "::", 1))
+        return _bridge(opdef, target._schema) if opdef is not None else None
+    return found
+
+
+def _bridge(opdef, schema) -> Callable:
+    """The converter of a user's torch.library op: tensors are operands (broadcast to the result for elementwise
+    ops), other arguments attributes of the same name."""
+    def convert(cx, *args):
+        tensors = [a for a in args if isinstance(a, Value)]
+        if "elementwise" in opdef.traits:
+            tensors = [cx.broadcast(t, cx.out_shape()) for t in tensors]
+        attrs = {arg.name: v for arg, v in zip(schema.arguments, args)
+                 if not isinstance(v, Value) and arg.name in opdef.attrs}
+        return cx.b.emit(opdef.name, *tensors, **attrs)
+    return convert
 
 
 def source_text(node) -> str:
