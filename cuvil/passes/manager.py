@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from collections import defaultdict
 from typing import Iterable, Optional, Union
@@ -113,9 +114,13 @@ class PassManager:
         return changed
 
     def _dump(self, name: str, when: str, module: Module) -> None:
+        """On the "cuvil.passes" logger, or on stderr when that logger would drop it: a dump was asked for."""
         text = print_module(module, elide_constants_over=16)
         self.dumps.append((name, when, text))
-        log.info("IR %s pass '%s':\n%s", when, name, text)
+        if log.isEnabledFor(logging.INFO):
+            log.info("IR %s pass '%s':\n%s", when, name, text)
+        else:
+            sys.stderr.write(f"[cuvil] IR {when} pass '{name}':\n{text}\n")
 
     def timing_report(self) -> str:
         rows = sorted(self.timings.items(), key=lambda kv: -kv[1])

@@ -62,10 +62,12 @@ def test_timings_and_dumps(caplog):
     assert "dce" in manager.timing_report()
 
 
-def test_dump_from_environment(monkeypatch):
+def test_dump_from_environment(monkeypatch, capfd):
+    """Asked for by name, the dump shows without any logging set up (on stderr)."""
     monkeypatch.setenv("CUVIL_DUMP_IR", "canonicalize")
     manager = run_pipeline(tiny())
     assert {n for n, _, _ in manager.dumps} == {"canonicalize"}
+    assert "IR after pass 'canonicalize'" in capfd.readouterr().err
 
 
 def test_user_pass_is_placed_by_its_anchor_and_runs():
