@@ -5,7 +5,8 @@
 
     cuvil.compile(torch_module, example_inputs)  # a torch.nn.Module: through torch.export
     cuvil.load_onnx("model.onnx")                # an ONNX model
-    cuvil.compile_to_ir(jax_fn, *specs)          # a JAX function: through its jaxpr
+    cuvil.compile(jax_fn, example_inputs)        # a JAX function (JAX arrays): through its jaxpr
+    cuvil.compile_to_ir(jax_fn, *specs)          # its IR only, for symbolic specs
 """
 from __future__ import annotations
 
@@ -31,10 +32,16 @@ def jit(fn: Optional[Callable] = None, **options) -> Any:
 
 
 def compile(obj: Any = None, example_inputs=None, **options) -> Any:  # noqa: A001 (the seed's public name)
-    """`cuvil.compile(module, example_inputs)` for PyTorch modules and functions; `@cuvil.compile` on a
-    plain Python function is `@cuvil.jit`."""
+    """`cuvil.compile(module, example_inputs)` for PyTorch modules and functions, and for JAX functions when the
+    example inputs are JAX arrays (compiled through the jaxpr at once); `@cuvil.compile` on a plain Python
+    function is `@cuvil.jit`."""
     if obj is None:
         return lambda f: compile(f, example_inputs, **options)
+    if example_inputs is not None and _has_jax_arrays(example_inputs):
+        from .frontends.jax import jit as jax_jit
+
+        inputs = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
+        return jax_jit(obj, **options).compile_for(*inputs)
     if _is_torch_module(obj) or example_inputs is not None:
         from .frontends.torch import compile_module
 
@@ -55,6 +62,11 @@ def compile_to_ir(fn: Callable, *specs, **options) -> Any:
     from .frontends.jax import compile_to_ir as _to_ir
 
     return _to_ir(fn, *specs, **options)
+
+
+def _has_jax_arrays(example_inputs) -> bool:
+    leaves = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
+    return any(type(x).__module__.startswith("jax") and hasattr(x, "shape") for x in leaves)  # jax not imported
 
 
 def _is_torch_module(obj) -> bool:

@@ -74,6 +74,20 @@ class JaxFunction:
         self.__wrapped__ = fn
 
     def __call__(self, *args):
+        leaves, arrays, (executable, out_tree) = self._compiled(args)
+        outs = executable(*arrays)
+        if any(isinstance(x, jax.Array) for x in leaves):
+            outs = [jax.numpy.asarray(o) for o in outs]
+        return jax.tree_util.tree_unflatten(out_tree, outs)
+
+    def compile_for(self, *args) -> "JaxFunction":
+        """Compile for these example inputs now (what `cuvil.compile(jax_fn, example_inputs)` does)."""
+        self._compiled(args)
+        return self
+
+    def _compiled(self, args) -> tuple:
+        """(input leaves, them as NumPy, (executable, output tree)) for a call with `args`, compiling once per
+        signature."""
         paths, tree = jax.tree_util.tree_flatten_with_path(args)
         leaves = [leaf for _, leaf in paths]
         arrays = [_as_array(x) for x in leaves]
@@ -84,11 +98,7 @@ class JaxFunction:
             scope = jax.export.SymbolicScope()
             specs = [jax.ShapeDtypeStruct(_shape(a.shape, dims, scope), a.dtype) for a, dims in zip(arrays, symbolic)]
             self.cache[key] = self._compile(jax.tree_util.tree_unflatten(tree, specs))
-        executable, out_tree = self.cache[key]
-        outs = executable(*arrays)
-        if any(isinstance(x, jax.Array) for x in leaves):
-            outs = [jax.numpy.asarray(o) for o in outs]
-        return jax.tree_util.tree_unflatten(out_tree, outs)
+        return leaves, arrays, self.cache[key]
 
     def _symbolic_axes(self, path) -> dict:
         """{axis: name} for a top-level array argument named in `dynamic_dims`."""

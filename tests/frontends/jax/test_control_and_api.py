@@ -141,3 +141,17 @@ def test_jit_with_dynamic_dims_compiles_once():
         np.testing.assert_allclose(f(x, w), np.tanh(x @ w), rtol=1e-5, atol=1e-6)
     assert len(f.cache) == 1
     assert str(f.module.main.args[0].type) == "f32[batch,4]"
+
+
+def test_one_step_paths_for_jax_functions():
+    """`cuvil.compile(jax_fn, example_inputs)` compiles at once; `cuvil.jit` on a JAX function called with JAX
+    arrays goes through the jaxpr; both run like the function."""
+    def f(x, y):
+        return jnp.tanh(x) * 2 + jnp.sum(y, axis=0)
+
+    x, y = jnp.ones((3, 4), jnp.float32) * 0.5, jnp.arange(8, dtype=jnp.float32).reshape(2, 4)
+    compiled = cuvil.compile(f, (x, y))
+    assert len(compiled.cache) == 1 and "tanh" in cuvil.inspect_ir(compiled)
+    np.testing.assert_allclose(np.asarray(compiled(x, y)), np.asarray(f(x, y)), rtol=1e-6)
+    assert len(compiled.cache) == 1  # the call reused what compile built
+    np.testing.assert_allclose(np.asarray(cuvil.jit(f)(x, y)), np.asarray(f(x, y)), rtol=1e-6)
