@@ -71,7 +71,8 @@ def _to_torch(arr: np.ndarray) -> torch.Tensor:
     """Zero-copy where NumPy allows it; read-only arrays (module constants) are copied, since torch tensors
     must be writable."""
     if arr.dtype.name == "bfloat16":
-        return torch.from_numpy(np.ascontiguousarray(arr).view(np.int16)).view(torch.bfloat16)
+        arr = arr if arr.flags.c_contiguous else arr.copy()  # not ascontiguousarray: it makes a 0-d array 1-d
+        return torch.from_numpy(arr.view(np.int16)).view(torch.bfloat16)
     return torch.from_numpy(arr if arr.flags.writeable else arr.copy())
 
 

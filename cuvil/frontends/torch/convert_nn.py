@@ -179,6 +179,9 @@ def _safe_softmax(cx, x, axis):
 def sdpa(cx, q, k, v, mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
     """softmax(q @ k^T * scale + mask) @ v; a bool mask (or is_causal) sets the excluded scores to -inf, and
     rows with every score excluded give zeros (PyTorch's safe softmax)."""
+    if dropout_p:
+        raise cx.error(f"dropout_p={dropout_p} drops random attention weights even in eval mode; Cuvil compiles "
+                       f"deterministic inference: pass dropout_p=0.0 (e.g. `dropout_p=self.p if self.training else 0`)")
     t = q.type
     if enable_gqa and k.type.shape[-3] != t.shape[-3]:
         k, v = (_repeat_heads(cx, z, t.shape[-3]) for z in (k, v))
@@ -240,7 +243,13 @@ def adaptive_pool(cx, x, output_size):
     with static sizes, one axis at a time (window i covers [floor(i*n/o), ceil((i+1)*n/o)) on each axis, so the
     max or mean over the box is the max or mean over each axis in turn)."""
     is_max = "max" in cx.op_name
-    spatial, out = x.type.shape[2:], cx.out_shape(0 if is_max else None)[2:]
+    s = int(cx.op_name[-2])  # adaptive_avg_pool2d: 2 spatial axes
+    if x.type.rank == s + 1:  # an unbatched input: pooled as a batch of one
+        y = adaptive_pool(_Batched(cx), cx.b.reshape(x, shape=(1, *x.type.shape)), output_size)
+        y = y[0] if is_max else y
+        y = cx.b.reshape(y, shape=y.type.shape[1:])
+        return (y, None) if is_max else y
+    spatial, out = x.type.shape[2:], cx.out_shape(0 if is_max else None)[-s:]
     reduce = "reduce_max" if is_max else "reduce_mean"
     if all(o == 1 for o in out):
         y = cx.b.emit(reduce, x, axes=list(range(2, x.type.rank)), keepdims=True)
@@ -255,6 +264,16 @@ def adaptive_pool(cx, x, output_size):
         raise cx.error(f"adaptive pooling from {list(spatial)} to {list(out)} with symbolic sizes needs input sizes "
                        f"that are multiples of the output sizes")
     return (y, None) if is_max else y
+
+
+class _Batched:
+    """The context of an adaptive pool seen with a batch axis in front (for unbatched inputs)."""
+
+    def __init__(self, cx):
+        self.b, self.op_name, self.error, self._cx = cx.b, cx.op_name, cx.error, cx
+
+    def out_shape(self, i=None):
+        return (1, *self._cx.out_shape(i))
 
 
 def _adaptive_axis(cx, x, axis: int, n: int, o: int, reduce: str):

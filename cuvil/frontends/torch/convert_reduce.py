@@ -15,6 +15,8 @@ from .convert_elementwise import _arith
 
 
 def _axes(x, dim) -> tuple:
+    if x.type.rank == 0:  # PyTorch takes dim 0 or -1 of a 0-d tensor: the reduction leaves it as it is
+        return ()
     if dim is None:
         return tuple(range(x.type.rank))
     dims = [dim] if isinstance(dim, int) else list(dim)
@@ -88,8 +90,11 @@ def any_all(cx, x, dim=None, keepdim=False):
 def vector_norm(cx, x, ord=2, dim=None, keepdim=False, dtype=None):
     x = cx.tensor(x, cx.out_dtype())
     axes, keep, t = _axes(x, dim), bool(keepdim), x.type
-    if ord == math.inf:
-        return cx.b.reduce_max(cx.b.abs(x), axes=axes, keepdims=keep)
+    if ord in (math.inf, -math.inf):
+        return cx.b.emit("reduce_max" if ord > 0 else "reduce_min", cx.b.abs(x), axes=axes, keepdims=keep)
+    if ord == 0:  # the number of nonzero elements
+        nonzero = cx.b.cast(cx.b.ne(x, cx.tensor(0, t.dtype, t.shape)), dtype=t.dtype)
+        return cx.b.reduce_sum(nonzero, axes=axes, keepdims=keep)
     if ord == 1:
         return cx.b.reduce_sum(cx.b.abs(x), axes=axes, keepdims=keep)
     if ord == 2:

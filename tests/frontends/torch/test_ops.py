@@ -156,6 +156,18 @@ CASES = {
                                   (r(2, 4, 3, 2), r(2, 1, 3, 2), r(2, 1, 3, 2))),
     "attention_gqa": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True),
                       (r(1, 4, 3, 2), r(1, 2, 3, 2), r(1, 2, 3, 2))),
+    # What the OpInfo sweep (bench/opinfo.py) found: unbatched adaptive pools, norms of order -inf and 0,
+    # reductions over dim 0 of a 0-d tensor, a 0-d bfloat16 result.
+    "opinfo_unbatched_adaptive_pools": (lambda x: (F.adaptive_avg_pool2d(x, (3, 2)), F.adaptive_max_pool2d(x, (2, 3)),
+                                                   F.adaptive_avg_pool1d(x[0], 3), F.adaptive_avg_pool3d(x[None], (1, 2, 2)),
+                                                   F.adaptive_avg_pool2d(x, 1)), (r(8, 5, 7),)),
+    "opinfo_norm_orders": (lambda x: (torch.linalg.vector_norm(x, ord=float("-inf")),
+                                      torch.linalg.vector_norm(x, ord=0, dim=1), torch.norm(x, p=float("-inf")),
+                                      torch.linalg.vector_norm(x, ord=-2, dim=0)),
+                           (torch.tensor([[0.0, 1.5, -2.0], [0.0, 0.0, 3.0]]),)),
+    "opinfo_zero_dim_reductions": (lambda x: (x.sum(0), x.mean(-1), x.amax(0), x.logsumexp(0), x.all(0), x.any(-1),
+                                              x.prod(0), x.sum(0, keepdim=True)), (torch.tensor(1.5),)),
+    "opinfo_zero_dim_bfloat16": (lambda x: (x.bfloat16(), x.to(torch.float16)), (torch.tensor(1.5),)),
 }
 
 
@@ -163,6 +175,16 @@ CASES = {
 def test_converter_matches_pytorch(name):
     fn, inputs = CASES[name]
     check(fn, *inputs)
+
+
+def test_attention_dropout_is_refused_not_skipped():
+    import cuvil
+
+    def fn(q):
+        return F.scaled_dot_product_attention(q, q, q, dropout_p=0.5)
+
+    with pytest.raises(cuvil.UnsupportedError, match="dropout_p=0.5"):
+        check(fn, r(1, 2, 3, 4))
 
 
 def test_dynamic_dims_through_views_and_reductions():

@@ -1,0 +1,147 @@
+"""PyTorch's own operator database (OpInfo `op_db`) through `cuvil.compile`: the torch route's yardstick.
+
+    python -m bench.opinfo                         # every op, float32 on the CPU, compiled; prints the summary
+    python -m bench.opinfo --target interpreter    # the frontend alone (faster)
+    python -m bench.opinfo -k norm --verbose       # ops whose name contains "norm", one line per sample
+
+Each op's first `--samples` sample inputs are wrapped in a small module (the sample's tensors as inputs, its
+other arguments fixed) and exported; the ops that torch.export cannot capture are counted apart. The rest are
+compiled and compared with eager PyTorch (float32: rtol 1e-4, atol 1e-5; integers and booleans exactly). An op
+passes when every sample passes. Outcomes: pass, refused (a Cuvil error naming what is unsupported), wrong
+(values or shapes differ), internal (an exception that is not a Cuvil error). Needs `expecttest`.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import sys
+import warnings
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+import torch  # noqa: E402
+import torch.utils._pytree as pytree  # noqa: E402
+
+import cuvil  # noqa: E402
+
+RANDOM = ("bernoulli", "normal", "uniform", "rand", "multinomial", "dropout", "poisson", "randint")
+
+
+class Sample(torch.nn.Module):
+    """One sample as a module: its tensors are the inputs, everything else is fixed."""
+
+    def __init__(self, op, template):
+        super().__init__()
+        self.op, self.template = op, template
+
+    def forward(self, *tensors):
+        it = iter(tensors)
+        args, kwargs = pytree.tree_map(lambda x: next(it) if isinstance(x, torch.Tensor) else x, self.template)
+        return self.op(*args, **kwargs)
+
+
+def samples(opinfo, n: int) -> list:
+    try:
+        out = []
+        for s in opinfo.sample_inputs("cpu", torch.float32, requires_grad=False):
+            out.append(((s.input, *s.args), dict(s.kwargs)))
+            if len(out) == n:
+                break
+        return out
+    except Exception:  # noqa: BLE001 (an op whose samples cannot be made here)
+        return []
+
+
+def close(got, want) -> bool:
+    got, want = pytree.tree_leaves(got), pytree.tree_leaves(want)
+    if len(got) != len(want):
+        return False
+    for g, w in zip(got, want):
+        if not isinstance(w, torch.Tensor):
+            if g != w:
+                return False
+            continue
+        if not isinstance(g, torch.Tensor) or g.shape != w.shape or g.dtype != w.dtype:
+            return False
+        exact = not (w.is_floating_point() or w.is_complex())
+        if not torch.allclose(g, w, rtol=0 if exact else 1e-4, atol=0 if exact else 1e-5, equal_nan=True):
+            return False
+    return True
+
+
+def run_sample(opinfo, template, target: str) -> tuple[str, str]:
+    """(outcome, detail) of one sample: "export", "pass", "refused", "wrong" or "internal"."""
+    module = Sample(opinfo.op, template)
+    tensors = tuple(x for x in pytree.tree_leaves(template) if isinstance(x, torch.Tensor))
+    try:
+        with torch.no_grad():
+            want = module(*tensors)
+    except Exception as e:  # noqa: BLE001
+        return "export", f"eager: {type(e).__name__}: {str(e)[:120]}"
+    try:
+        compiled = cuvil.compile(module, tensors, target=target, cache=False)
+        got = compiled(*tensors)
+    except cuvil.CuvilError as e:
+        if "torch.export could not capture" in str(e):
+            return "export", str(e)[:160]
+        return "refused", f"{type(e).__name__}: {str(e)[:200]}"
+    except Exception as e:  # noqa: BLE001
+        return "internal", f"{type(e).__name__}: {str(e)[:200]}"
+    return ("pass", "") if close(got, want) else ("wrong", _difference(got, want))
+
+
+def _difference(got, want) -> str:
+    g, w = pytree.tree_leaves(got), pytree.tree_leaves(want)
+    shapes = [(tuple(getattr(a, "shape", ())), tuple(getattr(b, "shape", ()))) for a, b in zip(g, w)]
+    return f"got {shapes} ({len(g)} outputs), want {len(w)} outputs"
+
+
+def sweep(ops, n: int, target: str, verbose: bool) -> dict:
+    per_op = {}
+    for opinfo in ops:
+        outcomes = []
+        for template in samples(opinfo, n):
+            if any(word in opinfo.name for word in RANDOM):
+                outcomes.append(("export", "random op"))
+                break
+            outcome, detail = run_sample(opinfo, template, target)
+            outcomes.append((outcome, detail))
+            if verbose:
+                print(f"{opinfo.name:40s} {outcome:9s} {detail}", flush=True)
+        kinds = [o for o, _ in outcomes]
+        worst = next((k for k in ("internal", "wrong", "refused", "export") if k in kinds), "pass") if kinds else "none"
+        if worst == "export" and "pass" in kinds:
+            worst = "pass"  # some samples do not export; the others pass
+        name = opinfo.name + (f".{opinfo.variant_test_name}" if opinfo.variant_test_name else "")
+        per_op[name] = (worst, next((d for o, d in outcomes if o == worst), ""))
+        print(f"[{len(per_op)}/{len(ops)}] {name}: {worst}", file=sys.stderr, flush=True)
+    return per_op
+
+
+def main(argv=None) -> int:
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-k", default="", help="only ops whose name contains this")
+    p.add_argument("--samples", type=int, default=2)
+    p.add_argument("--target", default="cpu", choices=("cpu", "interpreter"))
+    p.add_argument("--verbose", action="store_true")
+    args = p.parse_args(argv)
+    warnings.filterwarnings("ignore")
+    ops = [o for o in op_db if args.k in o.name and torch.float32 in o.supported_dtypes("cpu")]
+    per_op = sweep(ops, args.samples, args.target, args.verbose)
+    counts = collections.Counter(kind for kind, _ in per_op.values())
+    exported = sum(v for k, v in counts.items() if k not in ("export", "none"))
+    for kind in ("wrong", "internal", "refused"):
+        for name, (k, detail) in sorted(per_op.items()):
+            if k == kind:
+                print(f"{kind:9s} {name:40s} {detail}")
+    print(f"\n{len(per_op)} ops; {exported} export; of those {counts['pass']} pass "
+          f"({100 * counts['pass'] / max(exported, 1):.1f}%), {counts['refused']} refused, {counts['wrong']} wrong, "
+          f"{counts['internal']} internal errors; target {args.target}, {args.samples} samples per op")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
