@@ -159,8 +159,8 @@ CASES = {
     # What the OpInfo sweep (bench/opinfo.py) found: unbatched adaptive pools, norms of order -inf and 0,
     # reductions over dim 0 of a 0-d tensor, a 0-d bfloat16 result.
     "opinfo_unbatched_adaptive_pools": (lambda x: (F.adaptive_avg_pool2d(x, (3, 2)), F.adaptive_max_pool2d(x, (2, 3)),
-                                                   F.adaptive_avg_pool1d(x[0], 3), F.adaptive_avg_pool3d(x[None], (1, 2, 2)),
-                                                   F.adaptive_avg_pool2d(x, 1)), (r(8, 5, 7),)),
+                                                   F.adaptive_avg_pool1d(x[0], 3), F.adaptive_avg_pool2d(x, 1),
+                                                   F.adaptive_avg_pool3d(x[None], (1, 2, 2))), (r(8, 5, 7),)),
     "opinfo_norm_orders": (lambda x: (torch.linalg.vector_norm(x, ord=float("-inf")),
                                       torch.linalg.vector_norm(x, ord=0, dim=1), torch.norm(x, p=float("-inf")),
                                       torch.linalg.vector_norm(x, ord=-2, dim=0)),
