@@ -25,7 +25,8 @@ import torch.utils._pytree as pytree  # noqa: E402
 
 import cuvil  # noqa: E402
 
-RANDOM = ("bernoulli", "normal", "uniform", "rand", "multinomial", "dropout", "poisson", "randint")
+# Ops whose values are random or uninitialised: nothing to compare, counted with those that do not export.
+RANDOM = ("bernoulli", "normal", "uniform", "rand", "multinomial", "dropout", "poisson", "randint", "empty")
 
 
 class Sample(torch.nn.Module):

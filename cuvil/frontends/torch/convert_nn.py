@@ -114,16 +114,37 @@ def batch_norm(cx, x, w, b, *args):
     else:
         mean, var, training, eps = args[0], args[1], args[2], args[4]
     if training or mean is None:
-        y = _batch_statistics_norm(cx, x, w, b, float(eps))
+        y, batch_mean, batch_var = _batch_statistics_norm(cx, x, w, b, float(eps))
     else:
         y = batch_norm_inference(cx, x, w, b, mean, var, 0.0, eps)[0]
-    return y if cx.op_name == "batch_norm" else (y, None, None)
+    if cx.op_name == "batch_norm":
+        return y
+    if cx.op_name.endswith("_functional"):  # running statistics: their updates are outputs too
+        updates = _running_updates(cx, x, mean, var, batch_mean, batch_var, float(args[3])) if training \
+            else (mean, var)
+        return (y, None, None, *updates)
+    return y, None, None
+
+
+def _running_updates(cx, x, mean, var, batch_mean, batch_var, momentum):
+    """(1 - momentum) * running + momentum * batch, with the batch variance unbiased, as PyTorch updates them."""
+    count = x.type.numel // x.type.shape[1]
+    if not isinstance(count, int):
+        raise cx.error("batch norm in training mode with symbolic sizes is not supported")
+    unbiased = cx.b.mul(batch_var, cx.tensor(count / max(count - 1, 1), x.type.dtype, batch_var.type.shape))
+    out = []
+    for running, batch in ((mean, batch_mean), (var, unbiased)):
+        t = running.type
+        keep = cx.b.mul(running, cx.tensor(1 - momentum, t.dtype, t.shape))
+        out.append(cx.b.add(keep, cx.b.mul(cx.b.reshape(batch, shape=t.shape), cx.tensor(momentum, t.dtype, t.shape))))
+    return out
 
 
 def _batch_statistics_norm(cx, x, w, b, eps):
+    """The batch-normalised x and the batch's mean and (biased) variance, kept [1, C, 1, ...]."""
     axes = [0] + list(range(2, x.type.rank))
-    mean = cx.broadcast(cx.b.reduce_mean(x, axes=axes, keepdims=True), x.type.shape)
-    dev = cx.b.sub(x, mean)
+    batch_mean = cx.b.reduce_mean(x, axes=axes, keepdims=True)
+    dev = cx.b.sub(x, cx.broadcast(batch_mean, x.type.shape))
     var = cx.b.reduce_mean(cx.b.mul(dev, dev), axes=axes, keepdims=True)
     inv = cx.b.rsqrt(cx.b.add(var, cx.tensor(eps, x.type.dtype, var.type.shape)))
     y = cx.b.mul(dev, cx.broadcast(inv, x.type.shape))
@@ -131,7 +152,7 @@ def _batch_statistics_norm(cx, x, w, b, eps):
     for param, op in ((w, "mul"), (b, "add")):
         if param is not None:
             y = cx.b.emit(op, y, cx.broadcast(cx.b.reshape(param, shape=shape), x.type.shape))
-    return y
+    return y, batch_mean, var
 
 
 @aten("layer_norm", "native_layer_norm")

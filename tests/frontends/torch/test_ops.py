@@ -167,6 +167,9 @@ CASES = {
                            (torch.tensor([[0.0, 1.5, -2.0], [0.0, 0.0, 3.0]]),)),
     "opinfo_zero_dim_reductions": (lambda x: (x.sum(0), x.mean(-1), x.amax(0), x.logsumexp(0), x.all(0), x.any(-1),
                                               x.prod(0), x.sum(0, keepdim=True)), (torch.tensor(1.5),)),
+    "opinfo_instance_norm_with_running_stats": (lambda x, rm, rv: F.instance_norm(x, rm.clone(), rv.clone(),
+                                                                                  use_input_stats=True),
+                                                (r(4, 3, 5), torch.zeros(3), torch.ones(3))),
     "opinfo_zero_dim_bfloat16": (lambda x: (x.bfloat16(), x.to(torch.float16)), (torch.tensor(1.5),)),
 }
 
