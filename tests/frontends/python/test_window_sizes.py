@@ -3,7 +3,6 @@ names the source line and the sizes, as PyTorch raises, instead of NumPy's Value
 import inspect
 
 import pytest
-import torch
 import torch.nn.functional as F
 
 import cuvil
