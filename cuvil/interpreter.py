@@ -12,7 +12,7 @@ import numpy as np
 
 from .errors import IndexRangeError, ShapeError
 from .ir.core import Function, Module, Op, Region
-from .ir.symbolic import SymExpr, describe_constraint, describe_inputs, evaluate
+from .ir.symbolic import SymExpr, evaluate
 from .ir.types import TensorType
 from .ops import registry
 
@@ -34,19 +34,14 @@ def bind_symbols(fn: Function, inputs: Sequence[np.ndarray]) -> dict:
                 env.setdefault(d.terms[0][0][0], n)
     for i, (arg, x) in enumerate(zip(fn.args, inputs)):
         _check_shape(arg.type, x.shape, env, f"input {i} of @{fn.name}")
-    for a, b in fn.constraints:
-        va, vb = _eval(a, env, fn), _eval(b, env, fn)
-        if va != vb:
-            raise ShapeError(f"@{fn.name} needs {describe_constraint(a, b)}, but the inputs give "
-                             f"{describe_inputs(a, b, env)}")
+    for relation in fn.constraints:
+        try:
+            holds = relation.holds(env)
+        except KeyError as e:
+            raise ShapeError(f"@{fn.name}: symbolic size {e.args[0]} is not bound by any input dimension") from None
+        if not holds:
+            raise relation.failure(env)
     return env
-
-
-def _eval(d, env, fn):
-    try:
-        return evaluate(d, env)
-    except KeyError as e:
-        raise ShapeError(f"@{fn.name}: symbolic size {e.args[0]} is not bound by any input dimension") from None
 
 
 def _check_shape(t: TensorType, shape: tuple, env: dict, what: str) -> None:
@@ -75,13 +70,24 @@ class _Interpreter:
             if op.name in ("yield", "return"):
                 return [self.values[id(v)] for v in op.operands]
             rule = _RULES.get(op.name, _Interpreter.reference)
+            shapes = [self.result_shape(op, r.type) for r in op.results]
             outs = rule(self, op, [self.values[id(v)] for v in op.operands])
-            for r, x in zip(op.results, outs):
-                _check_shape(r.type, x.shape, self.env, f"result of '{op.name}' ({op.loc})")
+            for r, x, want in zip(op.results, outs, shapes):
+                if want != tuple(x.shape):
+                    raise ShapeError(f"result of '{op.name}' ({op.loc}) must have shape {r.type} = {want}, "
+                                     f"got {tuple(x.shape)}")
                 if x.dtype != r.type.dtype.numpy:
                     raise ShapeError(f"'{op.name}' reference gave {x.dtype}, its type says {r.type}", op.loc)
                 self.values[id(r)] = x
         raise ShapeError("region has no terminator")
+
+    def result_shape(self, op: Op, t: TensorType) -> tuple:
+        """The sizes of a result at this call; a negative one (a relation no shape rule recorded) is refused
+        before the op runs."""
+        shape = tuple(evaluate(d, self.env) for d in t.shape)
+        if min(shape, default=0) < 0:
+            raise ShapeError(f"'{op.name}' would give a result of shape {t} = {shape}", op.loc)
+        return shape
 
     def reference(self, op: Op, inputs: list) -> list:
         opdef = registry.get_op(op.name)

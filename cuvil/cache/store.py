@@ -33,7 +33,8 @@ from ..backends.cpu import toolchain
 from ..errors import CuvilError
 from ..ir import serialize
 from ..ir.core import Module
-from ..ir.printer import print_module
+from ..ir.parser import parse_relation
+from ..ir.printer import format_relation, print_module
 from ..ir.symbolic import parse_dim
 from ..ir.types import parse_type
 
@@ -99,7 +100,7 @@ def _constants_module(exe, key: str, route: dict, lib_sha256: str) -> Module:
         "key": key, "lib_sha256": lib_sha256, "route": route, "pass_timings": exe.pass_timings,
         "opt_level": backend.opt_level(),
         "args": [str(a.type) for a in fn.args], "arg_names": [a.name for a in fn.args],
-        "results": [str(t) for t in fn.result_types], "constraints": [[str(a), str(b)] for a, b in fn.constraints],
+        "results": [str(t) for t in fn.result_types], "relations": [format_relation(r) for r in fn.constraints],
         "symbols": list(program.symbols), "constants": list(program.constants), "prepared": prepared,
         "plan": [[str(d) for d in slot] for slot in program.plan.slots],
         "ir": print_module(_view(module, {name: module.constants[name] for name in program.constants}),
@@ -154,7 +155,7 @@ def _load_entry(entry: Path, key: str):
     if meta["key"] != key or _sha256(entry / LIB_FILE) != meta["lib_sha256"]:
         raise CuvilError("the library does not match the digest recorded with it")
     fn = _Signature([parse_type(t) for t in meta["args"]], meta["arg_names"], [parse_type(t) for t in meta["results"]],
-                    [(parse_dim(a), parse_dim(b)) for a, b in meta["constraints"]])
+                    [parse_relation(r) for r in meta["relations"]])
     plan = MemoryPlan(slots=[[parse_dim(d) for d in slot] for slot in meta["plan"]])
     kernels.load(meta["opt_level"])  # RTLD_GLOBAL: the model library resolves the kernel ABI against it
     lib = ctypes.CDLL(str(entry / LIB_FILE), mode=ctypes.RTLD_LOCAL)

@@ -1,9 +1,9 @@
 """The tensor IR: types, SSA values, ops with regions, functions, modules and their text and binary forms."""
 from .builder import Builder
-from .core import UNKNOWN_LOC, Function, Location, Module, Op, Region, ShapeContext, Value
+from .core import UNKNOWN_LOC, Function, Location, Module, Op, Region, Relation, ShapeContext, Value
 from .dtypes import DType
 from .symbolic import Dim, SymExpr, parse_dim, sym
 from .types import TensorType, parse_type
 
-__all__ = ["Builder", "DType", "Dim", "Function", "Location", "Module", "Op", "Region", "ShapeContext",
+__all__ = ["Builder", "DType", "Dim", "Function", "Location", "Module", "Op", "Region", "Relation", "ShapeContext",
            "SymExpr", "TensorType", "UNKNOWN_LOC", "Value", "parse_dim", "parse_type", "sym"]

@@ -61,6 +61,7 @@ class Builder:
             if opdef.normalize is not None:
                 attrs = opdef.normalize(types, attrs)
             result_types = opdef.shape(ctx, types, attrs)
+            ctx.require_sizes(name, result_types)
         except ShapeError:
             raise
         except ValueError as e:

@@ -13,7 +13,7 @@ from typing import Iterator, Optional
 import numpy as np
 
 from ..errors import ShapeError
-from .symbolic import Dim, SymExpr, at_least
+from .symbolic import Dim, SymExpr, evaluate, free_symbols, is_nonnegative, split_constant
 from .types import TensorType
 
 
@@ -33,6 +33,70 @@ class Location:
 
 
 UNKNOWN_LOC = Location()
+
+
+@dataclass(frozen=True, eq=False)
+class Relation:
+    """A relation between sizes that an op relies on (`lhs == rhs`, or `lhs >= rhs`: a window fits, an output
+    size is at least 1), checked on every call once the sizes are bound. `what` says what it means in the op's
+    words, with `{lhs}` and `{rhs}` standing for the two sides' values; `loc` is the op's node or line. Two
+    relations are equal when their sizes say the same, whatever their words.
+
+        >>> from cuvil.ir import sym
+        >>> r = Relation(sym("n") + 2, ">=", 5, "'conv': the 5-wide window spans {rhs} but the input has {lhs}")
+        >>> r.failure({"n": 1}).message
+        "'conv': the 5-wide window spans 5 but the input has 3 (n=1)"
+    """
+
+    lhs: Dim
+    kind: str  # "==" or ">="
+    rhs: Dim
+    what: str = ""
+    loc: Location = UNKNOWN_LOC
+
+    def __post_init__(self):
+        if self.kind not in ("==", ">="):
+            raise ValueError(f"a relation is '==' or '>=', not {self.kind!r}")
+        # what it says: equal pairs in either order, and d >= k as d - k >= 0, are the same
+        key = ("==", *sorted((str(self.lhs), str(self.rhs)))) if self.kind == "==" else (">=", str(self.lhs - self.rhs))
+        object.__setattr__(self, "key", key)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Relation) and self.key == other.key
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __str__(self) -> str:
+        return f"{self.lhs} {self.kind} {self.rhs}"
+
+    def holds(self, env: dict) -> bool:
+        """Whether the sizes in `env` keep it (KeyError names a symbol `env` does not bind)."""
+        lhs, rhs = evaluate(self.lhs, env), evaluate(self.rhs, env)
+        return lhs == rhs if self.kind == "==" else lhs >= rhs
+
+    def describe(self, lhs: Dim, rhs: Dim) -> str:
+        """`what` with these values of the sides in it, or `what: lhs < rhs` where it names no side."""
+        if self._names_sides():
+            return self.what.replace("{lhs}", str(lhs)).replace("{rhs}", str(rhs))
+        return self._after_what(self._broken(lhs, rhs))
+
+    def failure(self, env: dict) -> ShapeError:
+        """The error for a call whose sizes (`env`) break it: its words, the sizes it reads and the op's place."""
+        lhs, rhs = evaluate(self.lhs, env), evaluate(self.rhs, env)
+        text = self.describe(lhs, rhs) if self._names_sides() else \
+            self._after_what(f"needs {self}, but the inputs give {self._broken(lhs, rhs)}")
+        sizes = ", ".join(f"{s}={env[s]}" for s in sorted(free_symbols(self.lhs) | free_symbols(self.rhs)))
+        return ShapeError(f"{text} ({sizes})" if sizes else text, self.loc)
+
+    def _names_sides(self) -> bool:
+        return "{lhs}" in self.what or "{rhs}" in self.what
+
+    def _broken(self, lhs: Dim, rhs: Dim) -> str:
+        return f"{lhs} {'!=' if self.kind == '==' else '<'} {rhs}"
+
+    def _after_what(self, text: str) -> str:
+        return f"{self.what}: {text}" if self.what else text
 
 
 class Value:
@@ -110,15 +174,16 @@ class Region:
 class Function:
     """A named function: a body region whose arguments are the inputs and whose `return` gives the outputs.
 
-    `constraints` are equalities between dimensions that shape rules needed (for example that two
-    symbolic sizes added elementwise are the same); a call checks them once sizes are bound.
+    `constraints` are the `Relation`s between sizes that shape rules needed (two symbolic sizes added
+    elementwise are the same, a window fits its input); a call checks them once sizes are bound.
     """
 
     def __init__(self, name: str, arg_types, arg_names=None):
         self.name = name
         self.body = Region(arg_types, arg_names)
         self.body.parent = None
-        self.constraints: list[tuple[Dim, Dim]] = []
+        self.constraints: list[Relation] = []
+        self._known = None  # what `implies` derived from `constraints`, and the state of the list it read
         self.module: Optional[Module] = None  # set when added to a module
 
     @property
@@ -138,10 +203,40 @@ class Function:
         for op in self.walk():
             op.operands = [mapping.get(id(v), v) for v in op.operands]
 
-    def add_constraint(self, a: Dim, b: Dim) -> None:
-        pair = tuple(sorted((a, b), key=str))
-        if pair not in self.constraints:
-            self.constraints.append(pair)
+    def add_constraint(self, a: Dim, b: Dim, what: str = "", loc: Location = UNKNOWN_LOC) -> None:
+        """Record a == b."""
+        lhs, rhs = sorted((a, b), key=str)
+        self.add_relation(Relation(lhs, "==", rhs, what, loc))
+
+    def add_relation(self, relation: Relation) -> None:
+        """Record `relation` unless the recorded ones imply it (the first one's words are kept)."""
+        if not self.implies(relation):
+            self.constraints.append(relation)
+
+    def implies(self, relation: Relation) -> bool:
+        """Whether the recorded relations say as much: the same one, or X + c >= 0 where X + b >= 0 with b <= c is
+        recorded (also inside floor divisions: X // 2 + 1 >= 0 where X >= 0)."""
+        keys, floors, implied = self._knowledge()
+        if relation.key in keys or relation.key in implied:
+            return True
+        if relation.kind == ">=" and is_nonnegative(relation.lhs - relation.rhs, floors):
+            implied.add(relation.key)
+            return True
+        return False
+
+    def _knowledge(self) -> tuple:
+        """(keys of the recorded relations, the floors they set, keys found implied), rebuilt when the list
+        changed (it grows by appends; a frontend may cut it back to a saved prefix)."""
+        c = self.constraints
+        state = (len(c), c[-1] if c else None)
+        if self._known is None or self._known[0][0] != state[0] or self._known[0][1] is not state[1]:
+            floors: dict = {}
+            for r in c:
+                if r.kind == ">=":
+                    rest, low = split_constant(r.lhs - r.rhs)
+                    floors[rest] = min(low, floors.get(rest, low))
+            self._known = (state, {r.key for r in c}, floors, set())
+        return self._known[1:]
 
 
 class Module:
@@ -203,17 +298,26 @@ class ShapeContext:
         if isinstance(a, int) and isinstance(b, int):
             raise self.error(f"{what}: {a} != {b}")
         if self.function is not None:
-            self.function.add_constraint(a, b)
+            self.function.add_constraint(a, b, what, self.loc or UNKNOWN_LOC)
         return a if isinstance(a, int) or not isinstance(b, int) else b
 
+    def require_sizes(self, name: str, types) -> None:
+        """Demand that every dim of these result types is >= 0 at every call: the backstop under the shape rules'
+        own relations, so that no kernel sees a negative size."""
+        for i, t in enumerate(types):
+            for axis, d in enumerate(t.shape):
+                self.require_at_least(d, 0, f"'{name}' would give result {i} ({t}) the size {{lhs}} in dim {axis}")
+
     def require_at_least(self, d: Dim, k: Dim, what: str) -> None:
-        """Demand d >= k: raise if both are known and it fails, record the relation if symbolic."""
+        """Demand d >= k: raise if both are known and it fails, record the relation if symbolic (unless no sizes
+        could break it). `what` may say `{lhs}` and `{rhs}` for the values of d and k (see `Relation`)."""
+        relation = Relation(d, ">=", k, what, self.loc or UNKNOWN_LOC)
         gap = d - k
         if isinstance(gap, int):
             if gap < 0:
-                raise self.error(f"{what}: {d} < {k}")
-        elif self.function is not None:
-            self.function.add_constraint(*at_least(d, k))
+                raise self.error(relation.describe(d, k))
+        elif self.function is not None and not is_nonnegative(gap):
+            self.function.add_relation(relation)
 
     def constant(self, name: str) -> np.ndarray:
         if self.module is None or name not in self.module.constants:

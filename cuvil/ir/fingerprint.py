@@ -1,8 +1,8 @@
 """A structural fingerprint: SHA-256 over a canonical form of the module.
 
-Value names, constant names and locations do not count; every op, attribute, type, relation and
-constant byte does. Values are numbered in definition order, constants are hashed by content. Compile
-caches are keyed by it.
+Value names, constant names and locations do not count, nor the words of a relation; every op, attribute,
+type, relation (its kind and sizes) and constant byte does. Values are numbered in definition order,
+constants are hashed by content. Compile caches are keyed by it.
 """
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ class _Canon:
         return f"v{self.ids[id(v)]}:{v.type}"
 
     def function(self, fn: Function) -> None:
-        relations = sorted(f"{a}=={b}" for a, b in fn.constraints)
+        relations = sorted(":".join(r.key) for r in fn.constraints)
         self.emit(f"func {fn.name} {relations}")
         self.region(fn.body)
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import CuvilError, ParseError
 from .builder import Builder
-from .core import UNKNOWN_LOC, Function, Location, Module, Region
+from .core import UNKNOWN_LOC, Function, Location, Module, Region, Relation
 from .dtypes import DType
 from .symbolic import parse_dim
 from .types import TensorType, parse_type, split_top_level
@@ -80,6 +80,9 @@ class _Parser:
         depth, start = 1, self.pos
         while self.pos < len(self.text):
             ch = self.text[self.pos]
+            if ch == '"':  # brackets inside a string do not count
+                self.match(_STRING, "a string")
+                continue
             depth += ch == open_
             depth -= ch == close
             self.pos += 1
@@ -162,10 +165,10 @@ class _Parser:
             self.define(n, a)
         if self.accept("where"):
             for item in self._items(self.bracketed("[", "]")):
-                lhs, sep, rhs = item.partition("==")
-                if not sep:
-                    raise self.error(f"expected 'a == b' in the where clause, got {item!r}")
-                fn.add_constraint(self._dim(lhs), self._dim(rhs))
+                try:
+                    fn.add_relation(parse_relation(item))
+                except ValueError as e:
+                    raise self.error(getattr(e, "message", str(e))) from None
         self.expect("{")
         self.region_ops(Builder(m, fn))
         got = fn.result_types
@@ -282,6 +285,23 @@ class _Parser:
             return parse_dim(text.strip())
         except ValueError as e:
             raise self.error(str(e)) from None
+
+
+def parse_relation(text: str) -> Relation:
+    """A relation as `format_relation` prints it: `lhs == rhs` or `lhs >= rhs`, then optionally its words (a
+    string) and its `loc(...)`; ValueError where it is not one."""
+    math_end = min((i for i in (text.find('"'), text.find("loc(")) if i >= 0), default=len(text))
+    sides = re.split(r"(==|>=)", text[:math_end], maxsplit=1)
+    if len(sides) != 3:
+        raise ValueError(f"expected 'a == b' or 'a >= b', got {text.strip()!r}")
+    p = _Parser(text)
+    p.pos = math_end
+    what = p.string() if p.peek('"') else ""
+    loc = p.location()
+    p.ws()
+    if p.pos != len(text):
+        raise ValueError(f"unexpected text after the relation in {text.strip()!r}")
+    return Relation(parse_dim(sides[0].strip()), sides[1], parse_dim(sides[2].strip()), what, loc)
 
 
 def parse_module(text: str) -> Module:

@@ -21,7 +21,7 @@ import re
 
 import numpy as np
 
-from .core import Function, Location, Module, Op, Region, Value
+from .core import Function, Location, Module, Op, Region, Relation, Value
 from .dtypes import DType
 
 _NAME_OK = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -47,6 +47,12 @@ def format_loc(loc: Location) -> str:
     if loc.file is not None:
         return f"loc({json.dumps(loc.file)}:{loc.line}" + (f":{loc.col})" if loc.col is not None else ")")
     return f"loc({json.dumps(loc.node)})" if loc.node else ""
+
+
+def format_relation(r: Relation) -> str:
+    """`lhs == rhs` or `lhs >= rhs`, then its words as a string and its location where it has them."""
+    text = str(r) + (f" {json.dumps(r.what)}" if r.what else "")
+    return text + (f" {format_loc(r.loc)}" if format_loc(r.loc) else "")
 
 
 def encode_constant(arr: np.ndarray) -> str:
@@ -92,7 +98,7 @@ class _Printer:
         self.names, self.used, self.counter = {}, set(), 0
         args = ", ".join(f"{self.name(a)}: {a.type}" for a in fn.args)
         results = ", ".join(str(t) for t in fn.result_types)
-        where = (" where [" + ", ".join(f"{a} == {b}" for a, b in fn.constraints) + "]") if fn.constraints else ""
+        where = (" where [" + ", ".join(map(format_relation, fn.constraints)) + "]") if fn.constraints else ""
         self.lines.append(f"{indent}func @{fn.name}({args}) -> ({results}){where} {{")
         self.region_body(fn.body, indent + "  ")
         self.lines.append(f"{indent}}}")

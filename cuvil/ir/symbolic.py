@@ -198,39 +198,23 @@ def dim_str(d: Dim) -> str:
     return str(d)
 
 
-# Constraints are equalities; `d >= k` is written as the equality (d - k) // FAR == 0, which holds exactly when
-# 0 <= d - k < FAR, and sizes never come near FAR.
-FAR = 2 ** 62
+def split_constant(d: Dim) -> tuple:
+    """(the terms of d without its constant, the constant): d = X + c."""
+    if isinstance(d, int):
+        return (), d
+    return tuple(t for t in d.terms if t[0]), dict(d.terms).get((), 0)
 
 
-def at_least(d: Dim, k: Dim) -> tuple:
-    """The constraint pair (lhs, rhs) that holds exactly when d >= k."""
-    return (d - k) // FAR, 0
-
-
-def _at_least_parts(lhs: Dim, rhs: Dim):
-    """(d, k) when the pair is at_least(d, k) (k the constant term), else None."""
-    if rhs == 0 and isinstance(lhs, SymExpr) and len(lhs.terms) == 1 and lhs.terms[0][1] == 1 \
-            and len(lhs.terms[0][0]) == 1:
-        atom = lhs.terms[0][0][0]
-        if isinstance(atom, tuple) and atom[0] == "//" and atom[2] == FAR:
-            const = dict(atom[1].terms).get((), 0)
-            return atom[1] - const, -const
-    return None
-
-
-def describe_constraint(lhs: Dim, rhs: Dim) -> str:
-    """A constraint pair as a reader wants it: `a == b`, or `d >= k` for the pairs `at_least` makes."""
-    parts = _at_least_parts(lhs, rhs)
-    return f"{parts[0]} >= {parts[1]}" if parts else f"{lhs} == {rhs}"
-
-
-def describe_inputs(lhs: Dim, rhs: Dim, env: dict) -> str:
-    """What the sizes in `env` make of a constraint that fails: `3 != 4`, or `3 < 10`."""
-    parts = _at_least_parts(lhs, rhs)
-    if parts:
-        return f"{evaluate(parts[0], env)} < {parts[1]}"
-    return f"{evaluate(lhs, env)} != {evaluate(rhs, env)}"
+def is_nonnegative(d: Dim, floors: dict | None = None) -> bool:
+    """Whether d >= 0 for all sizes (every symbol >= 0): non-negative coefficients over symbols, mods and floor
+    divisions of such expressions. `floors` adds what is known: X + c >= 0 for c >= floors[X's terms]."""
+    if isinstance(d, int):
+        return d >= 0
+    rest, const = split_constant(d)
+    if floors and rest in floors and const >= floors[rest]:
+        return True
+    return all(c >= 0 and all(isinstance(a, str) or a[0] == "%" or is_nonnegative(a[1], floors) for a in m)
+               for m, c in d.terms)
 
 
 def parse_dim(text: str) -> Dim:

@@ -12,13 +12,6 @@ from ..ops import registry
 from .core import Function, Module, Op, Region, ShapeContext, Value
 
 
-class _Scratch(Function):
-    """Collects the relations a shape rule asks for without touching the real function."""
-
-    def __init__(self):
-        self.constraints = []
-
-
 def verify(module: Module) -> None:
     """Raise VerificationError on the first broken rule."""
     owners = {}
@@ -117,16 +110,17 @@ class _Verifier:
                 raise self.fail(op, f"attributes are not in normal form: {op.attrs} should be {normal}")
 
     def result_types(self, op: Op, opdef) -> None:
-        scratch = _Scratch()
+        scratch = Function("scratch", [])  # collects the relations the rule asks for
         ctx = ShapeContext(self.module, scratch, op.loc, op.regions)
         try:
             expected = opdef.shape(ctx, [v.type for v in op.operands], op.attrs)
+            ctx.require_sizes(op.name, expected)
         except (CuvilError, ValueError) as e:
             raise self.fail(op, f"shape rule rejects the operands: {getattr(e, 'message', e)}") from None
         got = [r.type for r in op.results]
         if got != list(expected):
             raise self.fail(op, f"result types ({', '.join(map(str, got))}) differ from the shape rule's "
                                 f"({', '.join(map(str, expected))})")
-        for pair in scratch.constraints:
-            if pair not in self.fn.constraints:
-                raise self.fail(op, f"needs {pair[0]} == {pair[1]}, which @{self.fn.name} does not record")
+        for relation in scratch.constraints:
+            if not self.fn.implies(relation):
+                raise self.fail(op, f"needs {relation}, which @{self.fn.name} does not record")

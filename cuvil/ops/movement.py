@@ -190,6 +190,8 @@ def _split_shape(ctx, types, a):
     if not sizes or any(isinstance(s, int) and s < 0 for s in sizes):
         raise ctx.error(f"'split' sizes {list(sizes)} must be one or more non-negative sizes")
     ctx.require_equal(sum(sizes, start=0), t.shape[axis], f"'split' of {t}: sum of sizes along axis {axis}")
+    for k, s in enumerate(sizes):
+        ctx.require_at_least(s, 0, f"'split' of {t}: piece {k} along axis {axis} has the negative size {{lhs}}")
     return [t.with_shape(t.shape[:axis] + (s,) + t.shape[axis + 1:]) for s in sizes]
 
 
@@ -372,8 +374,8 @@ def _pad_shape(ctx, types, a):
     if len(pads) != 2 * t.rank:
         raise ctx.error(f"'pad' needs 2*rank = {2 * t.rank} pads for {t}, got {len(pads)}")
     shape = tuple(d + b + e for d, b, e in zip(t.shape, pads[:t.rank], pads[t.rank:]))
-    if any(isinstance(d, int) and d < 0 for d in shape):
-        raise ctx.error(f"'pad' pads {list(pads)} crop {t} below zero size")
+    for axis, d in enumerate(shape):
+        ctx.require_at_least(d, 0, f"'pad' pads {list(pads)} crop dim {axis} of {t} to {{lhs}}, below zero size")
     return [t.with_shape(shape)]
 
 

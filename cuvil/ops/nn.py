@@ -103,13 +103,21 @@ def _geometry(x_shape, kernel, a):
     return list(zip(x_shape[2:], kernel, a["strides"], dil, a["pads"][:s], a["pads"][s:]))
 
 
+_AXIS_WORDS = {1: ("columns",), 2: ("rows", "columns"), 3: ("planes", "rows", "columns")}
+
+
 def _spatial_out(ctx, name, x, kernel, a):
-    out = []
-    for i, (n, k, st, d, pb, pe) in enumerate(_geometry(x.shape, kernel, a)):
-        o = window_out(n, k, st, d, pb, pe, a.get("ceil_mode", False))
-        if isinstance(o, int) and o < 1:
-            raise ctx.error(f"'{name}' window of {d * (k - 1) + 1} does not fit spatial dim {i} of {x} "
-                            f"(padded to {n + pb + pe})")
+    """The output sizes; each call must give at least one window per spatial dim (the kernels rely on it)."""
+    out, ceil = [], a.get("ceil_mode", False)
+    window = "x".join(map(str, kernel)) + " window"
+    window = ("the dilated " if any(d > 1 for d in a.get("dilations") or ()) else "the ") + window
+    for (n, k, st, d, pb, pe), axis in zip(_geometry(x.shape, kernel, a), _AXIS_WORDS[len(kernel)]):
+        o = window_out(n, k, st, d, pb, pe, ceil)
+        if ceil:  # the last window may overhang the padded input: one output is what it takes
+            ctx.require_at_least(o, 1, f"'{name}': {window} (ceil mode) leaves {{lhs}} {axis} of output")
+        else:
+            ctx.require_at_least(n + pb + pe, d * (k - 1) + 1,
+                                 f"'{name}': {window} spans {{rhs}} {axis} but the padded input has {{lhs}}")
         out.append(o)
     return out
 
@@ -217,12 +225,12 @@ def _conv_transpose_shape(ctx, types, a):
     o = w.shape[1] * g
     _check_bias(ctx, "conv_transpose", types, o)
     out = []
-    for i, ((n, k, st, d, pb, pe), op) in enumerate(zip(_geometry(x.shape, w.shape[2:], a), a["output_padding"])):
+    geometry = zip(_geometry(x.shape, w.shape[2:], a), a["output_padding"], _AXIS_WORDS[x.rank - 2])
+    for (n, k, st, d, pb, pe), op, axis in geometry:
         if op >= max(st, d):
             raise ctx.error(f"'conv_transpose' output_padding {op} must be smaller than the stride or the dilation")
         size = _transpose_out(n, k, st, d, pb, pe, op)
-        if isinstance(size, int) and size < 1:
-            raise ctx.error(f"'conv_transpose' pads {list(a['pads'])} leave no output in spatial dim {i}")
+        ctx.require_at_least(size, 1, f"'conv_transpose': pads {list(a['pads'])} leave {{lhs}} {axis} of output")
         out.append(size)
     return [x.with_shape((x.shape[0], o, *out))]
 

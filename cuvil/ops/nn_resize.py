@@ -97,6 +97,10 @@ def _resize_shape(ctx, types, a):
     for i, (n_in, n_out) in enumerate(zip(x.shape, a["sizes"])):
         if isinstance(n_out, int) and n_out < 1 or n_in == 0 and n_out != 0:
             raise ctx.error(f"'resize' cannot resize dim {i} of {x} to {n_out}")
+        if n_in != n_out:  # a resized dim reads at least one input and writes at least one output
+            what = f"'resize' of dim {i} of {x} to {n_out} needs"
+            ctx.require_at_least(n_in, 1, f"{what} an input of {{rhs}} or more, got {{lhs}}")
+            ctx.require_at_least(n_out, 1, f"{what} an output of {{rhs}} or more, got {{lhs}}")
     return [x.with_shape(a["sizes"])]
 
 

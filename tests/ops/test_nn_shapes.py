@@ -44,7 +44,7 @@ def test_symbolic_result_types(op, types, attrs, want):
     ("conv", ["f32[1,4,5,5]", "f32[2,3,3,3]"], {}, "'conv' weight has 3 input channels per group, x has 4"),
     ("conv", ["f32[1,4,5,5]", "f32[3,2,3,3]"], {"groups": 2}, "output channel count (3) is not divisible"),
     ("conv", ["f32[1,3,5,5]", "f32[2,3,3,3]", "f32[3]"], {}, "bias has 3 entries, the output has 2"),
-    ("conv", ["f32[1,3,2,2]", "f32[2,3,3,3]"], {}, "window of 3 does not fit spatial dim 0"),
+    ("conv", ["f32[1,3,2,2]", "f32[2,3,3,3]"], {}, "'conv': the 3x3 window spans 3 rows but the padded input has 2"),
     ("conv", ["f32[1,3,5,5]", "f32[2,3,3,3]"], {"strides": [1, 1, 1]}, "strides needs 2 entries"),
     ("conv", ["f32[1,3,5,5]", "f32[2,3,3,3]"], {"pads": [1, -1, 0, 0]}, "pads must be >= 0"),
     ("conv", ["i32[1,3,5,5]", "i32[2,3,3,3]"], {}, "does not accept operand of element type i32"),

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ...errors import CuvilError, ShapeError
-from ...ir.symbolic import SymExpr, describe_constraint, describe_inputs, evaluate
+from ...ir.symbolic import SymExpr, evaluate
 from . import fastcall
 from .kernels import aligned_empty
 
@@ -175,10 +175,9 @@ class CpuFunction:
                 if evaluate(d, env) != a.shape[ax]:
                     raise ShapeError(f"input {i} must have shape {t} = "
                                      f"{tuple(evaluate(e, env) for e in t.shape)}, got {a.shape}")
-        for lhs, rhs in self._constraints:
-            if evaluate(lhs, env) != evaluate(rhs, env):
-                raise ShapeError(f"the compiled function needs {describe_constraint(lhs, rhs)}, but the inputs "
-                                 f"give {describe_inputs(lhs, rhs, env)}")
+        for relation in self._constraints:  # before any native code runs: kernels rely on them
+            if not relation.holds(env):
+                raise relation.failure(env)
 
     def _thread_state(self):
         state = self._local

@@ -23,7 +23,7 @@ typedef int (*entry_fn)(void *const *, void *const *, const int64_t *, uint8_t *
 typedef int64_t (*arena_fn)(const int64_t *);
 
 /* The check program's instructions, in fastcall.py's OPCODES order. */
-enum { OP_CONST, OP_SYM, OP_DIM, OP_ADD, OP_MUL, OP_FLOORDIV, OP_MOD, OP_EQ, OP_BIND, OP_OUT };
+enum { OP_CONST, OP_SYM, OP_DIM, OP_ADD, OP_MUL, OP_FLOORDIV, OP_MOD, OP_EQ, OP_BIND, OP_OUT, OP_GE };
 #define STACK 32   /* fastcall.py refuses programs that need a deeper stack */
 #define POOL 2
 
@@ -66,6 +66,7 @@ static int run_checks(const Caller *s, PyObject *args, int64_t *sym, npy_intp *o
         case OP_EQ: sp -= 2; if (st[sp] != st[sp + 1]) return -1; break;
         case OP_BIND: sym[c[pc++]] = st[--sp]; break;
         case OP_OUT: if (st[--sp] < 0) return -1; out[c[pc++]] = (npy_intp)st[sp]; break;
+        case OP_GE: sp -= 2; if (st[sp] < st[sp + 1]) return -1; break;
         default: return -1;
         }
     }

@@ -38,7 +38,7 @@ from . import toolchain
 
 log = logging.getLogger("cuvil.backends.cpu")
 
-OPCODES = ("const", "sym", "dim", "add", "mul", "floordiv", "mod", "eq", "bind", "out")  # fastcall.c's enum
+OPCODES = ("const", "sym", "dim", "add", "mul", "floordiv", "mod", "eq", "bind", "out", "ge")  # fastcall.c's enum
 OP = {name: code for code, name in enumerate(OPCODES)}
 STACK = 32  # fastcall.c's stack depth
 POOL_BYTES = 64 << 20  # outputs up to this size are pooled (reused once the caller dropped them)
@@ -91,7 +91,8 @@ class _TooDeep(Exception):
 
 def check_program(arg_types: list, out_types: list, symbols: list, binders: list, constraints: list) -> list:
     """The instructions that check every input size, bind the symbols at their `binders` sites, check the
-    function's `constraints` (pairs of equal sizes) and push each output size (see fastcall.c's run_checks)."""
+    function's `constraints` (`Relation`s: `eq` or `ge` of their two sides) and push each output size (see
+    fastcall.c's run_checks)."""
     index = {name: k for k, name in enumerate(symbols)}
     code: list = []
     for k, (i, ax) in enumerate(binders):
@@ -101,8 +102,8 @@ def check_program(arg_types: list, out_types: list, symbols: list, binders: list
         for ax, d in enumerate(t.shape):
             if (i, ax) not in sites:
                 code += [*_expr(d, index), OP["dim"], i, ax, OP["eq"]]
-    for lhs, rhs in constraints:
-        code += [*_expr(lhs, index), *_expr(rhs, index), OP["eq"]]
+    for relation in constraints:
+        code += [*_expr(relation.lhs, index), *_expr(relation.rhs, index), OP["eq" if relation.kind == "==" else "ge"]]
     at = 0
     for t in out_types:
         for d in t.shape:
@@ -134,7 +135,8 @@ def _atom(atom, index: dict) -> list:
 
 
 ARITY = {"const": (1, 1), "sym": (1, 1), "dim": (2, 1), "add": (0, -1), "mul": (0, -1), "floordiv": (0, -1),
-         "mod": (0, -1), "eq": (0, -2), "bind": (1, -1), "out": (1, -1)}  # opcode: (operands, stack change)
+         "mod": (0, -1), "eq": (0, -2), "bind": (1, -1), "out": (1, -1),
+         "ge": (0, -2)}  # opcode: (operands, stack change)
 
 
 def _depth(code: list) -> int:

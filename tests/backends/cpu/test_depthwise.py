@@ -2,6 +2,11 @@
 reference interpreter: kernel sizes, strides, pads (symmetric, asymmetric, larger than the kernel), dilation,
 channel multipliers, rows narrower than a vector, 1-D convs and symbolic batch and width."""
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -59,3 +64,33 @@ def test_depthwise_keeps_nan_and_inf():
     w, b = rand(2, 1, 3, 3, seed=1), rand(2, seed=2)
     m = single_op("conv", [x], (w, b), groups=2, pads=(1, 1, 1, 1))
     np.testing.assert_allclose(compile_module(m)(x)[0], interpret(m, [x])[0], rtol=1e-4, atol=1e-4)
+
+
+_KERNEL_GUARD = """
+import sys, ctypes, numpy as np
+from cuvil.backends.cpu import kernels
+lib = kernels.load(1)
+geom = [int(v) for v in sys.argv[1].split(",")]  # H W OH OW kh kw sh sw dh dw pt pl
+batch, c, o = (int(v) for v in sys.argv[2].split(","))
+x, w, b = np.ones(64, np.float32), np.ones(64, np.float32), np.ones(64, np.float32)
+y = np.full(64, 7.0, np.float32)
+ptr = lambda a: a.ctypes.data_as(ctypes.c_void_p)
+lib.cuvil_dwconv2d(batch, c, o, ptr(x), ptr(w), ptr(b), ptr(y), (ctypes.c_int64 * 12)(*geom), -np.inf, np.inf)
+print("untouched" if (y == 7.0).all() else "written")
+"""
+
+
+@pytest.mark.parametrize("geom, channels", [
+    ("2,2,1,-12,5,5,1,1,1,4,2,2", "1,1,1"),  # an output width <= 0: the window does not fit
+    ("2,2,0,1,3,3,1,1,1,1,1,1", "1,1,1"),  # no output rows
+    ("2,2,1,1,3,3,0,1,1,1,1,1", "1,1,1"),  # a stride of 0 (divides by zero unguarded)
+    ("2,2,1,1,0,3,1,1,1,1,1,1", "1,1,1"),  # a window of no taps
+    ("2,2,1,1,3,3,1,1,1,1,1,1", "1,2,3"),  # outputs not a whole multiple of the channels
+])
+def test_depthwise_kernel_refuses_sizes_it_cannot_run(geom, channels):
+    """`cuvil_dwconv2d` itself writes nothing for sizes no conv gives (defence under the shape rules' relations);
+    run in a child process, so a crash is a failure, not the end of the test run."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[3])}
+    out = subprocess.run([sys.executable, "-c", _KERNEL_GUARD, geom, channels], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "untouched", out.stdout + out.stderr[-2000:]

@@ -129,10 +129,22 @@ static dw_geom dw_plan(const int64_t *p)
     return g;
 }
 
+/* Whether the sizes make a convolution this kernel can run in bounds: something to write (no output size <= 0),
+ * a whole multiplier of outputs per input channel, windows of at least one tap and steps of at least one. Callers
+ * check the relations of the conv's shape rule first; this is the kernel's own guard under them. */
+static int dw_sizes_ok(int64_t batch, int64_t C, int64_t O, const int64_t *p)
+{
+    if (batch <= 0 || C <= 0 || O <= 0 || O % C != 0 || p[DW_H] < 0 || p[DW_W] < 0 || p[DW_PT] < 0 || p[DW_PL] < 0)
+        return 0;
+    for (int k = DW_OH; k <= DW_DW; k++)
+        if (p[k] <= 0) return 0;
+    return 1;
+}
+
 void cuvil_dwconv2d(int64_t batch, int64_t C, int64_t O, const float *x, const float *w, const float *bias,
                     float *y, const int64_t *geom, float lo, float hi)
 {
-    if (batch <= 0 || O <= 0 || geom[DW_OH] <= 0 || geom[DW_OW] <= 0) return;
+    if (!dw_sizes_ok(batch, C, O, geom)) return;
     dw_geom g = dw_plan(geom);
     const int64_t mult = O / C, in_plane = g.H * g.W, out_plane = g.OH * g.OW, taps = g.kh * g.kw;
     int nt = (int)min64(threads_for(batch * O * out_plane * taps), batch * O);
