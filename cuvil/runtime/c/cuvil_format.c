@@ -387,6 +387,7 @@ static cuvil_status describe(cuvil_model *m, cuvil_entry *e)
             break;
         case CUVIL_OP_BIND:
             if (y->tensor >= 0) set_dim(e, y->tensor, y->axis, e->symbols[a[0]]);
+            e->bound_from[a[0]] = y->text;
             break;
         case CUVIL_OP_OUT: {
             int j = 0, k = (int)a[0];
@@ -446,6 +447,7 @@ static cuvil_status entry_lines(reader *r, cuvil_entry *e)
     e->n_in = (int)v[0], e->n_out = (int)v[1], e->n_sym = (int)v[2], e->n_const = (int)v[3], e->n_prep = (int)v[4];
     if ((e->n_const && !consts) || (e->n_prep && !prep)) return bad(r, "buffers in a section the file lacks");
     e->symbols = cuvil_take(m, (v[2] + 1) * sizeof(char *));
+    e->bound_from = cuvil_take(m, (v[2] + 1) * sizeof(char *));
     e->tensors = cuvil_take(m, (v[0] + v[1] + 1) * sizeof(cuvil_tensor_info));
     e->ranks = cuvil_take(m, (v[0] + v[1] + 1) * sizeof(int));
     e->const_at = cuvil_take(m, (v[3] + 1) * sizeof(int64_t));
@@ -453,7 +455,7 @@ static cuvil_status entry_lines(reader *r, cuvil_entry *e)
     e->prep_at = cuvil_take(m, (v[4] + 1) * sizeof(int64_t));
     e->prep_index = cuvil_take(m, (v[4] + 1) * sizeof(int64_t));
     e->prep_bytes = cuvil_take(m, (v[4] + 1) * sizeof(int64_t));
-    if (!e->symbols || !e->tensors || !e->ranks || !e->const_at || !e->const_bytes || !e->prep_at || !e->prep_bytes
+    if (!e->symbols || !e->bound_from || !e->tensors || !e->ranks || !e->const_at || !e->const_bytes || !e->prep_at || !e->prep_bytes
         || !e->prep_index)
         return cuvil_fail(CUVIL_ERR_MEMORY, "out of memory");
     for (int k = 0; k < e->n_sym; k++) {

@@ -53,6 +53,7 @@ typedef struct {
     cuvil_tensor_info *tensors; /* n_in inputs, then n_out outputs */
     int *ranks;                 /* likewise */
     const char **symbols, **relations;
+    const char **bound_from; /* per symbol: the input size it is bound to ("x.shape[0]") */
     int64_t *code;
     cuvil_check_site *sites;
     int64_t *const_at, *const_bytes;   /* offset and size in `consts` of each constant */
@@ -77,7 +78,6 @@ struct cuvil_model {
     void **blocks; /* every allocation the model owns, freed at close */
     int n_blocks, cap_blocks;
     void *library;
-    int library_fd;
     const char *(*last_error)(void);
     void (*set_threads)(int);
 };

@@ -187,50 +187,47 @@ static int write_all(int fd, const uint8_t *p, size_t n)
     return 0;
 }
 
-/* dlopen by a name no loaded library has: the dynamic loader hands back a loaded library whose name matches,
- * so a path of a closed model's reused descriptor gets extra slashes until it is new. */
-static void *dlopen_fresh(const char *dir, const char *file)
+/* dlopen under a name no library of this process had: the dynamic loader hands back a loaded library whose name
+ * matches, and descriptor numbers (so /proc/self/fd paths) are reused. Each load's path spells a counter in
+ * equivalent steps ("./" for a 1, "/" for a 0) between the folder and the file. RTLD_NODELETE: the library (and
+ * the threading runtime it brought, whose idle workers outlive a call) stays mapped after cuvil_close. */
+static void *dlopen_unique(const char *dir, const char *file)
 {
+    static unsigned long counter;
+    unsigned long n = __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
     char path[4200];
-    for (int slashes = 1; slashes < 64; slashes++) {
-        snprintf(path, sizeof path, "%s%.*s%s", dir, slashes, "////////////////////////////////////////////////"
-                 "////////////////", file);
-        void *old = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
-        if (old) { dlclose(old); continue; }
-        __atomic_add_fetch(&native_loads, 1, __ATOMIC_RELAXED);
-        return dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    }
-    return NULL;
+    int at = snprintf(path, sizeof path, "%s/", dir);
+    for (; n && at < (int)sizeof path - 3; n >>= 1) at += snprintf(path + at, sizeof path - (size_t)at, "%s", n & 1 ? "./" : "/");
+    snprintf(path + at, sizeof path - (size_t)at, "%s", file);
+    __atomic_add_fetch(&native_loads, 1, __ATOMIC_RELAXED);
+    return dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
 }
 
-/* The shared object in a memfd (kept open while the model is: its /proc path names the library), else in a
- * private temporary file unlinked once loaded. */
+/* The shared object in a memfd, else in a private temporary file unlinked once loaded. */
 static cuvil_status load_native(cuvil_model *m, const cuvil_section *s)
 {
     const uint8_t *image = m->data + s->offset;
+    char path[4096], *file = path;
     int fd = -1;
 #ifdef SYS_memfd_create
     fd = (int)syscall(SYS_memfd_create, "cuvil-model", 1u /* MFD_CLOEXEC */);
 #endif
     if (fd >= 0) {
-        char file[32];
-        snprintf(file, sizeof file, "%d", fd);
-        if (write_all(fd, image, s->size) == 0) m->library = dlopen_fresh("/proc/self/fd", file);
-        m->library_fd = fd;
+        snprintf(path, sizeof path, "%d", fd);
+        if (write_all(fd, image, s->size) == 0) m->library = dlopen_unique("/proc/self/fd", path);
     } else {
         const char *tmp = getenv("TMPDIR");
-        char path[4096];
         snprintf(path, sizeof path, "%s/cuvil-model-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-        fd = mkstemp(path);
-        if (fd < 0) return cuvil_fail(CUVIL_ERR_LOAD, "%s: cannot create a file for the native code: %s", m->where,
-                                      strerror(errno));
-        char *slash = strrchr(path, '/');
-        *slash = 0;
-        if (write_all(fd, image, s->size) == 0) m->library = dlopen_fresh(path, slash + 1);
-        *slash = '/';
+        if ((fd = mkstemp(path)) < 0)
+            return cuvil_fail(CUVIL_ERR_LOAD, "%s: cannot create a file for the native code: %s", m->where,
+                              strerror(errno));
+        file = strrchr(path, '/');
+        *file++ = 0;
+        if (write_all(fd, image, s->size) == 0) m->library = dlopen_unique(path, file);
+        file[-1] = '/';
         unlink(path);
-        close(fd);
     }
+    close(fd);
     const char *why = m->library ? NULL : dlerror();
     if (!m->library)
         return cuvil_fail(CUVIL_ERR_LOAD, "%s: cannot load section '%s': %s", m->where, s->name,
@@ -320,7 +317,6 @@ cuvil_status cuvil_open_file(const char *path, cuvil_model **out)
     *out = NULL;
     cuvil_model *m = calloc(1, sizeof *m);
     if (!m) return cuvil_fail(CUVIL_ERR_MEMORY, "out of memory");
-    m->library_fd = -1;
     m->where = path;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat st;
@@ -352,7 +348,6 @@ cuvil_status cuvil_open_memory(const void *data, size_t size, cuvil_model **out)
     *out = NULL;
     cuvil_model *m = calloc(1, sizeof *m);
     if (!m) return cuvil_fail(CUVIL_ERR_MEMORY, "out of memory");
-    m->library_fd = -1;
     m->where = "<memory>";
     m->size = size;
     m->data = data;
@@ -368,7 +363,6 @@ void cuvil_close(cuvil_model *m)
 {
     if (!m) return;
     if (m->library) dlclose(m->library);
-    if (m->library_fd >= 0) close(m->library_fd);
     if (m->mapped) munmap(m->mapped, m->size);
     free(m->copied);
     for (int k = 0; k < m->n_blocks; k++) free(m->blocks[k]);
@@ -450,7 +444,7 @@ static size_t tensor_bytes(const int64_t *shape, int rank, size_t itemsize, int 
     return (size_t)n;
 }
 
-static cuvil_status check_failed(const cuvil_model *m, const cuvil_entry *e, int at, const int64_t why[2])
+static cuvil_status check_failed(const cuvil_entry *e, int at, const int64_t why[2], const int64_t *sym)
 {
     const cuvil_check_site *s = NULL;
     for (int k = 0; k < e->n_sites && !s; k++)
@@ -459,15 +453,19 @@ static cuvil_status check_failed(const cuvil_model *m, const cuvil_entry *e, int
         return cuvil_fail(CUVIL_ERR_SHAPE, "entry '%s': input '%s' has size %lld in axis %d, but the signature needs "
                           "%s = %lld", e->name, e->tensors[s->tensor].name, (long long)why[1], s->axis, s->lhs,
                           (long long)why[0]);
-    if (s && s->kind == 'r')
-        return cuvil_fail(CUVIL_ERR_SHAPE, "entry '%s' needs %s == %s, but the inputs give %lld and %lld", e->name,
-                          s->lhs, s->rhs, (long long)why[0], (long long)why[1]);
+    if (s && s->kind == 'r') {
+        char bound[512] = "";
+        for (int k = 0, at = 0; k < e->n_sym && at < (int)sizeof bound - 1; k++)
+            at += snprintf(bound + at, sizeof bound - (size_t)at, "%s%s = %lld (%s)", k ? ", " : "; ", e->symbols[k],
+                           (long long)sym[k], e->bound_from[k] ? e->bound_from[k] : "?");
+        return cuvil_fail(CUVIL_ERR_SHAPE, "entry '%s' needs %s == %s, but the inputs give %lld and %lld%s", e->name,
+                          s->lhs, s->rhs, (long long)why[0], (long long)why[1], bound);
+    }
     if (s && s->kind == 'o')
         return cuvil_fail(CUVIL_ERR_SHAPE, "entry '%s': output '%s' would have size %s = %lld in axis %d", e->name,
                           e->tensors[s->tensor].name, s->lhs, (long long)why[0], s->axis);
     return cuvil_fail(CUVIL_ERR_SHAPE, "entry '%s': the sizes of the inputs divide by zero in %s", e->name,
                       s ? s->lhs : "a size");
-    (void)m;
 }
 
 /* Checks the inputs, binds the symbols into `sym` and fills in the outputs' dtype, rank, shape and nbytes. */
@@ -494,8 +492,9 @@ static cuvil_status bind_sizes(const cuvil_model *m, int index, const cuvil_tens
                               "smaller than its sizes need (%zu)", e->name, t->name, in[i].nbytes, need);
     }
     int64_t dims[CUVIL_MAX_OUT_DIMS + 1], why[2] = {0, 0};
+    memset(sym, 0, (size_t)e->n_sym * sizeof(int64_t)); /* a failed check prints them */
     int at = cuvil_run_checks(e->code, e->n_code, input_dim, in, sym, dims, why);
-    if (at) return check_failed(m, e, at - 1, why);
+    if (at) return check_failed(e, at - 1, why, sym);
     for (int j = 0, d = 0; j < n_out; d += out[j].rank, j++) {
         const cuvil_tensor_info *t = &e->tensors[e->n_in + j];
         int ok;
