@@ -266,7 +266,7 @@ static cuvil_status bind_entry(cuvil_model *m, cuvil_entry *e)
     for (int k = 0; k < e->n_prep; k++) {
         int64_t j = e->prep_index[k];
         if (j >= n || saved[j] || e->prep_bytes[k] < bytes(j))
-            return cuvil_fail(CUVIL_ERR_FORMAT, "%s: entry '%s': saved prepared buffer %lld does not fit the "
+            return cuvil_fail(CUVIL_ERR_LOAD, "%s: entry '%s': saved prepared buffer %lld does not fit the "
                               "library's (index, size)", m->where, e->name, (long long)j);
         saved[j] = 1;
         e->consts[e->n_const + j] = (void *)(m->data + prep->offset + e->prep_at[k]);
