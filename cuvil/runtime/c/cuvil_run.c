@@ -281,7 +281,9 @@ int main(int argc, char **argv)
     if (parse_args(argc, argv, &o)) return 2;
     cuvil_model *m;
     if (cuvil_open_file(o.model, &m) != CUVIL_OK) return fail("%s", cuvil_last_message(), NULL);
-    if (o.threads) cuvil_model_set_threads(m, o.threads);
+    const char *env = getenv("CUVIL_NUM_THREADS"); /* as in Python: --threads, else this, else the model's default */
+    int threads = o.threads ? o.threads : env ? atoi(env) : 0;
+    if (threads > 0) cuvil_model_set_threads(m, threads);
     int rc = o.info ? info(m) : run(m, &o);
     cuvil_close(m);
     return rc;
