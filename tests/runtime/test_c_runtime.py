@@ -164,7 +164,8 @@ def natives(tmp_path_factory):
     return images
 
 
-def _own_file(natives, *, levels=((0, 0),), triple="x86_64-linux-gnu", version=1, features=0, extra=()):
+def _own_file(natives, *, levels=((0, 0),), triple="x86_64-linux-gnu", version=1, features=0, extra=(),
+              meta=b'{"format": 1, "entries": {"main": {}}}'):
     """A .cuv from the tests' writer: entry `main` (x f32[n, 4] -> y f32[n, 4]), one constant, prepared buffer 0
     saved and 1 made at load; `levels` = (LEVEL, feature bits) of each native section."""
     n = sym("n")
@@ -174,7 +175,7 @@ def _own_file(natives, *, levels=((0, 0),), triple="x86_64-linux-gnu", version=1
     entries = cuv_writer.entries_text([{"name": "main", "prefix": "t_", "inputs": [("x", "f32", 2)],
                                         "outputs": [("y", "f32", 2)], "symbols": ["n"], "consts": [(0, 16)],
                                         "prepared": [(0, 0, 16)], "checks": checks}])
-    sections = [("meta", b'{"format": 1, "entries": {"main": {}}}'), ("entries", entries)]
+    sections = [("meta", meta), ("entries", entries)]
     sections += [("native" if k == 0 else f"native.{k}", natives[level], 0, bits)
                  for k, (level, bits) in enumerate(levels)]
     sections += [("consts", c.tobytes()), ("prepared", (2 * c).tobytes()), *extra]
@@ -242,3 +243,19 @@ def test_the_python_loader_reads_the_same_file(natives, tmp_path):
     (tmp_path / "m.cuv").write_bytes(_own_file(natives))
     c = Container.open(tmp_path / "m.cuv")
     assert bytes(c.data("consts")) == np.array([1, 2, 3, 4], np.float32).tobytes()
+
+
+@pytest.mark.parametrize("meta, valid", [
+    (b'{"a": [1, -0.5e+3, 0, true, false, null, "\\u00e9\\n\xc3\xa9"], "b": {}}', True),
+    (b' [ ] ', True),
+    (b'{"a": 01}', False), (b'{"a": 1,}', False), (b'{"a" 1}', False), (b'[1e]', False), (b'[-]', False),
+    (b'"\xff"', False), (b'{}x', False), (b'{"a": "\x01"}', False), (b'[' * 100 + b']' * 100, False), (b'', False),
+])
+def test_meta_must_be_valid_json(natives, tmp_path, meta, valid):
+    built = c_build.runtime()
+    (tmp_path / "m.cuv").write_bytes(_own_file(natives, meta=meta))
+    out = c_build.run(built, built.driver, "files", tmp_path / "m.cuv")
+    _, code, loaded, *message = out.stdout.split(" ")
+    assert (code == "0") == valid, out.stdout
+    if not valid:
+        assert loaded == "0" and "section 'meta' is not valid JSON" in out.stdout, out.stdout

@@ -7,6 +7,7 @@
 #include "cuvil_checks.h"
 #include "cuvil_hash.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -166,13 +167,26 @@ static int json_string(span *s)
     return 0;
 }
 
-static int json_number(span *s)
+static int digits(span *s)
 {
     const uint8_t *start = s->p;
+    while (s->p < s->end && *s->p >= '0' && *s->p <= '9') s->p++;
+    return s->p > start;
+}
+
+/* -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? */
+static int json_number(span *s)
+{
     if (s->p < s->end && *s->p == '-') s->p++;
-    const uint8_t *digits = s->p;
-    while (s->p < s->end && (strchr("0123456789.eE+-", *s->p) && *s->p)) s->p++;
-    return s->p > digits && s->p > start && digits[0] >= '0' && digits[0] <= '9';
+    if (s->p < s->end && *s->p == '0') s->p++;
+    else if (!digits(s)) return 0;
+    if (s->p < s->end && *s->p == '.' && (s->p++, !digits(s))) return 0;
+    if (s->p < s->end && (*s->p == 'e' || *s->p == 'E')) {
+        s->p++;
+        if (s->p < s->end && (*s->p == '+' || *s->p == '-')) s->p++;
+        if (!digits(s)) return 0;
+    }
+    return 1;
 }
 
 static int json_value(span *s, int depth)
@@ -250,7 +264,10 @@ static int next_line(reader *r)
 static int word(reader *r, char *out, size_t cap)
 {
     const uint8_t *start = r->line.p;
-    while (r->line.p < r->line.end && *r->line.p != ' ') r->line.p++;
+    while (r->line.p < r->line.end && *r->line.p != ' ') {
+        if (*r->line.p < 0x21 || *r->line.p > 0x7e) return 0; /* printable ASCII only */
+        r->line.p++;
+    }
     size_t n = (size_t)(r->line.p - start);
     if (n == 0 || n >= cap) return 0;
     memcpy(out, start, n);
@@ -264,8 +281,9 @@ static int integer(reader *r, int64_t lo, int64_t hi, int64_t *out)
     char buf[24], *end;
     if (!word(r, buf, sizeof buf)) return 0;
     if (!((buf[0] >= '0' && buf[0] <= '9') || (buf[0] == '-' && buf[1] >= '0' && buf[1] <= '9'))) return 0;
+    errno = 0;
     long long v = strtoll(buf, &end, 10);
-    if (*end || v < lo || v > hi) return 0;
+    if (*end || errno || v < lo || v > hi) return 0;
     *out = v;
     return 1;
 }
