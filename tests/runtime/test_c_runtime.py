@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cuvil.backends.cpu.fastcall import check_program
+from cuvil.backends.cpu.fastcall import OP, check_program
 from cuvil.ir import sym
 from cuvil.ir.types import TensorType
 
@@ -165,13 +165,13 @@ def natives(tmp_path_factory):
 
 
 def _own_file(natives, *, levels=((0, 0),), triple="x86_64-linux-gnu", version=1, features=0, extra=(),
-              meta=b'{"format": 1, "entries": {"main": {}}}'):
+              meta=b'{"format": 1, "entries": {"main": {}}}', more_checks=()):
     """A .cuv from the tests' writer: entry `main` (x f32[n, 4] -> y f32[n, 4]), one constant, prepared buffer 0
     saved and 1 made at load; `levels` = (LEVEL, feature bits) of each native section."""
     n = sym("n")
     t = TensorType("f32", (n, 4))
     c = np.array([1, 2, 3, 4], np.float32)
-    checks = check_program([t], [t], ["n"], [(0, 0)], [])
+    checks = check_program([t], [t], ["n"], [(0, 0)], []) + list(more_checks)
     entries = cuv_writer.entries_text([{"name": "main", "prefix": "t_", "inputs": [("x", "f32", 2)],
                                         "outputs": [("y", "f32", 2)], "symbols": ["n"], "consts": [(0, 16)],
                                         "prepared": [(0, 0, 16)], "checks": checks}])
@@ -259,3 +259,19 @@ def test_meta_must_be_valid_json(natives, tmp_path, meta, valid):
     assert (code == "0") == valid, out.stdout
     if not valid:
         assert loaded == "0" and "section 'meta' is not valid JSON" in out.stdout, out.stdout
+
+
+GE = 10  # cuvil_checks.h's CUVIL_OP_GE: `a b ge` holds when a >= b
+
+
+def test_a_ge_relation_names_its_sides_and_values(natives, tmp_path):
+    """A window check `n >= 2` (sym 0, const 2, ge) appended to the program: n = 1 is refused with both sides."""
+    data = _own_file(natives, more_checks=[OP["sym"], 0, OP["const"], 2, GE])
+    built = c_build.runtime()
+    (tmp_path / "m.cuv").write_bytes(data)
+    info = c_build.run(built, built.cli, tmp_path / "m.cuv", "--info")
+    assert "needs n >= 2" in info.stdout, info.stdout + info.stderr
+    out = _run_own(tmp_path, data, np.ones((1, 4), np.float32))
+    assert out.returncode == 1 and "entry 'main' needs n >= 2, but the inputs give 1 and 2; n = 1 (x.shape[0])" \
+        in out.stderr, out.stderr
+    assert _run_own(tmp_path, data, np.ones((2, 4), np.float32)).returncode == 0

@@ -13,13 +13,13 @@
 
 /* The instructions, in fastcall.py's OPCODES order. */
 enum { CUVIL_OP_CONST, CUVIL_OP_SYM, CUVIL_OP_DIM, CUVIL_OP_ADD, CUVIL_OP_MUL, CUVIL_OP_FLOORDIV, CUVIL_OP_MOD,
-       CUVIL_OP_EQ, CUVIL_OP_BIND, CUVIL_OP_OUT, CUVIL_OP_COUNT };
+       CUVIL_OP_EQ, CUVIL_OP_BIND, CUVIL_OP_OUT, CUVIL_OP_GE, CUVIL_OP_COUNT };
 #define CUVIL_CHECK_STACK 32 /* fastcall.py refuses programs that need a deeper stack */
 
 /* Per opcode: its name, how many operands follow it, how many stack values it pops and pushes (fastcall.py ARITY). */
 static const struct { const char *name; int operands, pops, pushes; } cuvil_check_ops[CUVIL_OP_COUNT] = {
     {"const", 1, 0, 1}, {"sym", 1, 0, 1}, {"dim", 2, 0, 1}, {"add", 0, 2, 1}, {"mul", 0, 2, 1},
-    {"floordiv", 0, 2, 1}, {"mod", 0, 2, 1}, {"eq", 0, 2, 0}, {"bind", 1, 1, 0}, {"out", 1, 1, 0},
+    {"floordiv", 0, 2, 1}, {"mod", 0, 2, 1}, {"eq", 0, 2, 0}, {"bind", 1, 1, 0}, {"out", 1, 1, 0}, {"ge", 0, 2, 0},
 };
 
 /* The size of axis `axis` of input `input`. */
@@ -59,7 +59,14 @@ static inline int cuvil_run_checks(const int64_t *c, int n_code, cuvil_dim_fn di
             if (st[sp] == 0 || (st[sp] == -1 && st[sp - 1] == INT64_MIN)) { why[0] = st[sp - 1]; why[1] = st[sp]; return at + 1; }
             st[sp - 1] = c[at] == CUVIL_OP_MOD ? cuvil_floormod(st[sp - 1], st[sp]) : cuvil_floordiv(st[sp - 1], st[sp]);
             break;
-        case CUVIL_OP_EQ: sp -= 2; if (st[sp] != st[sp + 1]) { why[0] = st[sp]; why[1] = st[sp + 1]; return at + 1; } break;
+        case CUVIL_OP_EQ:
+        case CUVIL_OP_GE:
+            sp -= 2;
+            if (c[at] == CUVIL_OP_EQ ? st[sp] != st[sp + 1] : st[sp] < st[sp + 1]) {
+                why[0] = st[sp], why[1] = st[sp + 1];
+                return at + 1;
+            }
+            break;
         case CUVIL_OP_BIND: sym[c[pc++]] = st[--sp]; break;
         case CUVIL_OP_OUT: if (st[--sp] < 0) { why[0] = why[1] = st[sp]; return at + 1; } out[c[pc++]] = st[sp]; break;
         default: return at + 1;

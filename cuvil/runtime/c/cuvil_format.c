@@ -399,8 +399,13 @@ static cuvil_status describe(cuvil_model *m, cuvil_entry *e)
                 *site = (cuvil_check_site){at, 'd', y->tensor, y->axis, x->text, NULL};
             } else {
                 e->relations[e->n_rel++] = fmt(m, "%s == %s", x->text, y->text);
-                *site = (cuvil_check_site){at, 'r', -1, -1, x->text, y->text};
+                *site = (cuvil_check_site){at, '=', -1, -1, x->text, y->text};
             }
+            e->n_sites++;
+            break;
+        case CUVIL_OP_GE:
+            e->relations[e->n_rel++] = fmt(m, "%s >= %s", x->text, y->text);
+            *site = (cuvil_check_site){at, '>', -1, -1, x->text, y->text};
             e->n_sites++;
             break;
         case CUVIL_OP_BIND:

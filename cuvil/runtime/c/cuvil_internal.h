@@ -31,8 +31,8 @@ typedef struct {
 } cuvil_section;
 
 /* Where a check may fail, to say which input or size broke it: kind 'd' = the size of input `tensor` axis `axis`
- * must be `lhs`; 'r' = the relation lhs == rhs; 'o' = output size `axis` (`lhs`) is negative; '/' = a division by
- * zero in `lhs`. */
+ * must be `lhs`; '=' or '>' = the relation lhs == rhs or lhs >= rhs; 'o' = output size `axis` (`lhs`) of output
+ * `tensor` is negative; '/' = a division by zero in `lhs`. */
 typedef struct {
     int pc;
     char kind;

@@ -453,19 +453,20 @@ static cuvil_status check_failed(const cuvil_entry *e, int at, const int64_t why
         return cuvil_fail(CUVIL_ERR_SHAPE, "entry '%s': input '%s' has size %lld in axis %d, but the signature needs "
                           "%s = %lld", e->name, e->tensors[s->tensor].name, (long long)why[1], s->axis, s->lhs,
                           (long long)why[0]);
-    if (s && s->kind == 'r') {
+    if (s && (s->kind == '=' || s->kind == '>')) {
         char bound[512] = "";
         for (int k = 0, at = 0; k < e->n_sym && at < (int)sizeof bound - 1; k++)
             at += snprintf(bound + at, sizeof bound - (size_t)at, "%s%s = %lld (%s)", k ? ", " : "; ", e->symbols[k],
                            (long long)sym[k], e->bound_from[k] ? e->bound_from[k] : "?");
-        return cuvil_fail(CUVIL_ERR_SHAPE, "entry '%s' needs %s == %s, but the inputs give %lld and %lld%s", e->name,
-                          s->lhs, s->rhs, (long long)why[0], (long long)why[1], bound);
+        return cuvil_fail(CUVIL_ERR_SHAPE, "entry '%s' needs %s %s %s, but the inputs give %lld and %lld%s", e->name,
+                          s->lhs, s->kind == '=' ? "==" : ">=", s->rhs, (long long)why[0], (long long)why[1], bound);
     }
     if (s && s->kind == 'o')
         return cuvil_fail(CUVIL_ERR_SHAPE, "entry '%s': output '%s' would have size %s = %lld in axis %d", e->name,
                           e->tensors[s->tensor].name, s->lhs, (long long)why[0], s->axis);
-    return cuvil_fail(CUVIL_ERR_SHAPE, "entry '%s': the sizes of the inputs divide by zero in %s", e->name,
-                      s ? s->lhs : "a size");
+    if (s && s->kind == '/')
+        return cuvil_fail(CUVIL_ERR_SHAPE, "entry '%s': the sizes of the inputs divide by zero in %s", e->name, s->lhs);
+    return cuvil_fail(CUVIL_ERR_SHAPE, "entry '%s': the inputs' sizes fail check %d of its program", e->name, at);
 }
 
 /* Checks the inputs, binds the symbols into `sym` and fills in the outputs' dtype, rank, shape and nbytes. */
