@@ -31,7 +31,7 @@ COMMON_FLAGS = ("-std=c99", "-Wall", "-Wextra", "-fPIC", "-ffunction-sections", 
 RELEASE_FLAGS = ("-Os", "-DNDEBUG")
 HASH_FLAGS = ("-O2",)  # weights are hashed at every open: the SHA-256 loop is worth its few hundred bytes of -O2
 SANITIZE_FLAGS = ("-O1", "-g", "-fsanitize=address", "-fno-omit-frame-pointer")
-LINK_LIBS = ("-ldl",)
+LINK_LIBS = ("-ldl", "-lpthread")
 
 
 @dataclasses.dataclass(frozen=True)

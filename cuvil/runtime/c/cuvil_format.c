@@ -8,6 +8,7 @@
 #include "cuvil_hash.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,17 +120,39 @@ static cuvil_status check_table(cuvil_model *m, uint64_t table_at, uint32_t coun
     return CUVIL_OK;
 }
 
-/* Every section, known or not: weights are checked before the first call reads them, so at open. */
+/* One section's SHA-256 into its slot of `digests` (a thread's work for the large ones). */
+typedef struct { const cuvil_model *m; int k; uint8_t digest[32]; } digest_job;
+
+static void *digest_section(void *arg)
+{
+    digest_job *j = arg;
+    const cuvil_section *s = &j->m->sections[j->k];
+    cuvil_sha256(j->m->data + s->offset, s->size, j->digest);
+    return NULL;
+}
+
+/* Every section, known or not: weights are checked before the first call reads them, so at open. Sections of
+ * more than PARALLEL_BYTES are hashed on threads of their own (the weights and the prepared buffers together are
+ * most of the start-up time); where a thread cannot start, this thread hashes the section. */
+#define PARALLEL_BYTES (4u << 20)
+
 static cuvil_status check_digests(cuvil_model *m)
 {
+    digest_job jobs[CUVIL_MAX_SECTIONS];
+    pthread_t threads[CUVIL_MAX_SECTIONS];
+    int started[CUVIL_MAX_SECTIONS] = {0};
     for (int k = 0; k < m->n_sections; k++) {
-        const cuvil_section *s = &m->sections[k];
-        uint8_t digest[32];
-        cuvil_sha256(m->data + s->offset, s->size, digest);
-        if (memcmp(digest, s->sha256, 32) != 0)
-            return cuvil_fail(CUVIL_ERR_CHECKSUM, "%s: section '%s' does not match its SHA-256 (corrupt)", m->where,
-                              s->name);
+        jobs[k] = (digest_job){m, k, {0}};
+        if (m->sections[k].size > PARALLEL_BYTES) started[k] = pthread_create(&threads[k], NULL, digest_section, &jobs[k]) == 0;
     }
+    for (int k = 0; k < m->n_sections; k++)
+        if (!started[k]) digest_section(&jobs[k]);
+    for (int k = 0; k < m->n_sections; k++)
+        if (started[k]) pthread_join(threads[k], NULL);
+    for (int k = 0; k < m->n_sections; k++)
+        if (memcmp(jobs[k].digest, m->sections[k].sha256, 32) != 0)
+            return cuvil_fail(CUVIL_ERR_CHECKSUM, "%s: section '%s' does not match its SHA-256 (corrupt)", m->where,
+                              m->sections[k].name);
     return CUVIL_OK;
 }
 
