@@ -22,10 +22,17 @@ from .interpreter import interpret
 from .ir import DType, Module, TensorType, sym
 from .log import LogLevel, set_log_level
 from .profiler import profile as profile  # noqa: F401 (public: cuvil.profile)
-from .runtime import load
 from .ops import register_op
 
-__version__ = "0.1.0"
+from .version import __version__  # noqa: F401 (public: cuvil.__version__)
+
+
+def load(path):
+    """A `.cuv` file (or its bytes) as a `cuvil.runtime.Artifact`: see docs/artifact.md. The runtime is imported
+    here, not with `cuvil`, so that `import cuvil` stays as light as it was."""
+    from .runtime import load as load_artifact
+
+    return load_artifact(path)
 
 
 def inspect_ir(obj, elide_constants: bool = True) -> str:

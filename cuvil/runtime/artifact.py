@@ -79,6 +79,10 @@ class Artifact:
         return f"<cuvil.runtime.Artifact {self.path}: {', '.join(self.entries)}>"
 
     # -- what Function reads --------------------------------------------------------------------------------------
+    def verify(self) -> None:
+        """Wait for the background check of the constants (and the rest); ArtifactError if it failed."""
+        self._verified.wait()
+
     def constants(self, name: str) -> tuple:
         """(constants by name, saved prepared buffers by index) of entry `name`, as views of the mapping, once the
         background check of their sections has passed."""
@@ -88,6 +92,15 @@ class Artifact:
         prepared = self._arrays("prepared", e["prepared"], np.uint8)
         return {c["name"]: a for c, a in zip(e["constants"], consts)}, \
             {p["index"]: a for p, a in zip(e["prepared"], prepared)}
+
+    def ir_text(self, name: str = "main") -> str:
+        """The optimised IR of entry `name` (the `ir` section), as `cuvil.inspect_ir` prints it."""
+        if "ir" not in self._container.rows:
+            raise ArtifactError(f"{self.path} holds no IR")
+        try:
+            return json.loads(self._container.inflated("ir"))[name]
+        except (ValueError, KeyError, TypeError) as e:
+            raise ArtifactError(f"{self.path}: the ir section has no text for {name!r} ({e})") from e
 
     def _arrays(self, section: str, items: list, dtype=None) -> list:
         if not items:
@@ -105,9 +118,30 @@ class Artifact:
 
 
 def load(path) -> Artifact:
-    """Open a `.cuv` (docs/artifact.md): every check before its native code is mapped; `cuvil.ArtifactError` names
-    the one that failed."""
-    container = Container.open(path)
+    """Open a `.cuv` file, or its bytes (docs/artifact.md): every check before its native code is mapped;
+    `cuvil.ArtifactError` names the one that failed (a file that cannot be opened raises its OSError)."""
+    container, meta, native = _checked(path)
+    verified = _Verification(container, [n for n in ("consts", "prepared", "ir", "csrc") if n in container.rows])
+    lib = host.dlopen(container.data(native, check=False), os.path.basename(container.path).strip("<>"))
+    if lib.cuvil_abi_version() != 1:
+        raise ArtifactError(f"{container.path}: native ABI version {lib.cuvil_abi_version()}, this loader knows 1")
+    _default_threads(lib)
+    return Artifact(container, meta, lib, verified)
+
+
+def check(path) -> dict:
+    """Every check `load` makes, the constants' too, without loading the native code; returns `meta`."""
+    container, meta, _ = _checked(path)
+    for name in ("consts", "prepared", "ir", "csrc"):
+        if name in container.rows:
+            container.check(name)
+    return meta
+
+
+def _checked(path) -> tuple:
+    """Checks 1-4: (container, meta, the native section to load)."""
+    is_bytes = isinstance(path, (bytes, bytearray, memoryview))
+    container = Container.from_buffer(memoryview(path).toreadonly()) if is_bytes else Container.open(path)
     meta = _meta(container)
     native = _choose_native(container)
     container.check(native)
@@ -117,12 +151,7 @@ def load(path) -> Artifact:
     if missing:
         raise ArtifactError(f"{container.path}: the native code needs CPU features this machine lacks: "
                             f"{', '.join(host.names(missing))}")
-    verified = _Verification(container, [n for n in ("consts", "prepared") if n in container.rows])
-    lib = host.dlopen(container.data(native, check=False), os.path.basename(container.path))
-    if lib.cuvil_abi_version() != 1:
-        raise ArtifactError(f"{container.path}: native ABI version {lib.cuvil_abi_version()}, this loader knows 1")
-    _default_threads(lib)
-    return Artifact(container, meta, lib, verified)
+    return container, meta, native
 
 
 def _meta(container: Container) -> dict:
@@ -170,23 +199,27 @@ def _numpy_dtype(name: str) -> np.dtype:
 
 
 class _Verification:
-    """Check 5 in a background thread: the SHA-256 of the sections the first call reads; `wait` re-raises a
+    """Check 5 in a background thread: the SHA-256 of the sections the first call reads (and of the small `ir` and
+    `csrc`, so that a corrupt one fails the first call too, not only a later `inspect`); `wait` re-raises a
     mismatch in every caller."""
 
     def __init__(self, container: Container, names: list):
         self.error = None
-        self.names = names
-        self._thread = threading.Thread(target=self._run, args=(container,), daemon=True, name="cuvil-verify")
-        self._thread.start()
+        # one thread a section: SHA-256 is sequential within a section, and ResNet-18's consts and prepared (47 and
+        # 38 MB) take about as long each
+        self._threads = [threading.Thread(target=self._run, args=(container, name), daemon=True,
+                                          name=f"cuvil-verify-{name}") for name in names]
+        for t in self._threads:
+            t.start()
 
-    def _run(self, container: Container) -> None:
+    def _run(self, container: Container, name: str) -> None:
         try:
-            for name in self.names:
-                container.check(name)
+            container.check(name)
         except ArtifactError as e:
             self.error = e
 
     def wait(self) -> None:
-        self._thread.join()
+        for t in self._threads:
+            t.join()
         if self.error is not None:
             raise ArtifactError(self.error.message)

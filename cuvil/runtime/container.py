@@ -4,7 +4,8 @@ sections, each 64-byte aligned. This module knows bytes only, not models: `write
 
     >>> import os, tempfile
     >>> path = os.path.join(tempfile.mkdtemp(), "demo.cuv")
-    >>> write(path, [Section("meta", [b"{}"]), Section("note", [b"hello"])], "x86_64-linux-gnu", 0)
+    >>> parts = [Section(name, [b"..."]) for name in REQUIRED] + [Section("note", [b"hello"])]
+    >>> write(path, parts, "x86_64-linux-gnu", 0)
     >>> c = Container.open(path)
     >>> bytes(c.data("note"))
     b'hello'
@@ -79,15 +80,19 @@ def write(path, sections: list, triple: str, required_features: int) -> None:
     fd, tmp = tempfile.mkstemp(prefix=".cuv-", dir=folder)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(head + table)
-            for s, r in zip(sections, rows):
-                f.write(b"\0" * (r.offset - f.tell()))
-                for p in s.parts:
-                    f.write(p)
+            _write_sections(f, head + table, sections, rows)
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+def _write_sections(f, start: bytes, sections: list, rows: list) -> None:
+    f.write(start)
+    for s, r in zip(sections, rows):
+        f.write(b"\0" * (r.offset - f.tell()))
+        for p in s.parts:
+            f.write(p)
 
 
 def _name(name: str) -> bytes:
@@ -106,15 +111,13 @@ class Container:
 
     @classmethod
     def open(cls, path) -> "Container":
+        """Map and check the file at `path` (a file that cannot be opened raises its OSError)."""
         path = os.fspath(path)
-        try:
-            with open(path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                if size < HEADER_SIZE:
-                    raise ArtifactError(f"{path}: {size} bytes is too short for a .cuv file (the header is 128)")
-                buf = memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
-        except OSError as e:
-            raise ArtifactError(f"{path}: cannot read the file: {e}") from e
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size < HEADER_SIZE:
+                raise ArtifactError(f"{path}: {size} bytes is too short for a .cuv file (the header is 128)")
+            buf = memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
         return cls.from_buffer(buf, path)
 
     @classmethod

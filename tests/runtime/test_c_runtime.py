@@ -10,7 +10,7 @@ from cuvil.ir import sym
 from cuvil.ir.types import TensorType
 
 from . import c_build, cuv_writer
-from .models import MODELS, export_model
+from .c_models import MODELS, export_model
 
 needs_asan = pytest.mark.skipif(not c_build.asan_available(), reason="the C compiler cannot link -fsanitize=address")
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from . import c_build, cuv_writer
-from .models import export_model
+from .c_models import export_model
 from .test_c_runtime import _own_file, natives  # noqa: F401 (the fixture)
 
 pytestmark = pytest.mark.skipif(not c_build.asan_available(), reason="the C compiler cannot link -fsanitize=address")
