@@ -15,15 +15,24 @@ from __future__ import annotations
 from . import errors, ir, ops
 from .api import compile, compile_to_ir, jit, load_onnx
 from .compiler import Executable, compile_module
-from .errors import (CuvilError, IndexRangeError, ParseError, SerializationError, ShapeError, UnsupportedError,
-                     VerificationError)
+from .deploy import export
+from .errors import (ArtifactError, CuvilError, IndexRangeError, ParseError, SerializationError, ShapeError,
+                     UnsupportedError, VerificationError)
 from .interpreter import interpret
 from .ir import DType, Module, TensorType, sym
 from .log import LogLevel, set_log_level
 from .profiler import profile as profile  # noqa: F401 (public: cuvil.profile)
 from .ops import register_op
 
-__version__ = "0.1.0"
+from .version import __version__  # noqa: F401 (public: cuvil.__version__)
+
+
+def load(path):
+    """A `.cuv` file (or its bytes) as a `cuvil.runtime.Artifact`: see docs/artifact.md. The runtime is imported
+    here, not with `cuvil`, so that `import cuvil` stays as light as it was."""
+    from .runtime import load as load_artifact
+
+    return load_artifact(path)
 
 
 def inspect_ir(obj, elide_constants: bool = True) -> str:
@@ -40,7 +49,7 @@ def inspect_ir(obj, elide_constants: bool = True) -> str:
     return print_module(module, 16 if elide_constants else None)
 
 
-__all__ = ["CuvilError", "DType", "Executable", "IndexRangeError", "LogLevel", "Module", "ParseError",
+__all__ = ["ArtifactError", "CuvilError", "DType", "Executable", "IndexRangeError", "LogLevel", "Module", "ParseError",
            "SerializationError", "ShapeError", "TensorType", "UnsupportedError", "VerificationError", "compile",
-           "compile_module", "compile_to_ir", "errors", "inspect_ir", "interpret", "ir", "jit", "load_onnx", "ops",
-           "register_op", "set_log_level", "sym"]
+           "compile_module", "compile_to_ir", "errors", "export", "inspect_ir", "interpret", "ir", "jit", "load",
+           "load_onnx", "ops", "register_op", "set_log_level", "sym"]

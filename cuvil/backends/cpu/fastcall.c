@@ -19,13 +19,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuvil_checks.h" /* the check program's interpreter, shared with the standalone runtime */
+
 typedef int (*entry_fn)(void *const *, void *const *, const int64_t *, uint8_t *, const void *const *);
 typedef int64_t (*arena_fn)(const int64_t *);
 
-/* The check program's instructions, in fastcall.py's OPCODES order. */
-enum { OP_CONST, OP_SYM, OP_DIM, OP_ADD, OP_MUL, OP_FLOORDIV, OP_MOD, OP_EQ, OP_BIND, OP_OUT, OP_GE };
-#define STACK 32   /* fastcall.py refuses programs that need a deeper stack */
 #define POOL 2
+
+_Static_assert(sizeof(npy_intp) == sizeof(int64_t), "output sizes are written as int64");
 
 typedef struct {
     PyObject_HEAD
@@ -45,32 +46,16 @@ typedef struct {
     int arena_busy;              /* another thread is running with the cached arena */
 } Caller;
 
-static int64_t floordiv(int64_t a, int64_t b) { int64_t q = a / b; return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q; }
-static int64_t floormod(int64_t a, int64_t b) { int64_t r = a % b; return (r != 0 && (r < 0) != (b < 0)) ? r + b : r; }
+static int64_t input_dim(const void *args, int64_t i, int64_t axis)
+{
+    return PyArray_DIM((PyArrayObject *)PyTuple_GET_ITEM((PyObject *)args, i), (int)axis);
+}
 
 /* Runs the check program: 0 when every check holds (sym and out filled), -1 otherwise. */
 static int run_checks(const Caller *s, PyObject *args, int64_t *sym, npy_intp *out)
 {
-    int64_t st[STACK];
-    int sp = 0;
-    const int64_t *c = s->code;
-    for (int pc = 0; pc < s->n_code;) {
-        switch (c[pc++]) {
-        case OP_CONST: st[sp++] = c[pc++]; break;
-        case OP_SYM: st[sp++] = sym[c[pc++]]; break;
-        case OP_DIM: st[sp++] = PyArray_DIM((PyArrayObject *)PyTuple_GET_ITEM(args, c[pc]), (int)c[pc + 1]); pc += 2; break;
-        case OP_ADD: sp--; st[sp - 1] += st[sp]; break;
-        case OP_MUL: sp--; st[sp - 1] *= st[sp]; break;
-        case OP_FLOORDIV: sp--; st[sp - 1] = floordiv(st[sp - 1], st[sp]); break;
-        case OP_MOD: sp--; st[sp - 1] = floormod(st[sp - 1], st[sp]); break;
-        case OP_EQ: sp -= 2; if (st[sp] != st[sp + 1]) return -1; break;
-        case OP_BIND: sym[c[pc++]] = st[--sp]; break;
-        case OP_OUT: if (st[--sp] < 0) return -1; out[c[pc++]] = (npy_intp)st[sp]; break;
-        case OP_GE: sp -= 2; if (st[sp] < st[sp + 1]) return -1; break;
-        default: return -1;
-        }
-    }
-    return 0;
+    int64_t why[2];
+    return cuvil_run_checks(s->code, s->n_code, input_dim, args, sym, (int64_t *)out, why) == 0 ? 0 : -1;
 }
 
 static int input_ok(const Caller *s, int i, PyObject *o)

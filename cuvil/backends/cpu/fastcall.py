@@ -38,9 +38,11 @@ from . import toolchain
 
 log = logging.getLogger("cuvil.backends.cpu")
 
-OPCODES = ("const", "sym", "dim", "add", "mul", "floordiv", "mod", "eq", "bind", "out", "ge")  # fastcall.c's enum
+OPCODES = ("const", "sym", "dim", "add", "mul", "floordiv", "mod", "eq", "bind", "out", "ge")  # cuvil_checks.h's enum
 OP = {name: code for code, name in enumerate(OPCODES)}
-STACK = 32  # fastcall.c's stack depth
+STACK = 32  # cuvil_checks.h's stack depth
+# The check program's interpreter, a header of the standalone runtime (found by path: no import of cuvil.runtime).
+CHECKS_DIR = Path(__file__).resolve().parents[2] / "runtime" / "c"
 POOL_BYTES = 64 << 20  # outputs up to this size are pooled (reused once the caller dropped them)
 
 
@@ -55,7 +57,9 @@ def extension():
         return None
     try:
         source = (Path(__file__).with_name("fastcall.c")).read_text()
-        build = toolchain.build_library(source, name="fastcall", opt_level=2, include_dirs=[include, np.get_include()],
+        build = toolchain.build_library(source, name="fastcall", opt_level=2,
+                                        include_dirs=[include, np.get_include(), CHECKS_DIR],
+                                        depends=[CHECKS_DIR / "cuvil_checks.h"],
                                         extra_flags=(f"-DCUVIL_NUMPY_VERSION=\"{np.__version__}\"",))
         spec = importlib.util.spec_from_file_location("cuvil_fastcall", build.path)
         module = importlib.util.module_from_spec(spec)
@@ -67,9 +71,10 @@ def extension():
 
 
 def caller(lib: ctypes.CDLL, const_ptrs, arg_types: list, out_types: list, symbols: list, binders: list,
-           constraints: list, error: type):
-    """A `Caller` for one compiled library: `caller(*arrays)` returns the outputs, or None when an input does not
-    match the signature exactly (the Python path then converts or raises). None without the extension."""
+           constraints: list, error: type, prefix: str = "cuvil_"):
+    """A `Caller` for one compiled library (its entry named `prefix` main): `caller(*arrays)` returns the outputs,
+    or None when an input does not match the signature exactly (the Python path then converts or raises). None
+    without the extension."""
     ext = extension()
     if ext is None:
         return None
@@ -80,19 +85,20 @@ def caller(lib: ctypes.CDLL, const_ptrs, arg_types: list, out_types: list, symbo
     dtypes = [t.dtype.numpy for t in (*arg_types, *out_types)]
     ranks = [t.rank for t in (*arg_types, *out_types)]
     address = functools.partial(ctypes.cast, typ=ctypes.c_void_p)
-    return ext.Caller(address(lib.cuvil_main).value, address(lib.cuvil_arena_bytes).value,
+    entry, arena = (address(getattr(lib, prefix + name)).value for name in ("main", "arena_bytes"))
+    return ext.Caller(entry, arena,
                       ctypes.addressof(const_ptrs), len(arg_types), dtypes, ranks, len(symbols),
                       np.asarray(code, np.int64).tobytes(), error, POOL_BYTES)
 
 
 class _TooDeep(Exception):
-    """A size expression that needs more stack than fastcall.c has."""
+    """A size expression that needs more stack than cuvil_checks.h has."""
 
 
 def check_program(arg_types: list, out_types: list, symbols: list, binders: list, constraints: list) -> list:
     """The instructions that check every input size, bind the symbols at their `binders` sites, check the
-    function's `constraints` (`Relation`s: `eq` or `ge` of their two sides) and push each output size (see
-    fastcall.c's run_checks)."""
+    function's `constraints` (`Relation`s: `eq` or `ge` of their two sides) and push each output size (run by
+    cuvil_checks.h)."""
     index = {name: k for k, name in enumerate(symbols)}
     code: list = []
     for k, (i, ax) in enumerate(binders):

@@ -1,0 +1,277 @@
+"""The standalone C runtime (cuvil/runtime/c/) and `cuvil-run`: round trips of exported models against Python,
+the C API (memory, signatures, caller buffers, 8 threads), the same under AddressSanitizer, and its errors."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cuvil.backends.cpu.fastcall import OP, check_program
+from cuvil.ir import sym
+from cuvil.ir.types import TensorType
+
+from . import c_build, cuv_writer
+from .c_models import MODELS, export_model
+
+needs_asan = pytest.mark.skipif(not c_build.asan_available(), reason="the C compiler cannot link -fsanitize=address")
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("models")
+    return {name: export_model(name, folder) for name in MODELS}
+
+
+def _cuvil_run(built, model, tmp_path, *extra):
+    inputs = []
+    for k, x in enumerate(model.inputs):
+        inputs.append(tmp_path / f"in{k}.npy")
+        np.save(inputs[-1], x)
+    out = c_build.run(built, built.cli, model.path, *inputs, "-o", tmp_path / "out", *extra)
+    assert out.returncode == 0, out.stderr
+    return [np.load(tmp_path / "out" / f"output_{k}.npy") for k in range(len(model.expected))]
+
+
+@pytest.mark.parametrize("sanitize", [False, pytest.param(True, marks=needs_asan)], ids=["release", "asan"])
+@pytest.mark.parametrize("name", MODELS)
+def test_cuvil_run_gives_what_python_gives(exported, name, sanitize, tmp_path):
+    """cuvil-run's outputs equal the in-process compiled function's (bit for bit: the same code) and the
+    original's (PyTorch, NumPy), for an MLP, a CNN, control flow and a dynamic dimension."""
+    model = exported[name]
+    outs = _cuvil_run(c_build.runtime(sanitize), model, tmp_path)
+    for got, want, ref in zip(outs, model.expected, model.reference):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_info_prints_the_signature_with_its_symbolic_sizes(exported):
+    built = c_build.runtime()
+    out = c_build.run(built, built.cli, exported["mlp"].path, "--info")
+    assert out.returncode == 0, out.stderr
+    assert "input  x: f32[batch, 784]" in out.stdout and "f32[batch, 10]" in out.stdout
+    assert "symbols batch" in out.stdout
+
+
+def test_bench_prints_latency_percentiles(exported, tmp_path):
+    built, model = c_build.runtime(), exported["mlp"]
+    np.save(tmp_path / "x.npy", model.inputs[0])
+    out = c_build.run(built, built.cli, model.path, tmp_path / "x.npy", "--bench", "20", "--warmup", "2")
+    assert out.returncode == 0, out.stderr
+    assert "20 runs (2 warm-up): mean" in out.stdout and "p50" in out.stdout and "p99" in out.stdout
+
+
+@pytest.mark.parametrize("sanitize", [False, pytest.param(True, marks=needs_asan)], ids=["release", "asan"])
+def test_c_api_memory_signatures_caller_buffers_and_eight_threads(exported, sanitize, tmp_path):
+    """runtime_driver api: open from memory (aligned and not), list the signature, run into the caller's
+    buffer, 8 threads at once with and without workspaces, all equal."""
+    built, model = c_build.runtime(sanitize), exported["mlp"]
+    x = model.inputs[0]
+    (tmp_path / "x.bin").write_bytes(x.tobytes())
+    out = c_build.run(built, built.driver, "api", model.path, tmp_path / "x.bin", *x.shape, tmp_path / "y.bin")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "entry main: in x f32[batch,784] out output_0 f32[batch,10]" in out.stdout
+    assert "threads ok" in out.stdout
+    y = np.frombuffer((tmp_path / "y.bin").read_bytes(), np.float32).reshape(model.expected[0].shape)
+    np.testing.assert_array_equal(y, model.expected[0])
+
+
+def _fails(built, *args, message: str):
+    out = c_build.run(built, built.cli, *args)
+    assert out.returncode != 0 and "cuvil-run: " in out.stderr, out.stdout + out.stderr
+    assert message in out.stderr, out.stderr
+    return out
+
+
+def test_inputs_that_break_the_signature_are_refused_with_the_input_named(exported, tmp_path):
+    built, path = c_build.runtime(), exported["mlp"].path
+    np.save(tmp_path / "narrow.npy", np.zeros((3, 783), np.float32))
+    _fails(built, path, tmp_path / "narrow.npy", message="input 'x' has size 783 in axis 1, but the signature "
+                                                         "needs 784")
+    np.save(tmp_path / "f64.npy", np.zeros((3, 784)))
+    _fails(built, path, tmp_path / "f64.npy", message="dtype '<f8', but the entry takes f32")
+    np.save(tmp_path / "fortran.npy", np.asfortranarray(np.zeros((3, 784), np.float32)))
+    _fails(built, path, tmp_path / "fortran.npy", message="Fortran-order")
+    np.save(tmp_path / "big.npy", np.zeros((3, 784), ">f4"))
+    _fails(built, path, tmp_path / "big.npy", message="little-endian only")
+    _fails(built, path, message="takes 1 inputs, got 0")
+    _fails(built, path, tmp_path / "missing.npy", message="missing.npy")
+    _fails(built, tmp_path / "none.cuv", "--info", message="none.cuv: cannot open")
+    (tmp_path / "text.cuv").write_text("hello")
+    _fails(built, tmp_path / "text.cuv", "--info", message="too short for a .cuv file")
+    _fails(built, path, "--entry", "other", tmp_path / "f64.npy", message="no entry named 'other'")
+
+
+def test_a_relation_between_sizes_is_checked(exported, tmp_path):
+    """The dynamic model's `x @ w` needs x's columns to equal w's rows: the message gives the relation, the
+    values and the input sizes the symbols come from."""
+    built, model = c_build.runtime(), exported["dynamic"]
+    x, w = model.inputs
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "w.npy", w[:-1])
+    out = _fails(built, model.path, tmp_path / "x.npy", tmp_path / "w.npy", message="entry 'main' needs ")
+    assert f"but the inputs give {w.shape[0] - 1} and {x.shape[1]}" in out.stderr or \
+        f"but the inputs give {x.shape[1]} and {w.shape[0] - 1}" in out.stderr, out.stderr
+    assert "(w.shape[0])" in out.stderr and "(x.shape[1])" in out.stderr, out.stderr
+
+
+# --- files from the tests' own writer: prepared buffers, native levels, target checks, the error channel ----------
+
+NATIVE = r"""
+#include <math.h>
+#include <stdint.h>
+static __thread const char *message = "";
+int cuvil_abi_version(void) { return 1; }
+const char *cuvil_last_error(void) { return message; }
+void cuvil_set_num_threads(int n) { (void)n; }
+int64_t t_arena_bytes(const int64_t *dims) { return dims[0] * 16; }
+int64_t t_packed_count(void) { return 2; }
+int64_t t_packed_bytes(int64_t j) { (void)j; return 16; }
+void t_prepare(void *const *consts, int64_t j)
+{
+    float *dst = consts[1 + j];
+    for (int k = 0; k < 4; k++) dst[k] = ((const float *)consts[0])[k] * (float)(j + 2);
+}
+/* y = x * c + 2c (saved prepared buffer 0) + 3c (buffer 1, made by prepare) + LEVEL; a NaN is an error. */
+int t_main(void *const *args, void *const *outs, const int64_t *dims, uint8_t *arena, const void *const *consts)
+{
+    const float *x = args[0], *c = consts[0], *p0 = consts[1], *p1 = consts[2];
+    float *y = outs[0], *tmp = (float *)arena;
+    for (int64_t i = 0; i < dims[0] * 4; i++) {
+        if (isnan(x[i])) { message = "a NaN in x"; return 3; }
+        tmp[i] = x[i] * c[i % 4];
+        y[i] = tmp[i] + p0[i % 4] + p1[i % 4] + LEVEL;
+    }
+    return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def natives(tmp_path_factory):
+    """The hand-written native code above at two levels (LEVEL 0 and 100) as shared objects."""
+    import subprocess
+
+    from cuvil.backends.cpu import toolchain
+
+    folder = tmp_path_factory.mktemp("native")
+    (folder / "native.c").write_text(NATIVE)
+    images = {}
+    for level in (0, 100):
+        so = folder / f"native{level}.so"
+        subprocess.run([toolchain.find_compiler().path, "-O1", "-shared", "-fPIC", f"-DLEVEL={level}",
+                        str(folder / "native.c"), "-o", str(so), "-lm"], check=True)
+        images[level] = so.read_bytes()
+    return images
+
+
+def _own_file(natives, *, levels=((0, 0),), triple="x86_64-linux-gnu", version=1, features=0, extra=(),
+              meta=b'{"format": 1, "entries": {"main": {}}}', more_checks=()):
+    """A .cuv from the tests' writer: entry `main` (x f32[n, 4] -> y f32[n, 4]), one constant, prepared buffer 0
+    saved and 1 made at load; `levels` = (LEVEL, feature bits) of each native section."""
+    n = sym("n")
+    t = TensorType("f32", (n, 4))
+    c = np.array([1, 2, 3, 4], np.float32)
+    checks = check_program([t], [t], ["n"], [(0, 0)], []) + list(more_checks)
+    entries = cuv_writer.entries_text([{"name": "main", "prefix": "t_", "inputs": [("x", "f32", 2)],
+                                        "outputs": [("y", "f32", 2)], "symbols": ["n"], "consts": [(0, 16)],
+                                        "prepared": [(0, 0, 16)], "checks": checks}])
+    sections = [("meta", meta), ("entries", entries)]
+    sections += [("native" if k == 0 else f"native.{k}", natives[level], 0, bits)
+                 for k, (level, bits) in enumerate(levels)]
+    sections += [("consts", c.tobytes()), ("prepared", (2 * c).tobytes()), *extra]
+    return cuv_writer.pack(sections, triple=triple, features=features, version=version)
+
+
+def _run_own(tmp_path, data, x):
+    built = c_build.runtime()
+    (tmp_path / "m.cuv").write_bytes(data)
+    np.save(tmp_path / "x.npy", x)
+    return c_build.run(built, built.cli, tmp_path / "m.cuv", tmp_path / "x.npy", "-o", tmp_path / "out")
+
+
+def test_own_writer_file_with_saved_and_made_prepared_buffers(natives, tmp_path):
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    out = _run_own(tmp_path, _own_file(natives, extra=[("future", b"ignored section")]), x)
+    assert out.returncode == 0, out.stderr
+    c = np.array([1, 2, 3, 4], np.float32)
+    np.testing.assert_array_equal(np.load(tmp_path / "out" / "output_0.npy"), x * c + 2 * c + 3 * c)
+
+
+def test_the_best_native_level_the_cpu_has_is_loaded(natives, tmp_path):
+    """native.1 needs bit 0 (sse4_2, on every x86-64 that runs the tests) and wins over the featureless native;
+    native.2 needs sve (an aarch64 bit) and is passed over."""
+    x = np.ones((2, 4), np.float32)
+    out = _run_own(tmp_path, _own_file(natives, levels=((0, 0), (100, 1), (0, 1 << 33))), x)
+    assert out.returncode == 0, out.stderr
+    c = np.array([1, 2, 3, 4], np.float32)
+    np.testing.assert_array_equal(np.load(tmp_path / "out" / "output_0.npy"), x * c + 5 * c + 100)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"triple": "aarch64-linux-gnu"}, "made for aarch64-linux-gnu"),
+    ({"features": 1 << 33}, "this CPU lacks sve"),
+    ({"levels": ((0, 1 << 33),)}, "this CPU lacks sve"),
+    ({"version": 2}, "format version 2 is newer than this runtime's (1)"),
+])
+def test_files_for_another_machine_or_format_are_refused(natives, tmp_path, kwargs, message):
+    out = _run_own(tmp_path, _own_file(natives, **kwargs), np.ones((2, 4), np.float32))
+    assert out.returncode != 0 and message in out.stderr, out.stderr
+
+
+def test_the_native_codes_error_message_is_the_runtimes(natives, tmp_path):
+    """The model's cuvil_last_error() becomes the runtime's message when its entry returns non-zero."""
+    x = np.ones((2, 4), np.float32)
+    x[1, 2] = np.nan
+    out = _run_own(tmp_path, _own_file(natives), x)
+    assert out.returncode != 0 and "entry 'main' failed (code 3): a NaN in x" in out.stderr, out.stderr
+
+
+def test_a_compressed_section_the_runtime_reads_is_refused(natives, tmp_path):
+    data = _own_file(natives)
+    rows = cuv_writer.parts(data)
+    k = [p.name for p in rows[2:]].index("entries")
+    flipped = bytearray(data)
+    flipped[128 + 96 * k + 64] = 1  # the zlib flag of `entries`
+    out = _run_own(tmp_path, cuv_writer.resign(bytes(flipped)), np.ones((2, 4), np.float32))
+    assert out.returncode != 0 and "section 'entries' has bad flags" in out.stderr, out.stderr
+
+
+def test_the_python_loader_reads_the_same_file(natives, tmp_path):
+    """A file of the tests' writer passes the Python container's checks too (one format, two writers)."""
+    from cuvil.runtime.container import Container
+
+    (tmp_path / "m.cuv").write_bytes(_own_file(natives))
+    c = Container.open(tmp_path / "m.cuv")
+    assert bytes(c.data("consts")) == np.array([1, 2, 3, 4], np.float32).tobytes()
+
+
+@pytest.mark.parametrize("meta, valid", [
+    (b'{"a": [1, -0.5e+3, 0, true, false, null, "\\u00e9\\n\xc3\xa9"], "b": {}}', True),
+    (b' [ ] ', True),
+    (b'{"a": 01}', False), (b'{"a": 1,}', False), (b'{"a" 1}', False), (b'[1e]', False), (b'[-]', False),
+    (b'"\xff"', False), (b'{}x', False), (b'{"a": "\x01"}', False), (b'[' * 100 + b']' * 100, False), (b'', False),
+])
+def test_meta_must_be_valid_json(natives, tmp_path, meta, valid):
+    built = c_build.runtime()
+    (tmp_path / "m.cuv").write_bytes(_own_file(natives, meta=meta))
+    out = c_build.run(built, built.driver, "files", tmp_path / "m.cuv")
+    _, code, loaded, *message = out.stdout.split(" ")
+    assert (code == "0") == valid, out.stdout
+    if not valid:
+        assert loaded == "0" and "section 'meta' is not valid JSON" in out.stdout, out.stdout
+
+
+GE = 10  # cuvil_checks.h's CUVIL_OP_GE: `a b ge` holds when a >= b
+
+
+def test_a_ge_relation_names_its_sides_and_values(natives, tmp_path):
+    """A window check `n >= 2` (sym 0, const 2, ge) appended to the program: n = 1 is refused with both sides."""
+    data = _own_file(natives, more_checks=[OP["sym"], 0, OP["const"], 2, GE])
+    built = c_build.runtime()
+    (tmp_path / "m.cuv").write_bytes(data)
+    info = c_build.run(built, built.cli, tmp_path / "m.cuv", "--info")
+    assert "needs n >= 2" in info.stdout, info.stdout + info.stderr
+    out = _run_own(tmp_path, data, np.ones((1, 4), np.float32))
+    assert out.returncode == 1 and "entry 'main' needs n >= 2, but the inputs give 1 and 2; n = 1 (x.shape[0])" \
+        in out.stderr, out.stderr
+    assert _run_own(tmp_path, data, np.ones((2, 4), np.float32)).returncode == 0
