@@ -5,7 +5,9 @@ from __future__ import annotations
 import ast
 import builtins
 import inspect
+import functools
 import operator
+import weakref
 from typing import NamedTuple
 
 import numpy as np
@@ -16,7 +18,7 @@ from . import emit as E
 from .calls import lookup, method_table, supported_names
 from .indexing import getitem
 from .source import Source, describe
-from .values import TV, BoundMethod, Undefined, is_torch_tensor, to_dtype
+from .values import TV, BoundMethod, Undefined, is_torch_tensor, to_dtype, torch_module
 
 MAX_INLINE_DEPTH = 32
 MAX_ITEMS = 4096  # a comprehension or Python loop longer than this is surely a mistake
@@ -391,7 +393,7 @@ class ExpressionTranslator:
             methods, _ = method_table(self.cx.mode)
             return self.invoke(methods[fn.name], [fn.tensor, *args], kwargs, label)
         if getattr(fn, "_cuvil_jit", False):
-            return self.inline(fn, args, kwargs)
+            return self.inline(fn.python_function, [*fn.receiver, *args], kwargs, label)
         if isinstance(fn, Lambda):
             return self.expr(fn.node.body, {**fn.env, **fn.bind(args, kwargs, label)})
         if _is_hashable(fn) and fn in BUILTINS:
@@ -404,7 +406,11 @@ class ExpressionTranslator:
             return self.change_list(fn, args, kwargs, label)
         hit = lookup(fn)
         if hit is None:
-            raise UnsupportedError(_unsupported_call(fn, label))
+            callee = python_callee(fn)
+            if callee is None:
+                raise UnsupportedError(_unsupported_call(fn, label))
+            fn, lead, fixed = callee
+            return self.inline(fn, [*lead, *args], {**fixed, **kwargs}, label)
         conv = hit[2]
         if not is_dynamic(args) and not is_dynamic(kwargs):
             return self.lift(fn(*args, **kwargs))  # a library call on constants runs now
@@ -428,19 +434,84 @@ class ExpressionTranslator:
             raise UnsupportedError(f"{label}(): {e} (these arguments are not supported)") from None
         return conv(self.cx, *args, **kwargs)
 
-    def inline(self, jit_fn, args, kwargs):
-        """A call to another @cuvil.jit function: translate its body here, with these arguments."""
+    def inline(self, fn, args, kwargs, label: str):
+        """A call to a Python function (a helper, a method, an nn.Module's forward, another @cuvil.jit
+        function): translate its own source here, with these arguments. Recursion is inlined too, so it must
+        end on Python values at compile time."""
         if self.depth >= MAX_INLINE_DEPTH:
-            raise UnsupportedError("@cuvil.jit calls nest too deep (recursion is not supported)")
+            raise UnsupportedError(f"calls nest {MAX_INLINE_DEPTH} deep at {label}(): a recursion that does not end "
+                                   "at compile time (on Python values) cannot be compiled, since calls are inlined; "
+                                   "write it as a loop")
         from .translator import FunctionTranslator
 
-        src = jit_fn.source
+        src = source_of(fn)
         try:
-            bound = inspect.signature(src.fn).bind(*args, **kwargs)
+            bound = inspect.signature(fn).bind(*args, **kwargs)
         except TypeError as e:
             raise CuvilError(f"calling {src.name}: {e}") from None
         bound.apply_defaults()
-        return FunctionTranslator(self.cx, src, self.depth + 1).run(dict(bound.arguments))
+        where = self.cx.loc
+        try:
+            return FunctionTranslator(self.cx, src, self.depth + 1).run(dict(bound.arguments))
+        except CuvilError as e:
+            if not getattr(e, "quoted", False) or e.message.count("\n  called from") >= 3:
+                raise
+            new = type(e)(f"{e.message}\n  called from {label}() at {where.file}:{where.line}")
+            new.loc, new.quoted = e.loc, True
+            raise new from None
+
+
+_SOURCES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def source_of(fn) -> Source:
+    """The parsed source of a function, read once per function."""
+    src = _SOURCES.get(fn)
+    if src is None:
+        src = _SOURCES[fn] = Source(fn)
+    return src
+
+
+_LIBRARIES = ("numpy", "torch", "jax", "scipy")
+
+
+def python_callee(fn):
+    """(function, leading arguments, fixed keywords) for a callable whose Python source is inlined, else None: plain functions
+    outside the array libraries, bound methods (self first), nn.Module objects (their forward) and objects
+    whose class defines __call__ in Python."""
+    if inspect.isfunction(fn):
+        module = getattr(fn, "__module__", None) or ""
+        return None if module.split(".")[0] in _LIBRARIES else (fn, [], {})
+    if inspect.ismethod(fn) and inspect.isfunction(fn.__func__):
+        return fn.__func__, [fn.__self__], {}
+    if isinstance(fn, functools.partial):
+        inner = python_callee(fn.func)
+        return None if inner is None else (inner[0], [*inner[1], *fn.args], {**inner[2], **fn.keywords})
+    if is_torch_module(fn):
+        check_module(fn)
+        return type(fn).forward, [fn], {}
+    call = getattr(type(fn), "__call__", None)
+    if not isinstance(fn, type) and inspect.isfunction(call):
+        return call, [fn], {}
+    return None
+
+
+def is_torch_module(obj) -> bool:
+    torch = torch_module()
+    return torch is not None and isinstance(obj, torch.nn.Module)
+
+
+def check_module(m) -> None:
+    """An nn.Module is traced through its forward: hooks would not run, and training mode is random or
+    updates state."""
+    name = type(m).__name__
+    if m._forward_hooks or m._forward_pre_hooks or getattr(m, "_backward_hooks", None):
+        raise UnsupportedError(f"the {name} module has hooks, which compiled code would not run; remove them")
+    nn = torch_module().nn.modules
+    stateful = (nn.dropout._DropoutNd, nn.batchnorm._BatchNorm)
+    if any(s.training and isinstance(s, stateful) for s in m.modules()):
+        raise UnsupportedError(f"the {name} module is in training mode (dropout is random, batch norm updates its "
+                               "statistics); call .eval() on it first")
 
 
 class Lambda:
@@ -489,9 +560,6 @@ def _unsupported_call(fn, label: str) -> str:
         return f"{label} is not supported; supported torch.nn.functional functions: {supported_names('F')}"
     if module.startswith("torch"):
         return f"{label} is not supported; supported torch functions: {supported_names('torch')}"
-    if inspect.isfunction(fn):
-        return (f"calling the Python function {label} is not supported inside compiled code; decorate it with "
-                "@cuvil.jit and it is inlined")
     return f"calling {label} ({type(fn).__name__}) is not supported inside compiled code"
 
 

@@ -47,3 +47,13 @@ def assert_same(got, want, rtol=1e-5, atol=1e-6):
         np.testing.assert_allclose(got.astype(np.float64), np.asarray(want, np.float64), rtol=rtol, atol=atol)
     else:
         assert got == want, (got, want)
+
+
+def check_sizes(fn, make_args, sizes, target=TARGET, rtol=1e-5, atol=1e-6):
+    """fn compiled statically and with dynamic=True returns what fn returns, for the arguments of every size."""
+    for options in ({}, {"dynamic": True}):
+        jitted = cuvil.jit(fn, target=target, **options)
+        for n in sizes:
+            args = make_args(n)
+            assert_same(jitted(*args), fn(*args), rtol, atol)
+    return jitted
