@@ -327,7 +327,8 @@ def f_group_norm(cx, input, num_groups, weight=None, bias=None, eps=1e-5):
 
 
 F_FUNCS = {
-    "relu": lambda cx, input, inplace=False: unary_any("relu", "relu")(cx, input), "relu6": lambda cx, input, inplace=False: clip(cx, "clamp", input, 0.0, 6.0),
+    "relu": lambda cx, input, inplace=False: unary_any("relu", "relu")(cx, input),
+    "relu6": lambda cx, input, inplace=False: clip(cx, "clamp", input, 0.0, 6.0),
     "leaky_relu": f_leaky_relu, "elu": f_elu, "selu": act("selu"), "gelu": f_gelu, "silu": act("silu"),
     "sigmoid": unary("sigmoid", "sigmoid"), "tanh": unary("tanh", "tanh"), "softplus": f_softplus,
     "hardsigmoid": act("hardsigmoid", alpha=1 / 6, beta=0.5), "hardswish": act("hardswish"), "hardtanh": f_hardtanh,

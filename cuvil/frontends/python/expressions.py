@@ -476,9 +476,9 @@ _LIBRARIES = ("numpy", "torch", "jax", "scipy")
 
 
 def python_callee(fn):
-    """(function, leading arguments, fixed keywords) for a callable whose Python source is inlined, else None: plain functions
-    outside the array libraries, bound methods (self first), nn.Module objects (their forward) and objects
-    whose class defines __call__ in Python."""
+    """(function, leading arguments, fixed keywords) for a callable whose Python source is inlined, else None:
+    plain functions outside the array libraries, bound methods (self first), functools.partial, nn.Module
+    objects (their forward) and objects whose class defines __call__ in Python."""
     if inspect.isfunction(fn):
         module = getattr(fn, "__module__", None) or ""
         return None if module.split(".")[0] in _LIBRARIES else (fn, [], {})
@@ -490,7 +490,7 @@ def python_callee(fn):
     if is_torch_module(fn):
         check_module(fn)
         return type(fn).forward, [fn], {}
-    call = getattr(type(fn), "__call__", None)
+    call = next((vars(c)["__call__"] for c in type(fn).__mro__ if "__call__" in vars(c)), None)
     if not isinstance(fn, type) and inspect.isfunction(call):
         return call, [fn], {}
     return None
