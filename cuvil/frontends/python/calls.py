@@ -254,7 +254,7 @@ NUMPY_FUNCS = {
     "flip": M.flip, "fliplr": lambda cx, m: M.flip(cx, m, 1), "flipud": lambda cx, m: M.flip(cx, m, 0),
     "roll": M.roll, "moveaxis": M.moveaxis, "outer": M.outer, "trunc": M.trunc, "fix": M.trunc,
     "rint": unary_any("round", "rint"), "count_nonzero": M.count_nonzero, "diff": M.diff, "isclose": M.isclose,
-    "pad": M.np_pad, "repeat": M.repeat,
+    "pad": M.np_pad, "repeat": M.repeat, "copy": lambda cx, a, order="K": copy(cx, a),
 }
 NUMPY_FOLD_ONLY = ("array", "asarray", "arange", "eye", "linspace")
 
@@ -290,9 +290,15 @@ NUMPY_METHODS = {
     "repeat": M.repeat,
     "squeeze": lambda cx, x, axis=None: E.squeeze(cx, x, axis),
     "flatten": lambda cx, x: E.reshape(cx, x, (-1,)), "ravel": lambda cx, x: E.reshape(cx, x, (-1,)),
-    "swapaxes": lambda cx, x, a, b: E.swap(cx, x, a, b), "copy": lambda cx, x: x,
+    "swapaxes": lambda cx, x, a, b: E.swap(cx, x, a, b), "copy": lambda cx, x, order="C": copy(cx, x),
     "item": lambda cx, x: item(cx, x),
 }
+
+
+def copy(cx, x) -> TV:
+    """A new array: the same values under a new identity, so assigning into it changes nothing else."""
+    t = tensor(cx, x)
+    return TV(t.value, t.weak)
 
 
 def item(cx, x) -> TV:

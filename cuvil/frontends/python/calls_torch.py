@@ -14,8 +14,8 @@ from ...errors import UnsupportedError
 from ...ir.dtypes import DType
 from . import calls_more as M
 from . import emit as E
-from .calls import (binary, clip, dtype_arg, einsum, expm1, full_of, item, like, log1p, log_base, predicate, split,
-                    square, tile, triangle, unary, unary_any)
+from .calls import (binary, clip, copy, dtype_arg, einsum, expm1, full_of, item, like, log1p, log_base, predicate,
+                    split, square, tile, triangle, unary, unary_any)
 from .emit import tensor
 from .values import TV, result_dtype, to_dtype, user_dtype
 
@@ -191,6 +191,7 @@ TORCH_FUNCS = {
     "flip": lambda cx, input, dims: M.flip(cx, input, tuple(dims)),
     "roll": lambda cx, input, shifts, dims=None: M.roll(cx, input, shifts, dims),
     "gather": M.t_gather, "index_select": M.t_index_select, "norm": M.t_norm, "trunc": M.trunc, "fix": M.trunc,
+    "clone": lambda cx, input, memory_format=None: copy(cx, input),
 }
 TORCH_FOLD_ONLY = ("tensor", "as_tensor", "arange", "eye", "linspace")
 
@@ -385,11 +386,11 @@ def caster(dtype: DType):
 
 _CASTS = {"float": DType.f32, "double": DType.f64, "half": DType.f16, "bfloat16": DType.bf16, "int": DType.i32,
           "long": DType.i64, "short": DType.i16, "char": DType.i8, "byte": DType.u8, "bool": DType.bool}
-_IDENTITY = ("contiguous", "clone", "detach", "cpu", "numpy")
+_IDENTITY = ("contiguous", "detach", "cpu", "numpy")  # these share memory with x: the same tensor
 TORCH_METHODS = {
     **_ELEMENTWISE, **_REDUCTIONS,
     **{n: caster(d) for n, d in _CASTS.items()},
-    **{n: (lambda cx, x, *a, **k: x) for n in _IDENTITY},
+    **{n: (lambda cx, x, *a, **k: x) for n in _IDENTITY}, "clone": lambda cx, x, memory_format=None: copy(cx, x),
     "to": m_to, "type": lambda cx, x, dtype: E.cast(cx, x, dtype_arg(dtype)),
     "type_as": lambda cx, x, other: E.cast(cx, x, other.dtype), "view": m_view,
     "reshape": lambda cx, x, *shape: E.reshape(cx, x, E.shape_arg(shape)),

@@ -32,6 +32,7 @@ class Context:
         self.loc = UNKNOWN_LOC
         self._constants: dict = {}  # id(array) -> constant name, so one array is stored once
         self.nesting = 0  # regions (branches, loop bodies) being translated inside the function's own
+        self.views: dict = {}  # id(tensor) -> (tensor, the tensor it is a basic-indexing view of)
 
     @property
     def b(self):

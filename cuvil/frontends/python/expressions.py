@@ -7,6 +7,7 @@ import builtins
 import inspect
 import functools
 import operator
+import warnings
 import weakref
 from typing import NamedTuple
 
@@ -17,6 +18,7 @@ from ...ir.symbolic import SymExpr
 from . import emit as E
 from .calls import lookup, method_table, supported_names
 from .indexing import getitem
+from .setitem import setitem
 from .source import Source, describe
 from .values import TV, BoundMethod, Undefined, is_torch_tensor, to_dtype, torch_module
 
@@ -59,6 +61,7 @@ class ExpressionTranslator:
 
     def __init__(self, cx: E.Context, source: Source, depth: int = 0):
         self.cx, self.src, self.depth = cx, source, depth
+        self.params: list = []  # the tensors the function was called with (assigning into them is checked)
         fn = source.fn
         self.globals = fn.__globals__
         self.closure = {}
@@ -188,7 +191,10 @@ class ExpressionTranslator:
         base = self.expr(node.value, env)
         index = self.index(node.slice, env)
         if isinstance(base, TV):
-            return getitem(self.cx, base, index)
+            out = getitem(self.cx, base, index)
+            if _is_basic(index):  # a view of base in NumPy and torch: assigning into it would change base
+                self.cx.views[id(out)] = (out, base)
+            return out
         if is_dynamic(index):
             raise UnsupportedError(f"indexing a Python {type(base).__name__} needs an index known at compile time")
         return base[index]
@@ -353,12 +359,55 @@ class ExpressionTranslator:
             env[target.id] = value
         elif isinstance(target, (ast.Tuple, ast.List)):
             self._unpack(target.elts, self.iterate(value), env)
-        elif isinstance(target, (ast.Subscript, ast.Attribute)):
-            raise UnsupportedError("assigning into a tensor or an object is not supported (tensors are immutable "
-                                   "here); build the new value with np.where / torch.where, concatenation or "
-                                   "arithmetic and bind it to a name")
+        elif isinstance(target, ast.Subscript):
+            self.store_item(target, env, lambda base, index: setitem(self.cx, base, index, value), value)
+        elif isinstance(target, ast.Attribute):
+            raise UnsupportedError("assigning to an attribute is not supported: compiled code cannot change Python "
+                                   "objects; bind the value to a name")
         else:
             raise UnsupportedError(f"cannot assign to `{describe(target)}`")
+
+    def store_item(self, target: ast.Subscript, env: dict, update, value) -> None:
+        """`x[index] = value`: x is rebound to `update(x, index)`, a new tensor (Python lists and dicts known at
+        compile time are changed as in Python, with `value`)."""
+        base = self.expr(target.value, env)
+        index = self.index(target.slice, env)
+        if isinstance(base, (list, dict)):
+            if self.cx.nesting:
+                raise UnsupportedError("assigning into a Python list or dict inside a branch on a tensor value or a "
+                                       "loop that runs at run time is not supported")
+            if is_dynamic(index):
+                raise UnsupportedError("indexing a Python list or dict needs an index known at compile time")
+            base[index] = value if value is not _UPDATE else update(base, index)
+            return
+        if not isinstance(base, TV):
+            raise UnsupportedError(f"cannot assign into a {type(base).__name__}")
+        if isinstance(target.value, ast.Subscript) and not _is_basic(self.index(target.value.slice, env)):
+            raise UnsupportedError("x[idx][...] = v with a tensor or list index assigns into a copy in NumPy and "
+                                   "torch (x is unchanged); index once: x[idx, ...] = v")
+        if isinstance(target.value, ast.Name):
+            self.check_owner(target.value.id, base, env)
+        self.assign(target.value, update(base, index), env)
+
+    def check_owner(self, name: str, t: TV, env: dict) -> None:
+        """Assigning into a tensor changes every name that shares its memory in NumPy and torch; compiled code
+        rebinds one name, so sharing is an error (an argument's caller is warned: its array stays as it was)."""
+        others = [n for n, v in env.items() if v is t and n != name and not n.startswith("$")]
+        if others:
+            raise UnsupportedError(f"'{name}' and '{others[0]}' are the same array here: assigning into '{name}' "
+                                   f"would change '{others[0]}' too; copy it first ({name} = {others[0]}.copy(), or "
+                                   ".clone() in torch)")
+        base = self.cx.views.get(id(t), (None, None))[1]
+        owner = next((n for n, v in env.items() if base is not None and v is base), None)
+        if owner is not None:
+            raise UnsupportedError(f"'{name}' is a view of '{owner}': assigning into it would change '{owner}' too; "
+                                   f"assign into '{owner}' directly, or copy the view first (.copy() / .clone())")
+        if any(t is p for p in self.params):
+            if self.depth:
+                raise UnsupportedError(f"assigning into the argument '{name}' of an inlined function would change the "
+                                       "caller's array; return the new value instead")
+            warnings.warn(f"cuvil.jit: assigning into the argument '{name}' of {self.src.name} updates the compiled "
+                          "function's own copy; the caller's array is not modified", stacklevel=1)
 
     def _unpack(self, targets, items: list, env: dict) -> None:
         stars = [i for i, t in enumerate(targets) if isinstance(t, ast.Starred)]
@@ -531,6 +580,15 @@ class Lambda:
         if len(args) > len(names) or set(bound) != set(names):
             raise UnsupportedError(f"{label}(): the arguments do not match the lambda's parameters {names}")
         return bound
+
+
+_UPDATE = object()  # store_item's value for an augmented assignment: the update computes it
+
+
+def _is_basic(index) -> bool:
+    """Ints, slices, None and ...: the indexing that gives a view (tensor and list indices copy)."""
+    items = index if isinstance(index, tuple) else (index,)
+    return not any(isinstance(i, (TV, list, np.ndarray)) and not (isinstance(i, TV) and i.rank == 0) for i in items)
 
 
 def _is_value_method(fn) -> bool:

@@ -15,8 +15,9 @@ import ast
 from ...errors import CuvilError, UnsupportedError
 from ...ir.core import Region
 from . import emit as E
-from .expressions import ExpressionTranslator, RuntimeRange, is_dynamic
+from .expressions import _UPDATE, ExpressionTranslator, RuntimeRange, is_dynamic
 from .indexing import getitem
+from .setitem import mask_of, masked_update, setitem
 from .merge import Plan, Slot, coerce, flatten, join, plan_leaf, slot_of, unflatten
 from .values import TV, Undefined, is_tensorish
 
@@ -37,6 +38,7 @@ class FunctionTranslator(ExpressionTranslator):
     """Translates one function body into the current region; `run` gives its return value."""
 
     def run(self, env: dict):
+        self.params = [v for v in env.values() if isinstance(v, TV)]
         flow = self.block(self.src.tree.body, env, [])
         return flow.value if isinstance(flow, Return) else None
 
@@ -73,10 +75,22 @@ class FunctionTranslator(ExpressionTranslator):
             self.assign(node.target, self.expr(node.value, env), env)
 
     def s_augassign(self, node, env, tail):
-        """`x += y` rebinds x (no tensor is modified in place)."""
+        """`x += y` rebinds x (no tensor is modified in place); `x[i] += y` updates x[i] as `x[i] = x[i] + y`."""
+        op = type(node.op)
+        if isinstance(node.target, ast.Subscript):
+            rhs = self.expr(node.value, env)
+
+            def update(base, index):
+                mask = mask_of(self.cx, index) if isinstance(base, TV) else None
+                if mask is not None:  # x[mask] += y: every selected element of x + y
+                    return masked_update(self.cx, base, mask, self.binop(op, base, rhs))
+                current = getitem(self.cx, base, index) if isinstance(base, TV) else base[index]
+                new = self.binop(op, current, rhs)
+                return setitem(self.cx, base, index, new) if isinstance(base, TV) else new
+            return self.store_item(node.target, env, update, _UPDATE)
         if not isinstance(node.target, ast.Name):
-            raise UnsupportedError("augmented assignment into a tensor or an object is not supported; use "
-                                   "`x = x + y` style expressions")
+            raise UnsupportedError("augmented assignment to an attribute is not supported: compiled code cannot "
+                                   "change Python objects")
         current = self.expr(ast.copy_location(ast.Name(node.target.id, ast.Load()), node.target), env)
         env[node.target.id] = self.binop(type(node.op), current, self.expr(node.value, env))
 
@@ -371,7 +385,17 @@ def _returns(stmts) -> bool:
 
 
 def _assigned(stmts) -> set:
-    return {n.id for n in _walk_body(stmts) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    """Names the statements bind, and those they assign into (`x[i] = v` rebinds x)."""
+    names = set()
+    for n in _walk_body(stmts):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+            names.add(n.id)
+        elif isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store):
+            while isinstance(n, ast.Subscript):
+                n = n.value
+            if isinstance(n, ast.Name):
+                names.add(n.id)
+    return names
 
 
 _NEUTRAL_CONTEXTS = {"no_grad", "inference_mode", "enable_grad", "errstate"}

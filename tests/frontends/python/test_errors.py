@@ -71,11 +71,6 @@ def test_values_of_different_kinds_on_two_paths():
     assert "on different paths" in str(raises(return_kinds, X))
 
 
-def setitem(x):
-    x[0] = 1.0
-    return x
-
-
 def try_except(x):
     try:
         return x
@@ -119,7 +114,6 @@ def bad_kwarg(x):
 
 
 @pytest.mark.parametrize("fn,args,err,needle,at", [
-    (setitem, (X,), UnsupportedError, "tensors are immutable here", "x[0] = 1.0"),
     (try_except, (X,), UnsupportedError, "try/except is not supported", "try:"),
     (printing, (X,), UnsupportedError, "print() is not supported", "print(x)"),
     (bad_shapes, (X, f32(2, 4)), ShapeError, "do not broadcast", "x + y"),
