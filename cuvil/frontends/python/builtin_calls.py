@@ -13,7 +13,7 @@ from ...ir.symbolic import SymExpr
 from . import emit as E
 from .calls import item
 from .expressions import RuntimeRange, is_dynamic
-from .values import TV, torch_module
+from .values import TV, StackedList, torch_module
 
 
 def b_range(tr, *args):
@@ -26,6 +26,8 @@ def b_range(tr, *args):
 
 
 def b_len(tr, x):
+    if isinstance(x, StackedList):
+        return x.length()
     if isinstance(x, TV):
         if x.rank == 0:
             raise UnsupportedError("len() of a 0-d tensor")

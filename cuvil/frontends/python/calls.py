@@ -16,7 +16,7 @@ from ...ir.dtypes import DType
 from . import calls_more as M
 from . import emit as E
 from .emit import Context, tensor
-from .values import TV, result_dtype, to_dtype, user_dtype, weak_kind
+from .values import TV, StackedList, result_dtype, to_dtype, user_dtype, weak_kind
 
 
 # -- converter factories shared with the torch tables ----------------------------------------------------------
@@ -145,6 +145,25 @@ def _as_tuple(v):
     return v if isinstance(v, tuple) else (v,)
 
 
+def copy(cx, x) -> TV:
+    """A new array: the same values under a new identity, so assigning into it changes nothing else."""
+    t = tensor(cx, x)
+    return TV(t.value, t.weak)
+
+
+def np_array(copied: bool):
+    """np.array / np.asarray of tensors: a sequence is stacked; np.asarray of a tensor is that tensor."""
+    def conv(cx, a, dtype=None, **kw):
+        if isinstance(a, StackedList):
+            t = E.stack(cx, a, 0)
+        elif isinstance(a, (list, tuple)):
+            t = E.stack(cx, [tensor(cx, v) for v in a], 0)
+        else:
+            t = copy(cx, a) if copied else tensor(cx, a)
+        return E.cast(cx, t, dtype_arg(dtype)) if dtype is not None else t
+    return conv
+
+
 # -- NumPy -----------------------------------------------------------------------------------------------------
 def np_clip(cx, a, a_min=None, a_max=None):
     return clip(cx, "clip", a, a_min, a_max)
@@ -255,6 +274,7 @@ NUMPY_FUNCS = {
     "roll": M.roll, "moveaxis": M.moveaxis, "outer": M.outer, "trunc": M.trunc, "fix": M.trunc,
     "rint": unary_any("round", "rint"), "count_nonzero": M.count_nonzero, "diff": M.diff, "isclose": M.isclose,
     "pad": M.np_pad, "repeat": M.repeat, "copy": lambda cx, a, order="K": copy(cx, a),
+    "array": np_array(True), "asarray": np_array(False),
 }
 NUMPY_FOLD_ONLY = ("array", "asarray", "arange", "eye", "linspace")
 
@@ -293,12 +313,6 @@ NUMPY_METHODS = {
     "swapaxes": lambda cx, x, a, b: E.swap(cx, x, a, b), "copy": lambda cx, x, order="C": copy(cx, x),
     "item": lambda cx, x: item(cx, x),
 }
-
-
-def copy(cx, x) -> TV:
-    """A new array: the same values under a new identity, so assigning into it changes nothing else."""
-    t = tensor(cx, x)
-    return TV(t.value, t.weak)
 
 
 def item(cx, x) -> TV:

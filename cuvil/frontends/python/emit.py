@@ -16,7 +16,7 @@ from ...ir.core import UNKNOWN_LOC
 from ...ir.dtypes import DType
 from ...ir.symbolic import SymExpr
 from ...ops.common import broadcast_shapes
-from .values import TV, common_dtype, dtype_of_array, is_weak, result_dtype, weak_kind
+from .values import TV, StackedList, common_dtype, dtype_of_array, is_weak, result_dtype, weak_kind
 
 COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge"})
 LOGICAL = frozenset({"and", "or", "xor"})
@@ -296,6 +296,14 @@ def cast(cx: Context, x, dtype: DType) -> TV:
 
 
 def concat(cx: Context, xs, axis=0) -> TV:
+    if isinstance(xs, StackedList):  # the items joined along axis: their rows stacked, then merged into it
+        t, is_rows = xs.parts[0]
+        if t.rank - is_rows == 0:
+            raise UnsupportedError("zero-dimensional arrays cannot be concatenated")
+        if axis is None:
+            return reshape(cx, stack(cx, xs, 0), (-1,))
+        a = axes_of(axis, t.rank - is_rows)[0]
+        return flatten(cx, stack(cx, xs, a), a, a + 1)
     xs = list(xs)
     if not xs or not all(isinstance(x, TV) for x in xs):
         raise UnsupportedError("concatenation needs a non-empty sequence of tensors")
@@ -306,6 +314,12 @@ def concat(cx: Context, xs, axis=0) -> TV:
 
 
 def stack(cx: Context, xs, axis=0) -> TV:
+    if isinstance(xs, StackedList):  # one tensor of the items along axis 0, moved to axis
+        items = [t if rows else unsqueeze(cx, t, 0) for t, rows in xs.parts]
+        dtype = common_dtype(cx.mode, *items)
+        out = items[0] if len(items) == 1 else TV(cx.b.concat(*[to(cx, t, dtype).value for t in items], axis=0))
+        a = axes_of(axis, out.rank)[0]
+        return out if a == 0 else transpose(cx, out, [*range(1, a + 1), 0, *range(a + 1, out.rank)])
     xs = list(xs)
     if not xs or not all(isinstance(x, TV) for x in xs):
         raise UnsupportedError("stacking needs a non-empty sequence of tensors")

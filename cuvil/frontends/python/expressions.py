@@ -16,11 +16,12 @@ import numpy as np
 from ...errors import CuvilError, UnsupportedError
 from ...ir.symbolic import SymExpr
 from . import emit as E
+from .accumulate import Accumulator, ListMethod, items_of, list_method
 from .calls import lookup, method_table, supported_names
 from .indexing import getitem
 from .setitem import setitem
 from .source import Source, describe
-from .values import TV, BoundMethod, Undefined, is_torch_tensor, to_dtype, torch_module
+from .values import TV, BoundMethod, StackedList, Undefined, is_torch_tensor, to_dtype, torch_module
 
 MAX_INLINE_DEPTH = 32
 MAX_ITEMS = 4096  # a comprehension or Python loop longer than this is surely a mistake
@@ -53,7 +54,7 @@ def is_dynamic(v) -> bool:
         return any(is_dynamic(x) for x in v)
     if isinstance(v, dict):
         return any(is_dynamic(x) for x in v.values())
-    return isinstance(v, (TV, SymExpr, BoundMethod, Undefined, RuntimeRange))
+    return isinstance(v, (TV, SymExpr, BoundMethod, Undefined, RuntimeRange, StackedList, Accumulator))
 
 
 class ExpressionTranslator:
@@ -185,11 +186,20 @@ class ExpressionTranslator:
                                    f"{', '.join(sorted({*attrs, *methods}))}")
         if isinstance(base, (SymExpr, RuntimeRange)):
             raise UnsupportedError(f"'.{attr}' of a size known only at run time is not supported")
+        if isinstance(base, (Accumulator, StackedList)):
+            return ListMethod(base, attr)
         return self.lift(getattr(base, attr))
 
     def e_subscript(self, node, env):
         base = self.expr(node.value, env)
         index = self.index(node.slice, env)
+        if isinstance(base, Accumulator):
+            raise UnsupportedError(f"reading the list '{base.name}' inside the loop that appends to it (at run time) "
+                                   "is not supported; keep the value you need in a variable")
+        if isinstance(base, StackedList):
+            rows = E.stack(self.cx, base, 0)
+            return StackedList([(getitem(self.cx, rows, index), True)]) if isinstance(index, slice) else \
+                getitem(self.cx, rows, index)
         if isinstance(base, TV):
             out = getitem(self.cx, base, index)
             if _is_basic(index):  # a view of base in NumPy and torch: assigning into it would change base
@@ -347,6 +357,8 @@ class ExpressionTranslator:
             return [getitem(self.cx, v, i) for i in range(v.shape[0])]
         if isinstance(v, RuntimeRange):
             raise UnsupportedError("only `for` loops can run over a range known at run time")
+        if isinstance(v, StackedList):
+            return items_of(self.cx, v)
         if isinstance(v, (SymExpr, BoundMethod)):
             raise UnsupportedError(f"a {type(v).__name__} is not iterable")
         items = list(v)
@@ -438,6 +450,8 @@ class ExpressionTranslator:
         return self.call(fn, args, kwargs, describe(node.func))
 
     def call(self, fn, args, kwargs, label: str):
+        if isinstance(fn, ListMethod):
+            return list_method(self.cx, fn.owner, fn.name, args, kwargs)
         if isinstance(fn, BoundMethod):
             methods, _ = method_table(self.cx.mode)
             return self.invoke(methods[fn.name], [fn.tensor, *args], kwargs, label)

@@ -24,7 +24,8 @@ from .merge import flatten, unflatten
 from .signature import CallSpec, Leaf, numpy_to_torch, take_apart
 from .source import Source
 from .translator import FunctionTranslator
-from .values import TV, Undefined
+from .accumulate import items_of
+from .values import TV, StackedList, Undefined
 
 log = logging.getLogger("cuvil.frontends.python")
 
@@ -234,7 +235,7 @@ class JitFunction:
         env = {name: _fill(v, args) for name, v in spec.template.items()}
         cx = E.Context(module, b, spec.mode, self.options)
         result = FunctionTranslator(cx, src).run(env)
-        leaves, structure = flatten(result)
+        leaves, structure = flatten(_listed(cx, result))
         cx.at(src.location(src.tree))
         outputs, static = [], []
         for leaf in leaves:
@@ -257,6 +258,16 @@ def _weak(obj):
 
 def _deref(ref):
     return ref() if isinstance(ref, weakref.ref) else ref
+
+
+def _listed(cx, value):
+    """The result with lists grown at run time as the Python lists they are (their length known by now)."""
+    if isinstance(value, StackedList):
+        return items_of(cx, value)
+    if isinstance(value, (tuple, list)):
+        items = [_listed(cx, v) for v in value]
+        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
+    return value
 
 
 def _fill(value, args):

@@ -15,6 +15,7 @@ import ast
 from ...errors import CuvilError, UnsupportedError
 from ...ir.core import Region
 from . import emit as E
+from .accumulate import Accumulator, appended_lists, stacked, trip_count
 from .expressions import _UPDATE, ExpressionTranslator, RuntimeRange, is_dynamic
 from .indexing import getitem
 from .setitem import mask_of, masked_update, setitem
@@ -280,25 +281,33 @@ class FunctionTranslator(ExpressionTranslator):
             e["$i"] = E.binary(self.cx, "add", "add", e["$i"], rng.step)
             return flow
 
-        self.runtime_loop(node, env, _assigned(node.body) | {"$i"}, test, body)
+        self.runtime_loop(node, env, _assigned(node.body) | {"$i"}, test, body, trip_count(rng))
         del env["$i"]
         for name in _assigned([node.target]):
             env[name] = Undefined(f"the loop variable '{name}' of the loop at line {self.src.location(node).line} "
                                   "runs at run time and is not available after it")
 
-    def runtime_loop(self, node, env, names, test, body) -> None:
-        """Emit a `while` carrying the names the body assigns that exist before the loop."""
+    def runtime_loop(self, node, env, names, test, body, trips=None) -> None:
+        """Emit a `while` carrying the names the body assigns that exist before the loop, and a stacked buffer
+        for each list the body appends to."""
         line = self.src.location(node).line
+        lists, accumulators = appended_lists(node.body, env), {}
+        if lists:
+            body = self._accumulating(lists, trips, line, body, accumulators)
+            env["$k"] = 0
+            env.update({f"$acc_{n}": 0.0 for n in lists})  # placeholders until the body's appends are seen
+            names = names | {"$k", *(f"$acc_{n}" for n in lists)}
         carried = sorted(n for n in names if n in env and not isinstance(env[n], Undefined))
         for n in carried:
             if not is_tensorish(env[n]):
                 raise UnsupportedError(f"'{n}' ({type(env[n]).__name__}) changes in a loop that runs at run time; "
-                                       "only tensors and numbers can")
+                                       "only tensors, numbers and lists it appends to can")
         slots = [slot_of(env[n]) for n in carried]
         for _ in range(4):
             saved = self._snapshot()
             cond_region, body_region, outs = self._loop_regions(env, carried, slots, test, body, line)
-            widened = [join([s, slot_of(v)], f"'{n}' (carried by the loop at line {line})")
+            widened = [accumulators[n[5:]].wanted(trips) if n.startswith("$acc_") else
+                       join([s, slot_of(v)], f"'{n}' (carried by the loop at line {line})")
                        for n, s, v in zip(carried, slots, outs)]
             if widened == slots:
                 break
@@ -311,9 +320,32 @@ class FunctionTranslator(ExpressionTranslator):
         init = [coerce(self.cx, env[n], s) for n, s in zip(carried, slots)]
         op = self.cx.b.make_op("while", init, {}, [cond_region, body_region[0]])
         env.update({n: TV(r, s.weak) for n, r, s in zip(carried, op.results, slots)})
+        for n in lists:
+            env[n] = stacked(self.cx, env[n], env.pop(f"$acc_{n}"))
+        env.pop("$k", None)
         for n in sorted(names - set(carried) - {"$i"}):
             env[n] = Undefined(f"'{n}' is assigned only inside the loop at line {line}, which may run zero times; "
                                "assign it before the loop")
+
+    def _accumulating(self, lists, trips, line: int, body, accumulators: dict):
+        """The loop body with each list bound to an Accumulator writing row $k of its buffer."""
+        if trips is None:
+            raise UnsupportedError(f"appending to {lists[0]} in the loop at line {line}, whose number of iterations is "
+                                   "only known at run time: the list's length must be known before the loop runs; "
+                                   "loop over range(n) with n an int or a size, or unroll the loop")
+
+        def run(e):
+            for n in lists:
+                accumulators[n] = e[n] = Accumulator(n, e[f"$acc_{n}"], e["$k"], self.cx.nesting)
+            flow = body(e)
+            for n in lists:
+                acc = accumulators[n]
+                if acc.appends != 1:
+                    raise UnsupportedError(f"{n}.append() must run once on every iteration of the loop at line {line}")
+                e[f"$acc_{n}"] = acc.buffer
+            e["$k"] = E.binary(self.cx, "add", "add", e["$k"], 1)
+            return flow
+        return run
 
     def _loop_regions(self, env, carried, slots: list[Slot], test, body, line):
         types = [s.type for s in slots]

@@ -58,6 +58,23 @@ class Undefined:
         self.why = why
 
 
+class StackedList:
+    """A Python list that a loop running at run time appended to: its items, in order, are single tensors
+    and the rows of stacked tensors (one row per iteration). `parts` holds (tensor, is_rows) pairs."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self, parts: list):
+        self.parts = parts
+
+    def length(self):
+        """An int, or a symbolic size."""
+        n = 0
+        for t, rows in self.parts:
+            n = n + (t.shape[0] if rows else 1)
+        return n
+
+
 class BoundMethod:
     """`x.sum` before the call: the tensor and the method name."""
 
