@@ -87,14 +87,6 @@ def bad_shapes(x, y):
     return x + y
 
 
-def break_on_tensor(x):
-    for i in range(3):
-        if x.sum() > i:
-            break
-        x = x * 2
-    return x
-
-
 def bool_mask(x):
     return x[x > 0]
 
@@ -117,7 +109,6 @@ def bad_kwarg(x):
     (try_except, (X,), UnsupportedError, "try/except is not supported", "try:"),
     (printing, (X,), UnsupportedError, "print() is not supported", "print(x)"),
     (bad_shapes, (X, f32(2, 4)), ShapeError, "do not broadcast", "x + y"),
-    (break_on_tensor, (X,), UnsupportedError, "`break` inside an `if` on a tensor", "if x.sum() > i"),
     (bool_mask, (X,), UnsupportedError, "np.where(mask, x, 0)", "x[x > 0]"),
     (ambiguous, (X,), UnsupportedError, "reduce it with .any() or .all()", "if x > 0"),
     (bad_method, (X,), UnsupportedError, "'.nonzero' is not supported; supported:", "x.nonzero()"),
