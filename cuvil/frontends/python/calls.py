@@ -275,6 +275,12 @@ NUMPY_FUNCS = {
     "rint": unary_any("round", "rint"), "count_nonzero": M.count_nonzero, "diff": M.diff, "isclose": M.isclose,
     "pad": M.np_pad, "repeat": M.repeat, "copy": lambda cx, a, order="K": copy(cx, a),
     "array": np_array(True), "asarray": np_array(False),
+    **{n: lambda cx, x1, x2, op=op: E.bitwise(cx, op, x1, x2) for n, op in [
+        ("bitwise_and", "bitwise_and"), ("bitwise_or", "bitwise_or"), ("bitwise_xor", "bitwise_xor"),
+        ("left_shift", "shift_left"), ("right_shift", "shift_right"), ("bitwise_left_shift", "shift_left"),
+        ("bitwise_right_shift", "shift_right")]},
+    "invert": lambda cx, x: E.invert(cx, x), "bitwise_not": lambda cx, x: E.invert(cx, x),
+    "bitwise_invert": lambda cx, x: E.invert(cx, x),
 }
 NUMPY_FOLD_ONLY = ("array", "asarray", "arange", "eye", "linspace")
 

@@ -163,6 +163,10 @@ _ELEMENTWISE = {
     **{f"logical_{n}": binary(n, f"logical_{n}") for n in ("and", "or", "xor")},
     "logical_not": E.logical_not, "isnan": predicate("isnan"), "isinf": predicate("isinf"),
     "clamp": t_clamp, "clip": t_clamp, "matmul": E.matmul, "mm": E.matmul, "bmm": E.matmul,
+    **{n: lambda cx, input, other, op=op: E.bitwise(cx, op, input, other) for n, op in [
+        ("bitwise_and", "bitwise_and"), ("bitwise_or", "bitwise_or"), ("bitwise_xor", "bitwise_xor"),
+        ("bitwise_left_shift", "shift_left"), ("bitwise_right_shift", "shift_right")]},
+    "bitwise_not": lambda cx, input: E.invert(cx, input),
 }
 _REDUCTIONS = {
     "sum": t_reduce("reduce_sum", "sum"), "mean": t_reduce("reduce_mean", "mean"),

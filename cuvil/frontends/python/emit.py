@@ -126,6 +126,29 @@ def binary(cx: Context, irop: str, fname: str, a, b) -> TV:
     return combine(cx, irop, [a, b], dtype)
 
 
+_BITWISE_NUMPY = {"bitwise_and": "bitwise_and", "bitwise_or": "bitwise_or", "bitwise_xor": "bitwise_xor",
+                  "shift_left": "left_shift", "shift_right": "right_shift"}
+_BITWISE_ON_BOOL = {"bitwise_and": "and", "bitwise_or": "or", "bitwise_xor": "xor"}
+
+
+def bitwise(cx: Context, irop: str, a, b) -> TV:
+    """`a & b`, `a << b` ... typed as the framework types them; on booleans the logical op."""
+    dtype = result_dtype(cx.mode, _BITWISE_NUMPY[irop], a, b)
+    if dtype.is_float:
+        raise UnsupportedError(f"'{irop}' needs integer or boolean operands, got {dtype}")
+    return combine(cx, _BITWISE_ON_BOOL[irop] if dtype is DType.bool else irop, [a, b], dtype)
+
+
+def invert(cx: Context, x) -> TV:
+    """`~x`: logical not of booleans, every bit flipped for integers."""
+    t = tensor(cx, x)
+    if t.dtype is DType.bool:
+        return logical_not(cx, t)
+    if t.dtype.is_float:
+        raise UnsupportedError(f"~ needs an integer or boolean tensor, got {t.dtype}")
+    return TV(cx.b.bitwise_not(t.value), t.weak)
+
+
 def float_result(cx: Context, fname, x) -> DType:
     """Result dtype of a float function: the framework's answer, or the input's float type."""
     if fname is not None:

@@ -29,7 +29,8 @@ MAX_ITEMS = 4096  # a comprehension or Python loop longer than this is surely a 
 _ARITH = {ast.Add: ("add", "add"), ast.Sub: ("sub", "subtract"), ast.Mult: ("mul", "multiply"),
           ast.Div: ("div", "true_divide"), ast.FloorDiv: ("floordiv", "floor_divide"), ast.Mod: ("mod", "remainder"),
           ast.Pow: ("pow", "power")}
-_BITWISE = {ast.BitAnd: "and", ast.BitOr: "or", ast.BitXor: "xor"}
+_BITWISE = {ast.BitAnd: "bitwise_and", ast.BitOr: "bitwise_or", ast.BitXor: "bitwise_xor",
+            ast.LShift: "shift_left", ast.RShift: "shift_right"}
 _PY_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
               ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
               ast.MatMult: operator.matmul, ast.BitAnd: operator.and_, ast.BitOr: operator.or_,
@@ -228,11 +229,7 @@ class ExpressionTranslator:
         if op is ast.MatMult:
             return E.matmul(self.cx, a, b)
         if op in _BITWISE:
-            if any(isinstance(v, TV) and v.dtype.value != "bool" or isinstance(v, (int, float)) and
-                   not isinstance(v, bool) for v in (a, b)):
-                raise UnsupportedError("bitwise operators on integer tensors are not supported; &, | and ^ work on "
-                                       "boolean tensors (comparisons)")
-            return E.binary(self.cx, _BITWISE[op], None, a, b)
+            return E.bitwise(self.cx, _BITWISE[op], a, b)
         if op not in _ARITH:
             raise UnsupportedError(f"the operator {op.__name__} is not supported on tensors")
         return E.binary(self.cx, *_ARITH[op], a, b)
@@ -253,9 +250,7 @@ class ExpressionTranslator:
             return TV(self.cx.b.neg(v.value), v.weak)
         if op is ast.Not:
             return E.logical_not(self.cx, E.truth(self.cx, v))
-        if v.dtype.value != "bool":
-            raise UnsupportedError("~ on integer tensors is not supported; it works on boolean tensors")
-        return E.logical_not(self.cx, v)
+        return E.invert(self.cx, v)
 
     def e_boolop(self, node, env):
         """`and`/`or` short-circuit on Python values; on tensors both sides become one boolean."""

@@ -189,7 +189,8 @@ def _namespace(mode: str):
 
 _ALIASES = {"pow": "power", "power": "pow", "mul": "multiply", "multiply": "mul", "sub": "subtract",
             "subtract": "sub", "neg": "negative", "negative": "neg", "abs": "absolute", "clamp": "clip",
-            "clip": "clamp", "amax": "max", "amin": "min", "remainder": "mod"}
+            "clip": "clamp", "amax": "max", "amin": "min", "remainder": "mod",
+            "left_shift": "bitwise_left_shift", "right_shift": "bitwise_right_shift"}
 
 
 def result_dtype(mode: str, fname: str, *operands) -> DType:
