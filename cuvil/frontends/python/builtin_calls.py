@@ -119,5 +119,5 @@ BUILTINS = {
     builtins.float: b_number(DType.f64, float), builtins.int: b_number(DType.i64, int), builtins.bool: b_bool,
     builtins.tuple: b_sequence(tuple), builtins.list: b_sequence(list), builtins.enumerate: b_enumerate,
     builtins.zip: b_zip, builtins.sum: b_sum, builtins.reversed: b_reversed, builtins.isinstance: b_isinstance,
-    builtins.print: b_print,
+    builtins.print: b_print, builtins.dict: lambda tr, *args, **kwargs: dict(*args, **kwargs),
 }

@@ -456,6 +456,8 @@ class ExpressionTranslator:
             return self.expr(fn.node.body, {**fn.env, **fn.bind(args, kwargs, label)})
         if _is_hashable(fn) and fn in BUILTINS:
             return BUILTINS[fn](self, *args, **kwargs)
+        if isinstance(fn, type) and issubclass(fn, tuple) and hasattr(fn, "_fields"):
+            return fn(*args, **kwargs)  # a named tuple holding tensors
         if isinstance(fn, type) and issubclass(fn, np.generic):  # np.float32(x): a cast, or a NumPy scalar now
             return E.cast(self.cx, args[0], to_dtype(fn)) if is_dynamic(args) else fn(*args, **kwargs)
         if _is_value_method(fn) and not is_dynamic(args) and not is_dynamic(kwargs):

@@ -6,10 +6,10 @@ import ast
 
 
 class Return:
-    """Control left the function with `value`."""
+    """Control left the function with `value`; `nodes` are the `return` statements it comes from."""
 
-    def __init__(self, value):
-        self.value = value
+    def __init__(self, value, nodes=()):
+        self.value, self.nodes = value, tuple(nodes)
 
 
 BREAK, CONTINUE = "break", "continue"

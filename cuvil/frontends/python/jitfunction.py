@@ -264,6 +264,8 @@ def _listed(cx, value):
     """The result with lists grown at run time as the Python lists they are (their length known by now)."""
     if isinstance(value, StackedList):
         return items_of(cx, value)
+    if isinstance(value, dict):
+        return {k: _listed(cx, v) for k, v in value.items()}
     if isinstance(value, (tuple, list)):
         items = [_listed(cx, v) for v in value]
         return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)

@@ -95,7 +95,7 @@ class FunctionTranslator(LoopStatements, ExpressionTranslator):
             env[t.id] = Undefined(f"'{t.id}' is used after `del {t.id}` at line {line}")
 
     def s_return(self, node, env, tail):
-        return Return(self.expr(node.value, env) if node.value is not None else None)
+        return Return(self.expr(node.value, env) if node.value is not None else None, [node])
 
     def s_break(self, node, env, tail):
         return BREAK
@@ -198,18 +198,25 @@ class FunctionTranslator(LoopStatements, ExpressionTranslator):
         if tail is None:
             raise UnsupportedError("`return` inside an `if` on a tensor value is not supported here; assign the "
                                    "result to a variable and return after the `if`")
-        regions, values = [], []
+        regions, values, nodes = [], [], []
         for stmts in (node.body, node.orelse):
             benv = dict(env)
             region, nb, flow = self.translate_region([], lambda e=benv, s=stmts: self.block(list(s) + tail, e, []))
             self._no_jump(flow, "an `if` on a tensor value")
             regions.append((region, nb))
             values.append(flow.value if isinstance(flow, Return) else None)
-        value = self.emit_cond(pred, regions, [values], ["the return value"])[0]
-        bad = [leaf for leaf in flatten(value)[0] if isinstance(leaf, Undefined)]
-        if bad:
-            raise CuvilError(bad[0].why)
-        return Return(value)
+            nodes += flow.nodes if isinstance(flow, Return) else []
+        try:
+            value = self.emit_cond(pred, regions, [values], ["the return value"])[0]
+            bad = [leaf for leaf in flatten(value)[0] if isinstance(leaf, Undefined)]
+            if bad:
+                raise CuvilError(bad[0].why)
+        except CuvilError as e:  # point at the returns that disagree
+            if not nodes or getattr(e, "quoted", False):
+                raise
+            lines = " and ".join(str(self.src.location(n).line) for n in nodes)
+            raise self.src.error(type(e)(f"{e.message} (returned at lines {lines})"), nodes[0]) from None
+        return Return(value, nodes)
 
     def emit_cond(self, pred: TV, regions, columns, whats) -> list:
         """Yield what differs between the branches and build the `cond`; returns the merged values."""
@@ -219,7 +226,8 @@ class FunctionTranslator(LoopStatements, ExpressionTranslator):
             if any(f[1] != flat[0][1] for f in flat):
                 trees.append((None, [_conflict(what)]))
                 continue
-            trees.append((flat[0][1], [plan_leaf(list(leaves), what) for leaves in zip(*(f[0] for f in flat))]))
+            trees.append((flat[0][1], [plan_leaf(list(leaves), what, self.cx.mode)
+                                       for leaves in zip(*(f[0] for f in flat))]))
         slots = [(c, k, p) for c, (_, plans) in enumerate(trees) for k, p in enumerate(plans) if p.slot is not None]
         for b, (_, nb) in enumerate(regions):
             with self.cx.building(nb):
