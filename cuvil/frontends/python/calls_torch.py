@@ -177,6 +177,18 @@ _REDUCTIONS = {
     "cumsum": t_cumsum, "softmax": t_softmax("softmax"), "log_softmax": t_softmax("log_softmax"),
     "logsumexp": t_logsumexp,
 }
+_SORTING = {
+    "topk": M.t_topk, "sort": M.t_sort, "argsort": M.t_argsort, "msort": lambda cx, input: M.t_sort(cx, input, 0)[0],
+    "cumprod": lambda cx, input, dim, *, dtype=None: M.cumprod(cx, input, dim, dtype_arg(dtype) if dtype else None),
+    "cummax": lambda cx, input, dim: M.cumulative_extreme(cx, input, dim, True),
+    "cummin": lambda cx, input, dim: M.cumulative_extreme(cx, input, dim, False),
+    "unique": M.data_dependent("torch.unique", "sort instead and mark first occurrences (s = torch.sort(x).values; "
+                               "first = torch.cat([s[:1] == s[:1], s[1:] != s[:-1]])), or call it on the compiled "
+                               "function's result"),
+    "nonzero": M.data_dependent("torch.nonzero", M.NONZERO_INSTEAD),
+    "argwhere": M.data_dependent("torch.argwhere", M.NONZERO_INSTEAD),
+    "masked_select": M.data_dependent("torch.masked_select", M.NONZERO_INSTEAD),
+}
 TORCH_FUNCS = {
     **_ELEMENTWISE, **_REDUCTIONS,
     "where": lambda cx, condition, input, other: E.where(cx, condition, input, other), "einsum": einsum,
@@ -196,6 +208,7 @@ TORCH_FUNCS = {
     "roll": lambda cx, input, shifts, dims=None: M.roll(cx, input, shifts, dims),
     "gather": M.t_gather, "index_select": M.t_index_select, "norm": M.t_norm, "trunc": M.trunc, "fix": M.trunc,
     "clone": lambda cx, input, memory_format=None: copy(cx, input),
+    **_SORTING,
 }
 TORCH_FOLD_ONLY = ("tensor", "as_tensor", "arange", "eye", "linspace")
 
@@ -414,6 +427,7 @@ TORCH_METHODS = {
     "flip": lambda cx, x, *dims: M.flip(cx, x, E.shape_arg(dims)),
     "roll": lambda cx, x, shifts, dims=None: M.roll(cx, x, shifts, dims),
     "gather": M.t_gather, "index_select": M.t_index_select, "norm": M.t_norm, "trunc": M.trunc, "fix": M.trunc,
+    **_SORTING,
 }
 TORCH_ATTRS = {
     "T": lambda cx, x: E.transpose(cx, x),
