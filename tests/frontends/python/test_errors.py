@@ -98,7 +98,7 @@ def ambiguous(x):
 
 
 def bad_method(x):
-    return x.nonzero()
+    return x.tobytes()
 
 
 def bad_kwarg(x):
@@ -111,7 +111,7 @@ def bad_kwarg(x):
     (bad_shapes, (X, f32(2, 4)), ShapeError, "do not broadcast", "x + y"),
     (bool_mask, (X,), UnsupportedError, "np.where(mask, x, 0)", "x[x > 0]"),
     (ambiguous, (X,), UnsupportedError, "reduce it with .any() or .all()", "if x > 0"),
-    (bad_method, (X,), UnsupportedError, "'.nonzero' is not supported; supported:", "x.nonzero()"),
+    (bad_method, (X,), UnsupportedError, "'.tobytes' is not supported; supported:", "x.tobytes()"),
     (bad_kwarg, (X,), UnsupportedError, "np.sum(): got an unexpected keyword argument 'initial'", "np.sum"),
 ], ids=lambda v: getattr(v, "__name__", ""))
 def test_unsupported_constructs_name_the_line(fn, args, err, needle, at):
