@@ -282,8 +282,8 @@ _STMTS = {
     ast.While: FunctionTranslator.s_while, ast.Delete: FunctionTranslator.s_delete,
 }
 _UNSUPPORTED = {
-    ast.FunctionDef: "nested function definitions are not supported; define the helper at module level and "
-                     "decorate it with @cuvil.jit",
+    ast.FunctionDef: "nested function definitions are not supported; define the helper at module level (calls "
+                     "to plain Python functions are inlined) or use a lambda",
     ast.Try: "try/except is not supported inside compiled code",
     ast.Import: "imports inside compiled code are not supported; import at module level",
     ast.ImportFrom: "imports inside compiled code are not supported; import at module level",
