@@ -180,7 +180,10 @@ class ExpressionTranslator:
         if isinstance(base, TV):
             methods, attrs = method_table(self.cx.mode)
             if attr in attrs:
-                return attrs[attr](self.cx, base)
+                out = attrs[attr](self.cx, base)
+                if attr in ("T", "mT") and isinstance(out, TV):
+                    self.cx.views[id(out)] = (out, base)
+                return out
             if attr in methods:
                 return BoundMethod(base, attr)
             raise UnsupportedError(f"tensor attribute or method '.{attr}' is not supported; supported: "
@@ -202,13 +205,18 @@ class ExpressionTranslator:
             return StackedList([(getitem(self.cx, rows, index), True)]) if isinstance(index, slice) else \
                 getitem(self.cx, rows, index)
         if isinstance(base, TV):
-            out = getitem(self.cx, base, index)
-            if _is_basic(index):  # a view of base in NumPy and torch: assigning into it would change base
-                self.cx.views[id(out)] = (out, base)
-            return out
+            return self.view(base, index)
         if is_dynamic(index):
             raise UnsupportedError(f"indexing a Python {type(base).__name__} needs an index known at compile time")
         return base[index]
+
+    def view(self, base: TV, index) -> TV:
+        """base[index], remembered as a view of base when NumPy and torch give one (assigning into it would change
+        base too)."""
+        out = getitem(self.cx, base, index)
+        if _is_basic(index):
+            self.cx.views[id(out)] = (out, base)
+        return out
 
     def index(self, node, env):
         if isinstance(node, ast.Slice):
@@ -349,7 +357,7 @@ class ExpressionTranslator:
         if isinstance(v, TV):
             if v.rank == 0 or not isinstance(v.shape[0], int):
                 raise UnsupportedError(f"iterating over a tensor of shape {list(v.shape)} needs a static first dim")
-            return [getitem(self.cx, v, i) for i in range(v.shape[0])]
+            return [self.view(v, i) for i in range(v.shape[0])]
         if isinstance(v, RuntimeRange):
             raise UnsupportedError("only `for` loops can run over a range known at run time")
         if isinstance(v, StackedList):
@@ -392,24 +400,28 @@ class ExpressionTranslator:
         if isinstance(target.value, ast.Subscript) and not _is_basic(self.index(target.value.slice, env)):
             raise UnsupportedError("x[idx][...] = v with a tensor or list index assigns into a copy in NumPy and "
                                    "torch (x is unchanged); index once: x[idx, ...] = v")
-        if isinstance(target.value, ast.Name):
-            self.check_owner(target.value.id, base, env)
+        # x[i][j] = v writes x[i] back into x, so x[i] being a view of x is what makes it right
+        written_back = isinstance(target.value, ast.Subscript) and isinstance(self.expr(target.value.value, env), TV)
+        self.check_owner(target.value.id if isinstance(target.value, ast.Name) else None, base, env, written_back)
         self.assign(target.value, update(base, index), env)
 
-    def check_owner(self, name: str, t: TV, env: dict) -> None:
+    def check_owner(self, name, t: TV, env: dict, written_back: bool = False) -> None:
         """Assigning into a tensor changes every name that shares its memory in NumPy and torch; compiled code
-        rebinds one name, so sharing is an error (an argument's caller is warned: its array stays as it was)."""
+        rebinds one name (`name`, or an item of a list), so sharing is an error (an argument's caller is warned:
+        its array stays as it was)."""
         others = [n for n, v in env.items() if v is t and n != name and not n.startswith("$")]
         if others:
-            raise UnsupportedError(f"'{name}' and '{others[0]}' are the same array here: assigning into '{name}' "
-                                   f"would change '{others[0]}' too; copy it first ({name} = {others[0]}.copy(), or "
-                                   ".clone() in torch)")
-        base = self.cx.views.get(id(t), (None, None))[1]
+            what = f"'{name}'" if name else "this item"
+            raise UnsupportedError(f"{what} and '{others[0]}' are the same array here: assigning into it would "
+                                   f"change '{others[0]}' too; copy it first ({others[0]}.copy(), or .clone() in "
+                                   "torch)")
+        base = None if written_back else self.cx.views.get(id(t), (None, None))[1]
         owner = next((n for n, v in env.items() if base is not None and v is base), None)
         if owner is not None:
-            raise UnsupportedError(f"'{name}' is a view of '{owner}': assigning into it would change '{owner}' too; "
+            raise UnsupportedError(f"'{name or 'this item'}' is a view of '{owner}': assigning into it would change "
+                                   f"'{owner}' too; "
                                    f"assign into '{owner}' directly, or copy the view first (.copy() / .clone())")
-        if any(t is p for p in self.params):
+        if name is not None and any(t is p for p in self.params):
             if self.depth:
                 raise UnsupportedError(f"assigning into the argument '{name}' of an inlined function would change the "
                                        "caller's array; return the new value instead")
@@ -449,7 +461,10 @@ class ExpressionTranslator:
             return list_method(self.cx, fn.owner, fn.name, args, kwargs)
         if isinstance(fn, BoundMethod):
             methods, _ = method_table(self.cx.mode)
-            return self.invoke(methods[fn.name], [fn.tensor, *args], kwargs, label)
+            out = self.invoke(methods[fn.name], [fn.tensor, *args], kwargs, label)
+            if fn.name in _VIEW_METHODS and isinstance(out, TV):
+                self.cx.views[id(out)] = (out, fn.tensor)
+            return out
         if getattr(fn, "_cuvil_jit", False):
             return self.inline(fn.python_function, [*fn.receiver, *args], kwargs, label)
         if isinstance(fn, Lambda):
@@ -593,6 +608,8 @@ class Lambda:
         return bound
 
 
+_VIEW_METHODS = frozenset({"reshape", "view", "transpose", "permute", "squeeze", "unsqueeze", "flatten", "ravel",
+                           "swapaxes", "expand", "t", "view_as", "expand_as"})  # results share memory with x
 _UPDATE = object()  # store_item's value for an augmented assignment: the update computes it
 
 

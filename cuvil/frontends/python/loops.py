@@ -14,7 +14,6 @@ from . import emit as E
 from .accumulate import Accumulator, appended_lists, stacked, trip_count
 from .expressions import RuntimeRange
 from .flow import (BREAK, LoopFrame, LoopRest, NeedsRuntimeLoop, Return, assigned, breaks, returns)
-from .indexing import getitem
 from .merge import Slot, coerce, flatten, join, slot_of, unflatten
 from .values import TV, Undefined, is_tensorish
 
@@ -30,7 +29,7 @@ class LoopStatements:
         if isinstance(it, RuntimeRange) or isinstance(it, range) and len(it) > limit:
             return self.range_loop(node, env, it, tail)
         if isinstance(it, TV) and it.rank and not (isinstance(it.shape[0], int) and it.shape[0] <= limit):
-            return self.range_loop(node, env, RuntimeRange(0, it.shape[0], 1), tail, lambda i: getitem(self.cx, it, i))
+            return self.range_loop(node, env, RuntimeRange(0, it.shape[0], 1), tail, lambda i: self.view(it, i))
         saved = self._saved_state(env)
         try:
             return self.unrolled_for(node, env, it, tail)
@@ -39,7 +38,7 @@ class LoopStatements:
         if isinstance(it, range):
             return self.range_loop(node, env, it, tail)
         if isinstance(it, TV) and it.rank:
-            return self.range_loop(node, env, RuntimeRange(0, it.shape[0], 1), tail, lambda i: getitem(self.cx, it, i))
+            return self.range_loop(node, env, RuntimeRange(0, it.shape[0], 1), tail, lambda i: self.view(it, i))
         raise UnsupportedError("`break` or `return` on a tensor condition in a loop over a Python sequence is not "
                                "supported; loop over range(n) or over a tensor's rows")
 

@@ -135,3 +135,34 @@ def test_sharing_memory_is_refused_with_what_to_write(fn, needle):
         warnings.simplefilter("ignore")
         with pytest.raises(cuvil.UnsupportedError, match=needle.replace("(", r"\(").replace(")", r"\)")):
             cuvil.jit(fn, target=TARGET)(f32(4, 3))
+
+
+def rows_of_a_loop(x):
+    y = x * 1
+    for row in y:
+        row[0] = 0  # NumPy changes y through the row
+    return y
+
+
+def list_item_alias(x):
+    y = x * 1
+    parts = [y, x]
+    parts[0][0] = 5
+    return y
+
+
+def transposed_view(x):
+    y = x * 1
+    t = y.T
+    t[0] = 1
+    return y
+
+
+@pytest.mark.parametrize("fn,needle", [
+    (rows_of_a_loop, "is a view of 'y'"),
+    (list_item_alias, "this item and 'y' are the same array"),
+    (transposed_view, "'t' is a view of 'y'"),
+])
+def test_views_from_loops_lists_and_methods_are_refused(fn, needle):
+    with pytest.raises(cuvil.UnsupportedError, match=needle):
+        cuvil.jit(fn, target=TARGET)(f32(4, 3))
