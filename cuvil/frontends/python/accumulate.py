@@ -17,10 +17,10 @@ from .emit import tensor
 from .indexing import getitem
 from .merge import Slot, slot_of
 from .setitem import setitem
-from .values import TV, StackedList, is_tensorish
+from .values import TV, RunTimeValue, StackedList, is_tensorish
 
 
-class Accumulator:
+class Accumulator(RunTimeValue):
     """The list inside the loop body: `append` writes row `k` of `buffer` (the loop-carried tensor)."""
 
     def __init__(self, name: str, buffer: TV, k: TV, level: int):

@@ -12,8 +12,7 @@ from ...ir.dtypes import DType
 from ...ir.symbolic import SymExpr
 from . import emit as E
 from .calls import item
-from .expressions import RuntimeRange, is_dynamic
-from .values import TV, StackedList, torch_module
+from .values import TV, RuntimeRange, StackedList, is_dynamic, torch_module
 
 
 def b_range(tr, *args):

@@ -9,7 +9,6 @@ import functools
 import operator
 import warnings
 import weakref
-from typing import NamedTuple
 
 import numpy as np
 
@@ -17,11 +16,13 @@ from ...errors import CuvilError, UnsupportedError
 from ...ir.symbolic import SymExpr
 from . import emit as E
 from .accumulate import Accumulator, ListMethod, items_of, list_method
+from .builtin_calls import BUILTINS
 from .calls import lookup, method_table, supported_names
 from .indexing import getitem
 from .setitem import setitem
 from .source import Source, describe
-from .values import TV, BoundMethod, StackedList, Undefined, is_torch_tensor, to_dtype, torch_module
+from .values import (TV, BoundMethod, RuntimeRange, StackedList, Undefined, is_dynamic, is_torch_tensor, to_dtype,
+                     torch_module)
 
 MAX_INLINE_DEPTH = 32
 MAX_ITEMS = 4096  # a comprehension or Python loop longer than this is surely a mistake
@@ -39,23 +40,6 @@ _SYMBOLIC_OK = (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod)  # what symbo
 _COMPARE = {ast.Eq: "eq", ast.NotEq: "ne", ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge"}
 _PY_COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
                ast.Gt: operator.gt, ast.GtE: operator.ge}
-
-
-class RuntimeRange(NamedTuple):
-    """`range(n)` whose bounds are tensors or symbolic sizes: a loop at run time."""
-
-    start: object
-    stop: object
-    step: int
-
-
-def is_dynamic(v) -> bool:
-    """Values only known at run time (or symbolically), anywhere inside tuples and lists."""
-    if isinstance(v, (tuple, list)):
-        return any(is_dynamic(x) for x in v)
-    if isinstance(v, dict):
-        return any(is_dynamic(x) for x in v.values())
-    return isinstance(v, (TV, SymExpr, BoundMethod, Undefined, RuntimeRange, StackedList, Accumulator))
 
 
 class ExpressionTranslator:
@@ -517,8 +501,6 @@ class ExpressionTranslator:
             raise UnsupportedError(f"calls nest {MAX_INLINE_DEPTH} deep at {label}(): a recursion that does not end "
                                    "at compile time (on Python values) cannot be compiled, since calls are inlined; "
                                    "write it as a loop")
-        from .translator import FunctionTranslator
-
         src = source_of(fn)
         try:
             bound = inspect.signature(fn).bind(*args, **kwargs)
@@ -527,7 +509,7 @@ class ExpressionTranslator:
         bound.apply_defaults()
         where = self.cx.loc
         try:
-            return FunctionTranslator(self.cx, src, self.depth + 1).run(dict(bound.arguments))
+            return type(self)(self.cx, src, self.depth + 1).run(dict(bound.arguments))  # a FunctionTranslator
         except CuvilError as e:
             if not getattr(e, "quoted", False) or e.message.count("\n  called from") >= 3:
                 raise
@@ -649,7 +631,6 @@ def _unsupported_call(fn, label: str) -> str:
     return f"calling {label} ({type(fn).__name__}) is not supported inside compiled code"
 
 
-from .builtin_calls import BUILTINS  # noqa: E402  (the builtins need RuntimeRange from this module)
 
 _EXPRS = {
     ast.Constant: ExpressionTranslator.e_constant, ast.Name: ExpressionTranslator.e_name,

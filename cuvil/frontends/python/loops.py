@@ -12,10 +12,9 @@ from ...errors import CuvilError, UnsupportedError
 from ...ir.core import Region
 from . import emit as E
 from .accumulate import Accumulator, appended_lists, stacked, trip_count
-from .expressions import RuntimeRange
 from .flow import (BREAK, LoopFrame, LoopRest, NeedsRuntimeLoop, Return, assigned, breaks, returns)
 from .merge import Slot, coerce, flatten, join, slot_of, unflatten
-from .values import TV, Undefined, is_tensorish
+from .values import TV, RuntimeRange, Undefined, is_tensorish
 
 MAX_PYTHON_WHILE = 10000
 

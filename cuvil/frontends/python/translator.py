@@ -12,13 +12,13 @@ import ast
 
 from ...errors import CuvilError, UnsupportedError
 from ...ir.core import Region
-from .expressions import _UPDATE, ExpressionTranslator, is_dynamic
+from .expressions import _UPDATE, ExpressionTranslator
 from .flow import BREAK, CONTINUE, FINISHED, LoopRest, NeedsRuntimeLoop, Return, jumps, rest_after, returns
 from .indexing import getitem
 from .loops import LoopStatements
 from .merge import Plan, coerce, flatten, plan_leaf, unflatten
 from .setitem import mask_of, masked_update, setitem
-from .values import TV, Undefined
+from .values import TV, Undefined, is_dynamic
 
 
 class FunctionTranslator(LoopStatements, ExpressionTranslator):

@@ -8,7 +8,7 @@ category rules, `int / int -> float`) match the original exactly without a table
 from __future__ import annotations
 
 import sys
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import numpy as np
 
@@ -75,6 +75,20 @@ class StackedList:
         return n
 
 
+class RunTimeValue:
+    """Base of the translator's own values that stand for something only known at run time."""
+
+    __slots__ = ()
+
+
+class RuntimeRange(NamedTuple):
+    """`range(n)` whose bounds are tensors or symbolic sizes: a loop at run time."""
+
+    start: object
+    stop: object
+    step: int
+
+
 class BoundMethod:
     """`x.sum` before the call: the tensor and the method name."""
 
@@ -82,6 +96,15 @@ class BoundMethod:
 
     def __init__(self, tensor: TV, name: str):
         self.tensor, self.name = tensor, name
+
+
+def is_dynamic(v) -> bool:
+    """Values only known at run time (or symbolically), anywhere inside tuples, lists and dicts."""
+    if isinstance(v, (tuple, list)):
+        return any(is_dynamic(x) for x in v)
+    if isinstance(v, dict):
+        return any(is_dynamic(x) for x in v.values())
+    return isinstance(v, (TV, SymExpr, BoundMethod, Undefined, RuntimeRange, StackedList, RunTimeValue))
 
 
 def is_tensorish(v) -> bool:
