@@ -377,7 +377,7 @@ class ExpressionTranslator:
                                        "loop that runs at run time is not supported")
             if is_dynamic(index):
                 raise UnsupportedError("indexing a Python list or dict needs an index known at compile time")
-            base[index] = value if value is not _UPDATE else update(base, index)
+            base[index] = value if value is not UPDATE else update(base, index)
             return
         if not isinstance(base, TV):
             raise UnsupportedError(f"cannot assign into a {type(base).__name__}")
@@ -592,7 +592,7 @@ class Lambda:
 
 _VIEW_METHODS = frozenset({"reshape", "view", "transpose", "permute", "squeeze", "unsqueeze", "flatten", "ravel",
                            "swapaxes", "expand", "t", "view_as", "expand_as"})  # results share memory with x
-_UPDATE = object()  # store_item's value for an augmented assignment: the update computes it
+UPDATE = object()  # store_item's value for an augmented assignment: the update computes it
 
 
 def _is_basic(index) -> bool:

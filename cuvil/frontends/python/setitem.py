@@ -15,7 +15,7 @@ from ...ir.dtypes import DType
 from ...ops.registry import get_op
 from . import emit as E
 from .emit import Context, tensor
-from .indexing import _BIG, _expand, _int_bounds, _slice_bounds, getitem
+from .indexing import BIG, expand_index, int_bounds, slice_bounds, getitem
 from .values import TV
 
 _FULL = slice(None)
@@ -35,7 +35,7 @@ def setitem(cx: Context, x: TV, index, value) -> TV:
         raise UnsupportedError(f"could not broadcast a value of shape {list(v.shape)} into x[...] of shape "
                                f"{list(target)}")
     v = E.to(cx, v, shape=target)
-    axis_items, kept = _kept_rank(cx, x, _expand(cx, x, items), target)
+    axis_items, kept = _kept_rank(cx, x, expand_index(cx, x, items), target)
     return _put(cx, x, axis_items, E.reshape(cx, v, kept))
 
 
@@ -120,8 +120,8 @@ def _take(cx: Context, x: TV, axis: int, item) -> TV:
     if isinstance(item, TV):
         return TV(cx.b.gather(x.value, _wrapped(cx, item, x.shape[axis]).value, axis=axis))
     if not isinstance(item, slice):
-        start, stop, _ = _int_bounds(item, x.shape[axis], axis)
-        item = slice(start, None if stop == _BIG else stop)
+        start, stop, _ = int_bounds(item, x.shape[axis], axis)
+        item = slice(start, None if stop == BIG else stop)
     return getitem(cx, x, _along(x.rank, axis, item))
 
 
@@ -130,7 +130,7 @@ def _place(cx: Context, x: TV, axis: int, item, part: TV) -> TV:
     if isinstance(item, TV):
         return _scatter(cx, x, axis, _wrapped(cx, item, size), part)
     if not isinstance(item, slice):
-        i = _int_bounds(item, size, axis)[0]
+        i = int_bounds(item, size, axis)[0]
         start = size + i if isinstance(i, int) and i < 0 else i
         return _join(cx, x, axis, start, start + 1, part)
     start, stop, step = _normalized(x, axis, item)
@@ -143,7 +143,7 @@ def _place(cx: Context, x: TV, axis: int, item, part: TV) -> TV:
 
 def _normalized(x: TV, axis: int, s: slice) -> tuple:
     """The slice op's own normal form of the bounds (Python clamping on static sizes)."""
-    bounds = _slice_bounds(s) or (0, _BIG, 1)
+    bounds = slice_bounds(s) or (0, BIG, 1)
     attrs = {"starts": (bounds[0],), "ends": (bounds[1],), "axes": (axis,), "steps": (bounds[2],)}
     norm = get_op("slice").normalize([x.type], attrs)
     start, stop, step = norm["starts"][0], norm["ends"][0], norm["steps"][0]

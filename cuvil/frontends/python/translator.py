@@ -12,7 +12,7 @@ import ast
 
 from ...errors import CuvilError, UnsupportedError
 from ...ir.core import Region
-from .expressions import _UPDATE, ExpressionTranslator
+from .expressions import UPDATE, ExpressionTranslator
 from .flow import BREAK, CONTINUE, FINISHED, LoopRest, NeedsRuntimeLoop, Return, jumps, rest_after, returns
 from .indexing import getitem
 from .loops import LoopStatements
@@ -74,7 +74,7 @@ class FunctionTranslator(LoopStatements, ExpressionTranslator):
                 current = getitem(self.cx, base, index) if isinstance(base, TV) else base[index]
                 new = self.binop(op, current, rhs)
                 return setitem(self.cx, base, index, new) if isinstance(base, TV) else new
-            return self.store_item(node.target, env, update, _UPDATE)
+            return self.store_item(node.target, env, update, UPDATE)
         if not isinstance(node.target, ast.Name):
             raise UnsupportedError("augmented assignment to an attribute is not supported: compiled code cannot "
                                    "change Python objects")
