@@ -17,14 +17,17 @@ Semantics worth knowing:
   each value gets its own compilation. Name them in `runtime_args=("threshold",)` to pass them at run time.
 - `if` on a tensor becomes `cond`; a name assigned on one path only fails where it is used. `for i in
   range(n)` unrolls up to `unroll` (16) iterations, longer or run-time ranges and `while` on a tensor become
-  a `while` loop. `and`/`or`/`not` on tensors give booleans.
+  a `while` loop; `break`, `continue` and `return` may sit under a tensor `if` inside loops. `and`/`or`/`not`
+  on tensors give booleans.
 - Python scalars are weakly typed (NumPy 2 / torch): `x * 2.0` keeps f32. Result dtypes are taken from the
   framework itself, so `int / int`, `np.mean` of ints and mixed dtypes promote exactly as the original.
-- `x += y` rebinds x; tensors are never modified in place (`x[i] = v` is an error).
+- `x += y` rebinds x; `x[i] = v` rebinds x to an updated copy (a functional update), equal to what NumPy or
+  torch leave in x. Calls to plain Python functions, methods and nn.Module objects are inlined from source.
 - Globals and closure variables (arrays become constants) are read when a signature is compiled.
 - Lambdas inline where they are called; `:=` and `del` bind and unbind; list methods (`append`, `pop`, ...) run
-  at compile time in straight-line code and unrolled loops; `raise ValueError(...)` on Python values raises the
-  user's own exception, chained from a CuvilError naming the line.
+  at compile time in straight-line code and unrolled loops, and `append` in a loop that runs at run time fills a
+  stacked buffer; `raise ValueError(...)` on Python values raises the user's own exception, chained from a
+  CuvilError naming the line. docs/jit.md lists every construct, with what stays refused and why.
 - With `dynamic=True`, a call whose sizes the symbolic compilation cannot serve (a slice bound past a size, a
   split with no symbolic form) is compiled for its own sizes, as Python would run it.
 

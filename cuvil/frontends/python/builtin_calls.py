@@ -12,8 +12,7 @@ from ...ir.dtypes import DType
 from ...ir.symbolic import SymExpr
 from . import emit as E
 from .calls import item
-from .expressions import RuntimeRange, is_dynamic
-from .values import TV, torch_module
+from .values import TV, RuntimeRange, StackedList, is_dynamic, torch_module
 
 
 def b_range(tr, *args):
@@ -26,6 +25,8 @@ def b_range(tr, *args):
 
 
 def b_len(tr, x):
+    if isinstance(x, StackedList):
+        return x.length()
     if isinstance(x, TV):
         if x.rank == 0:
             raise UnsupportedError("len() of a 0-d tensor")
@@ -117,5 +118,5 @@ BUILTINS = {
     builtins.float: b_number(DType.f64, float), builtins.int: b_number(DType.i64, int), builtins.bool: b_bool,
     builtins.tuple: b_sequence(tuple), builtins.list: b_sequence(list), builtins.enumerate: b_enumerate,
     builtins.zip: b_zip, builtins.sum: b_sum, builtins.reversed: b_reversed, builtins.isinstance: b_isinstance,
-    builtins.print: b_print,
+    builtins.print: b_print, builtins.dict: lambda tr, *args, **kwargs: dict(*args, **kwargs),
 }

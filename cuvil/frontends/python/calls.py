@@ -16,7 +16,7 @@ from ...ir.dtypes import DType
 from . import calls_more as M
 from . import emit as E
 from .emit import Context, tensor
-from .values import TV, result_dtype, to_dtype, user_dtype, weak_kind
+from .values import TV, StackedList, result_dtype, to_dtype, user_dtype, weak_kind
 
 
 # -- converter factories shared with the torch tables ----------------------------------------------------------
@@ -145,6 +145,25 @@ def _as_tuple(v):
     return v if isinstance(v, tuple) else (v,)
 
 
+def copy(cx, x) -> TV:
+    """A new array: the same values under a new identity, so assigning into it changes nothing else."""
+    t = tensor(cx, x)
+    return TV(t.value, t.weak)
+
+
+def np_array(copied: bool):
+    """np.array / np.asarray of tensors: a sequence is stacked; np.asarray of a tensor is that tensor."""
+    def conv(cx, a, dtype=None, **kw):
+        if isinstance(a, StackedList):
+            t = E.stack(cx, a, 0)
+        elif isinstance(a, (list, tuple)):
+            t = E.stack(cx, [tensor(cx, v) for v in a], 0)
+        else:
+            t = copy(cx, a) if copied else tensor(cx, a)
+        return E.cast(cx, t, dtype_arg(dtype)) if dtype is not None else t
+    return conv
+
+
 # -- NumPy -----------------------------------------------------------------------------------------------------
 def np_clip(cx, a, a_min=None, a_max=None):
     return clip(cx, "clip", a, a_min, a_max)
@@ -254,7 +273,17 @@ NUMPY_FUNCS = {
     "flip": M.flip, "fliplr": lambda cx, m: M.flip(cx, m, 1), "flipud": lambda cx, m: M.flip(cx, m, 0),
     "roll": M.roll, "moveaxis": M.moveaxis, "outer": M.outer, "trunc": M.trunc, "fix": M.trunc,
     "rint": unary_any("round", "rint"), "count_nonzero": M.count_nonzero, "diff": M.diff, "isclose": M.isclose,
-    "pad": M.np_pad, "repeat": M.repeat,
+    "pad": M.np_pad, "repeat": M.repeat, "copy": lambda cx, a, order="K": copy(cx, a),
+    "array": np_array(True), "asarray": np_array(False),
+    **{n: lambda cx, x1, x2, op=op: E.bitwise(cx, op, x1, x2) for n, op in [
+        ("bitwise_and", "bitwise_and"), ("bitwise_or", "bitwise_or"), ("bitwise_xor", "bitwise_xor"),
+        ("left_shift", "shift_left"), ("right_shift", "shift_right"), ("bitwise_left_shift", "shift_left"),
+        ("bitwise_right_shift", "shift_right")]},
+    "sort": M.np_sort, "argsort": M.np_argsort, "unique": M.data_dependent("np.unique", M.UNIQUE_INSTEAD),
+    "cumprod": lambda cx, a, axis=None, dtype=None: M.cumprod(cx, a, axis, dtype_arg(dtype) if dtype else None),
+    **{n: M.data_dependent(f"np.{n}", M.NONZERO_INSTEAD) for n in ("nonzero", "argwhere", "flatnonzero")},
+    "invert": lambda cx, x: E.invert(cx, x), "bitwise_not": lambda cx, x: E.invert(cx, x),
+    "bitwise_invert": lambda cx, x: E.invert(cx, x),
 }
 NUMPY_FOLD_ONLY = ("array", "asarray", "arange", "eye", "linspace")
 
@@ -290,8 +319,11 @@ NUMPY_METHODS = {
     "repeat": M.repeat,
     "squeeze": lambda cx, x, axis=None: E.squeeze(cx, x, axis),
     "flatten": lambda cx, x: E.reshape(cx, x, (-1,)), "ravel": lambda cx, x: E.reshape(cx, x, (-1,)),
-    "swapaxes": lambda cx, x, a, b: E.swap(cx, x, a, b), "copy": lambda cx, x: x,
-    "item": lambda cx, x: item(cx, x),
+    "swapaxes": lambda cx, x, a, b: E.swap(cx, x, a, b), "copy": lambda cx, x, order="C": copy(cx, x),
+    "item": lambda cx, x: item(cx, x), "argsort": M.np_argsort,
+    "cumprod": lambda cx, x, axis=None, dtype=None: M.cumprod(cx, x, axis, dtype_arg(dtype) if dtype else None),
+    "sort": M.in_place("x.sort()", "x = np.sort(x)"),
+    "nonzero": M.data_dependent("x.nonzero()", M.NONZERO_INSTEAD),
 }
 
 

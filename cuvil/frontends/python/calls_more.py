@@ -3,6 +3,7 @@ tables: flips and rolls, norms, differences, padding, torch's gather/index_selec
 attention. Each follows its framework's function exactly on what it accepts; anything else is an error."""
 from __future__ import annotations
 
+import collections
 import math
 
 import numpy as np
@@ -12,7 +13,7 @@ from ...ir.dtypes import DType
 from . import emit as E
 from .emit import tensor
 from .indexing import getitem
-from .values import TV
+from .values import TV, result_dtype
 
 
 def _axes(axis, rank: int) -> tuple:
@@ -174,3 +175,115 @@ def f_sdpa(cx, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False
         scores = E.where(cx, mask, scores, -math.inf) if mask.dtype is DType.bool else \
             E.binary(cx, "add", "add", scores, mask)
     return E.matmul(cx, TV(cx.b.softmax(scores.value, axis=scores.rank - 1)), value)
+
+
+# -- sorting and scans ----------------------------------------------------------------------------------------
+SortResult = collections.namedtuple("torch_return_types", ["values", "indices"])
+
+
+def _static_axis(t: TV, axis, what: str) -> int:
+    ax = _axes(axis, t.rank)[0]
+    if not isinstance(t.shape[ax], int):
+        raise UnsupportedError(f"{what} along an axis whose size is only known at run time is not supported (with "
+                               "dynamic=True each size then compiles on its own)")
+    return ax
+
+
+def topk(cx, x, k, axis=-1, largest=True) -> SortResult:
+    """The k largest (or smallest) along axis, sorted, with their indices (among equal values the lower index
+    first, as a stable sort gives)."""
+    t = tensor(cx, x)
+    if t.rank == 0:
+        t = E.reshape(cx, t, (1,))
+    ax = _static_axis(t, axis, "sorting")
+    if not isinstance(k, int) or not 0 <= k <= t.shape[ax]:
+        raise UnsupportedError(f"k must be an int in [0, {t.shape[ax]}] known at compile time, got {k!r}")
+    values, idx = cx.b.topk(t.value, k=k, axis=ax, largest=bool(largest))
+    return SortResult(TV(values), TV(idx))
+
+
+def _flat_axis(cx, a, axis):
+    return (E.reshape(cx, tensor(cx, a), (-1,)), 0) if axis is None else (tensor(cx, a), axis)
+
+
+def np_sort(cx, a, axis=-1, kind=None, order=None, stable=None):
+    t, axis = _flat_axis(cx, a, axis)
+    return topk(cx, t, t.shape[_axes(axis, t.rank)[0]], axis, largest=False).values
+
+
+def np_argsort(cx, a, axis=-1, kind=None, order=None, stable=None):
+    t, axis = _flat_axis(cx, a, axis)
+    return topk(cx, t, t.shape[_axes(axis, t.rank)[0]], axis, largest=False).indices
+
+
+def t_topk(cx, input, k, dim=-1, largest=True, sorted=True):  # noqa: A002 (torch's names)
+    return topk(cx, input, k, dim, largest)
+
+
+def t_sort(cx, input, dim=-1, descending=False, stable=False):
+    t = tensor(cx, input)
+    return topk(cx, t, t.shape[_axes(dim, t.rank)[0]], dim, largest=descending)
+
+
+def t_argsort(cx, input, dim=-1, descending=False, stable=False):
+    return t_sort(cx, input, dim, descending).indices
+
+
+def scan(cx, x, axis: int, step, fill) -> list:
+    """Inclusive scans along axis by doubling, log2(n) steps: `step(earlier, current)` combines a tuple of
+    tensors with the same tuple shifted by 1, 2, 4 ... places (the first places get `fill`)."""
+    n = x[0].shape[axis]
+    s = 1
+    while s < n:
+        earlier = [E.concat(cx, [E.tensor(cx, f, t.dtype, t.shape[:axis] + (s,) + t.shape[axis + 1:]),
+                                 getitem(cx, t, _along(t.rank, axis, slice(0, n - s)))], axis) for t, f in zip(x, fill)]
+        x = step(earlier, x)
+        s *= 2
+    return x
+
+
+def cumprod(cx, x, axis, dtype=None) -> TV:
+    t = tensor(cx, x)
+    if axis is None:
+        t, axis = E.reshape(cx, t, (-1,)), 0
+    d = dtype if dtype is not None else result_dtype(cx.mode, "prod", t)
+    t = E.to(cx, t, d)
+    if t.rank == 0:
+        return t
+    ax = _static_axis(t, axis, "cumprod")
+    return scan(cx, [t], ax, lambda e, c: [E.binary(cx, "mul", "multiply", e[0], c[0])], [1])[0]
+
+
+def cumulative_extreme(cx, x, dim, largest: bool) -> SortResult:
+    """torch.cummax / cummin: the running extreme and the index it was last seen at."""
+    t = tensor(cx, x)
+    ax = _static_axis(t, dim, "cummax/cummin")
+    idx = TV(cx.b.iota(shape=t.shape, axis=ax, dtype=DType.i64))
+    lowest = -math.inf if t.dtype.is_float else np.iinfo(t.dtype.numpy).min
+    highest = math.inf if t.dtype.is_float else np.iinfo(t.dtype.numpy).max
+
+    def step(earlier, current):
+        keep = E.binary(cx, "ge" if largest else "le", None, current[0], earlier[0])  # ties: the later index
+        return [E.where(cx, keep, current[0], earlier[0]), E.where(cx, keep, current[1], earlier[1])]
+    values, indices = scan(cx, [t, idx], ax, step, [lowest if largest else highest, -1])
+    return SortResult(values, indices)
+
+
+def data_dependent(name: str, instead: str):
+    """Functions whose result size depends on the values: an error that says what to write instead."""
+    def conv(cx, *args, **kwargs):
+        raise UnsupportedError(f"{name} gives a result whose size depends on the data, which compiled code cannot "
+                               f"produce; {instead}")
+    return conv
+
+
+def in_place(name: str, instead: str):
+    """Methods that change the tensor in place and return None: an error that says what to write instead."""
+    def conv(cx, *args, **kwargs):
+        raise UnsupportedError(f"{name} changes the array in place, which compiled code does not do; write {instead}")
+    return conv
+
+
+UNIQUE_INSTEAD = ("sort instead and mark first occurrences (s = np.sort(x); first = np.concatenate([[True], "
+                  "s[1:] != s[:-1]])), or call it on the compiled function's result")
+NONZERO_INSTEAD = "use a mask with np.where / torch.where, or call it on the compiled function's result"

@@ -14,8 +14,8 @@ from ...errors import UnsupportedError
 from ...ir.dtypes import DType
 from . import calls_more as M
 from . import emit as E
-from .calls import (binary, clip, dtype_arg, einsum, expm1, full_of, item, like, log1p, log_base, predicate, split,
-                    square, tile, triangle, unary, unary_any)
+from .calls import (binary, clip, copy, dtype_arg, einsum, expm1, full_of, item, like, log1p, log_base, predicate,
+                    split, square, tile, triangle, unary, unary_any)
 from .emit import tensor
 from .values import TV, result_dtype, to_dtype, user_dtype
 
@@ -163,6 +163,10 @@ _ELEMENTWISE = {
     **{f"logical_{n}": binary(n, f"logical_{n}") for n in ("and", "or", "xor")},
     "logical_not": E.logical_not, "isnan": predicate("isnan"), "isinf": predicate("isinf"),
     "clamp": t_clamp, "clip": t_clamp, "matmul": E.matmul, "mm": E.matmul, "bmm": E.matmul,
+    **{n: lambda cx, input, other, op=op: E.bitwise(cx, op, input, other) for n, op in [
+        ("bitwise_and", "bitwise_and"), ("bitwise_or", "bitwise_or"), ("bitwise_xor", "bitwise_xor"),
+        ("bitwise_left_shift", "shift_left"), ("bitwise_right_shift", "shift_right")]},
+    "bitwise_not": lambda cx, input: E.invert(cx, input),
 }
 _REDUCTIONS = {
     "sum": t_reduce("reduce_sum", "sum"), "mean": t_reduce("reduce_mean", "mean"),
@@ -172,6 +176,18 @@ _REDUCTIONS = {
     "any": t_any_all("reduce_max"), "all": t_any_all("reduce_min"), "var": t_var(False), "std": t_var(True),
     "cumsum": t_cumsum, "softmax": t_softmax("softmax"), "log_softmax": t_softmax("log_softmax"),
     "logsumexp": t_logsumexp,
+}
+_SORTING = {
+    "topk": M.t_topk, "sort": M.t_sort, "argsort": M.t_argsort, "msort": lambda cx, input: M.t_sort(cx, input, 0)[0],
+    "cumprod": lambda cx, input, dim, *, dtype=None: M.cumprod(cx, input, dim, dtype_arg(dtype) if dtype else None),
+    "cummax": lambda cx, input, dim: M.cumulative_extreme(cx, input, dim, True),
+    "cummin": lambda cx, input, dim: M.cumulative_extreme(cx, input, dim, False),
+    "unique": M.data_dependent("torch.unique", "sort instead and mark first occurrences (s = torch.sort(x).values; "
+                               "first = torch.cat([s[:1] == s[:1], s[1:] != s[:-1]])), or call it on the compiled "
+                               "function's result"),
+    "nonzero": M.data_dependent("torch.nonzero", M.NONZERO_INSTEAD),
+    "argwhere": M.data_dependent("torch.argwhere", M.NONZERO_INSTEAD),
+    "masked_select": M.data_dependent("torch.masked_select", M.NONZERO_INSTEAD),
 }
 TORCH_FUNCS = {
     **_ELEMENTWISE, **_REDUCTIONS,
@@ -191,6 +207,8 @@ TORCH_FUNCS = {
     "flip": lambda cx, input, dims: M.flip(cx, input, tuple(dims)),
     "roll": lambda cx, input, shifts, dims=None: M.roll(cx, input, shifts, dims),
     "gather": M.t_gather, "index_select": M.t_index_select, "norm": M.t_norm, "trunc": M.trunc, "fix": M.trunc,
+    "clone": lambda cx, input, memory_format=None: copy(cx, input),
+    **_SORTING,
 }
 TORCH_FOLD_ONLY = ("tensor", "as_tensor", "arange", "eye", "linspace")
 
@@ -327,7 +345,8 @@ def f_group_norm(cx, input, num_groups, weight=None, bias=None, eps=1e-5):
 
 
 F_FUNCS = {
-    "relu": unary_any("relu", "relu"), "relu6": lambda cx, input, inplace=False: clip(cx, "clamp", input, 0.0, 6.0),
+    "relu": lambda cx, input, inplace=False: unary_any("relu", "relu")(cx, input),
+    "relu6": lambda cx, input, inplace=False: clip(cx, "clamp", input, 0.0, 6.0),
     "leaky_relu": f_leaky_relu, "elu": f_elu, "selu": act("selu"), "gelu": f_gelu, "silu": act("silu"),
     "sigmoid": unary("sigmoid", "sigmoid"), "tanh": unary("tanh", "tanh"), "softplus": f_softplus,
     "hardsigmoid": act("hardsigmoid", alpha=1 / 6, beta=0.5), "hardswish": act("hardswish"), "hardtanh": f_hardtanh,
@@ -384,11 +403,11 @@ def caster(dtype: DType):
 
 _CASTS = {"float": DType.f32, "double": DType.f64, "half": DType.f16, "bfloat16": DType.bf16, "int": DType.i32,
           "long": DType.i64, "short": DType.i16, "char": DType.i8, "byte": DType.u8, "bool": DType.bool}
-_IDENTITY = ("contiguous", "clone", "detach", "cpu", "numpy")
+_IDENTITY = ("contiguous", "detach", "cpu", "numpy")  # these share memory with x: the same tensor
 TORCH_METHODS = {
     **_ELEMENTWISE, **_REDUCTIONS,
     **{n: caster(d) for n, d in _CASTS.items()},
-    **{n: (lambda cx, x, *a, **k: x) for n in _IDENTITY},
+    **{n: (lambda cx, x, *a, **k: x) for n in _IDENTITY}, "clone": lambda cx, x, memory_format=None: copy(cx, x),
     "to": m_to, "type": lambda cx, x, dtype: E.cast(cx, x, dtype_arg(dtype)),
     "type_as": lambda cx, x, other: E.cast(cx, x, other.dtype), "view": m_view,
     "reshape": lambda cx, x, *shape: E.reshape(cx, x, E.shape_arg(shape)),
@@ -408,6 +427,7 @@ TORCH_METHODS = {
     "flip": lambda cx, x, *dims: M.flip(cx, x, E.shape_arg(dims)),
     "roll": lambda cx, x, shifts, dims=None: M.roll(cx, x, shifts, dims),
     "gather": M.t_gather, "index_select": M.t_index_select, "norm": M.t_norm, "trunc": M.trunc, "fix": M.trunc,
+    **_SORTING,
 }
 TORCH_ATTRS = {
     "T": lambda cx, x: E.transpose(cx, x),

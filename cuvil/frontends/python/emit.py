@@ -16,7 +16,7 @@ from ...ir.core import UNKNOWN_LOC
 from ...ir.dtypes import DType
 from ...ir.symbolic import SymExpr
 from ...ops.common import broadcast_shapes
-from .values import TV, common_dtype, dtype_of_array, is_weak, result_dtype, weak_kind
+from .values import TV, StackedList, common_dtype, dtype_of_array, is_weak, result_dtype, weak_kind
 
 COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge"})
 LOGICAL = frozenset({"and", "or", "xor"})
@@ -32,6 +32,7 @@ class Context:
         self.loc = UNKNOWN_LOC
         self._constants: dict = {}  # id(array) -> constant name, so one array is stored once
         self.nesting = 0  # regions (branches, loop bodies) being translated inside the function's own
+        self.views: dict = {}  # id(tensor) -> (tensor, the tensor it is a basic-indexing view of)
 
     @property
     def b(self):
@@ -123,6 +124,29 @@ def binary(cx: Context, irop: str, fname: str, a, b) -> TV:
             raise UnsupportedError(f"'{fname}' on booleans is not supported (cast to an integer type first)")
         irop = _ON_BOOL[irop]
     return combine(cx, irop, [a, b], dtype)
+
+
+_BITWISE_NUMPY = {"bitwise_and": "bitwise_and", "bitwise_or": "bitwise_or", "bitwise_xor": "bitwise_xor",
+                  "shift_left": "left_shift", "shift_right": "right_shift"}
+_BITWISE_ON_BOOL = {"bitwise_and": "and", "bitwise_or": "or", "bitwise_xor": "xor"}
+
+
+def bitwise(cx: Context, irop: str, a, b) -> TV:
+    """`a & b`, `a << b` ... typed as the framework types them; on booleans the logical op."""
+    dtype = result_dtype(cx.mode, _BITWISE_NUMPY[irop], a, b)
+    if dtype.is_float:
+        raise UnsupportedError(f"'{irop}' needs integer or boolean operands, got {dtype}")
+    return combine(cx, _BITWISE_ON_BOOL[irop] if dtype is DType.bool else irop, [a, b], dtype)
+
+
+def invert(cx: Context, x) -> TV:
+    """`~x`: logical not of booleans, every bit flipped for integers."""
+    t = tensor(cx, x)
+    if t.dtype is DType.bool:
+        return logical_not(cx, t)
+    if t.dtype.is_float:
+        raise UnsupportedError(f"~ needs an integer or boolean tensor, got {t.dtype}")
+    return TV(cx.b.bitwise_not(t.value), t.weak)
 
 
 def float_result(cx: Context, fname, x) -> DType:
@@ -295,6 +319,14 @@ def cast(cx: Context, x, dtype: DType) -> TV:
 
 
 def concat(cx: Context, xs, axis=0) -> TV:
+    if isinstance(xs, StackedList):  # the items joined along axis: their rows stacked, then merged into it
+        t, is_rows = xs.parts[0]
+        if t.rank - is_rows == 0:
+            raise UnsupportedError("zero-dimensional arrays cannot be concatenated")
+        if axis is None:
+            return reshape(cx, stack(cx, xs, 0), (-1,))
+        a = axes_of(axis, t.rank - is_rows)[0]
+        return flatten(cx, stack(cx, xs, a), a, a + 1)
     xs = list(xs)
     if not xs or not all(isinstance(x, TV) for x in xs):
         raise UnsupportedError("concatenation needs a non-empty sequence of tensors")
@@ -305,6 +337,12 @@ def concat(cx: Context, xs, axis=0) -> TV:
 
 
 def stack(cx: Context, xs, axis=0) -> TV:
+    if isinstance(xs, StackedList):  # one tensor of the items along axis 0, moved to axis
+        items = [t if rows else unsqueeze(cx, t, 0) for t, rows in xs.parts]
+        dtype = common_dtype(cx.mode, *items)
+        out = items[0] if len(items) == 1 else TV(cx.b.concat(*[to(cx, t, dtype).value for t in items], axis=0))
+        a = axes_of(axis, out.rank)[0]
+        return out if a == 0 else transpose(cx, out, [*range(1, a + 1), 0, *range(a + 1, out.rank)])
     xs = list(xs)
     if not xs or not all(isinstance(x, TV) for x in xs):
         raise UnsupportedError("stacking needs a non-empty sequence of tensors")

@@ -5,18 +5,24 @@ from __future__ import annotations
 import ast
 import builtins
 import inspect
+import functools
 import operator
-from typing import NamedTuple
+import warnings
+import weakref
 
 import numpy as np
 
 from ...errors import CuvilError, UnsupportedError
 from ...ir.symbolic import SymExpr
 from . import emit as E
+from .accumulate import Accumulator, ListMethod, items_of, list_method
+from .builtin_calls import BUILTINS
 from .calls import lookup, method_table, supported_names
 from .indexing import getitem
+from .setitem import setitem
 from .source import Source, describe
-from .values import TV, BoundMethod, Undefined, is_torch_tensor, to_dtype
+from .values import (TV, BoundMethod, RuntimeRange, StackedList, Undefined, is_dynamic, is_torch_tensor, to_dtype,
+                     torch_module)
 
 MAX_INLINE_DEPTH = 32
 MAX_ITEMS = 4096  # a comprehension or Python loop longer than this is surely a mistake
@@ -24,7 +30,8 @@ MAX_ITEMS = 4096  # a comprehension or Python loop longer than this is surely a 
 _ARITH = {ast.Add: ("add", "add"), ast.Sub: ("sub", "subtract"), ast.Mult: ("mul", "multiply"),
           ast.Div: ("div", "true_divide"), ast.FloorDiv: ("floordiv", "floor_divide"), ast.Mod: ("mod", "remainder"),
           ast.Pow: ("pow", "power")}
-_BITWISE = {ast.BitAnd: "and", ast.BitOr: "or", ast.BitXor: "xor"}
+_BITWISE = {ast.BitAnd: "bitwise_and", ast.BitOr: "bitwise_or", ast.BitXor: "bitwise_xor",
+            ast.LShift: "shift_left", ast.RShift: "shift_right"}
 _PY_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
               ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
               ast.MatMult: operator.matmul, ast.BitAnd: operator.and_, ast.BitOr: operator.or_,
@@ -35,28 +42,12 @@ _PY_COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt,
                ast.Gt: operator.gt, ast.GtE: operator.ge}
 
 
-class RuntimeRange(NamedTuple):
-    """`range(n)` whose bounds are tensors or symbolic sizes: a loop at run time."""
-
-    start: object
-    stop: object
-    step: int
-
-
-def is_dynamic(v) -> bool:
-    """Values only known at run time (or symbolically), anywhere inside tuples and lists."""
-    if isinstance(v, (tuple, list)):
-        return any(is_dynamic(x) for x in v)
-    if isinstance(v, dict):
-        return any(is_dynamic(x) for x in v.values())
-    return isinstance(v, (TV, SymExpr, BoundMethod, Undefined, RuntimeRange))
-
-
 class ExpressionTranslator:
     """Evaluates expressions of one function (its globals, closure and source) in an environment."""
 
     def __init__(self, cx: E.Context, source: Source, depth: int = 0):
         self.cx, self.src, self.depth = cx, source, depth
+        self.params: list = []  # the tensors the function was called with (assigning into them is checked)
         fn = source.fn
         self.globals = fn.__globals__
         self.closure = {}
@@ -173,23 +164,43 @@ class ExpressionTranslator:
         if isinstance(base, TV):
             methods, attrs = method_table(self.cx.mode)
             if attr in attrs:
-                return attrs[attr](self.cx, base)
+                out = attrs[attr](self.cx, base)
+                if attr in ("T", "mT") and isinstance(out, TV):
+                    self.cx.views[id(out)] = (out, base)
+                return out
             if attr in methods:
                 return BoundMethod(base, attr)
             raise UnsupportedError(f"tensor attribute or method '.{attr}' is not supported; supported: "
                                    f"{', '.join(sorted({*attrs, *methods}))}")
         if isinstance(base, (SymExpr, RuntimeRange)):
             raise UnsupportedError(f"'.{attr}' of a size known only at run time is not supported")
+        if isinstance(base, (Accumulator, StackedList)):
+            return ListMethod(base, attr)
         return self.lift(getattr(base, attr))
 
     def e_subscript(self, node, env):
         base = self.expr(node.value, env)
         index = self.index(node.slice, env)
+        if isinstance(base, Accumulator):
+            raise UnsupportedError(f"reading the list '{base.name}' inside the loop that appends to it (at run time) "
+                                   "is not supported; keep the value you need in a variable")
+        if isinstance(base, StackedList):
+            rows = E.stack(self.cx, base, 0)
+            return StackedList([(getitem(self.cx, rows, index), True)]) if isinstance(index, slice) else \
+                getitem(self.cx, rows, index)
         if isinstance(base, TV):
-            return getitem(self.cx, base, index)
+            return self.view(base, index)
         if is_dynamic(index):
             raise UnsupportedError(f"indexing a Python {type(base).__name__} needs an index known at compile time")
         return base[index]
+
+    def view(self, base: TV, index) -> TV:
+        """base[index], remembered as a view of base when NumPy and torch give one (assigning into it would change
+        base too)."""
+        out = getitem(self.cx, base, index)
+        if _is_basic(index):
+            self.cx.views[id(out)] = (out, base)
+        return out
 
     def index(self, node, env):
         if isinstance(node, ast.Slice):
@@ -210,11 +221,7 @@ class ExpressionTranslator:
         if op is ast.MatMult:
             return E.matmul(self.cx, a, b)
         if op in _BITWISE:
-            if any(isinstance(v, TV) and v.dtype.value != "bool" or isinstance(v, (int, float)) and
-                   not isinstance(v, bool) for v in (a, b)):
-                raise UnsupportedError("bitwise operators on integer tensors are not supported; &, | and ^ work on "
-                                       "boolean tensors (comparisons)")
-            return E.binary(self.cx, _BITWISE[op], None, a, b)
+            return E.bitwise(self.cx, _BITWISE[op], a, b)
         if op not in _ARITH:
             raise UnsupportedError(f"the operator {op.__name__} is not supported on tensors")
         return E.binary(self.cx, *_ARITH[op], a, b)
@@ -235,9 +242,7 @@ class ExpressionTranslator:
             return TV(self.cx.b.neg(v.value), v.weak)
         if op is ast.Not:
             return E.logical_not(self.cx, E.truth(self.cx, v))
-        if v.dtype.value != "bool":
-            raise UnsupportedError("~ on integer tensors is not supported; it works on boolean tensors")
-        return E.logical_not(self.cx, v)
+        return E.invert(self.cx, v)
 
     def e_boolop(self, node, env):
         """`and`/`or` short-circuit on Python values; on tensors both sides become one boolean."""
@@ -336,9 +341,11 @@ class ExpressionTranslator:
         if isinstance(v, TV):
             if v.rank == 0 or not isinstance(v.shape[0], int):
                 raise UnsupportedError(f"iterating over a tensor of shape {list(v.shape)} needs a static first dim")
-            return [getitem(self.cx, v, i) for i in range(v.shape[0])]
+            return [self.view(v, i) for i in range(v.shape[0])]
         if isinstance(v, RuntimeRange):
             raise UnsupportedError("only `for` loops can run over a range known at run time")
+        if isinstance(v, StackedList):
+            return items_of(self.cx, v)
         if isinstance(v, (SymExpr, BoundMethod)):
             raise UnsupportedError(f"a {type(v).__name__} is not iterable")
         items = list(v)
@@ -351,12 +358,59 @@ class ExpressionTranslator:
             env[target.id] = value
         elif isinstance(target, (ast.Tuple, ast.List)):
             self._unpack(target.elts, self.iterate(value), env)
-        elif isinstance(target, (ast.Subscript, ast.Attribute)):
-            raise UnsupportedError("assigning into a tensor or an object is not supported (tensors are immutable "
-                                   "here); build the new value with np.where / torch.where, concatenation or "
-                                   "arithmetic and bind it to a name")
+        elif isinstance(target, ast.Subscript):
+            self.store_item(target, env, lambda base, index: setitem(self.cx, base, index, value), value)
+        elif isinstance(target, ast.Attribute):
+            raise UnsupportedError("assigning to an attribute is not supported: compiled code cannot change Python "
+                                   "objects; bind the value to a name")
         else:
             raise UnsupportedError(f"cannot assign to `{describe(target)}`")
+
+    def store_item(self, target: ast.Subscript, env: dict, update, value) -> None:
+        """`x[index] = value`: x is rebound to `update(x, index)`, a new tensor (Python lists and dicts known at
+        compile time are changed as in Python, with `value`)."""
+        base = self.expr(target.value, env)
+        index = self.index(target.slice, env)
+        if isinstance(base, (list, dict)):
+            if self.cx.nesting:
+                raise UnsupportedError("assigning into a Python list or dict inside a branch on a tensor value or a "
+                                       "loop that runs at run time is not supported")
+            if is_dynamic(index):
+                raise UnsupportedError("indexing a Python list or dict needs an index known at compile time")
+            base[index] = value if value is not UPDATE else update(base, index)
+            return
+        if not isinstance(base, TV):
+            raise UnsupportedError(f"cannot assign into a {type(base).__name__}")
+        if isinstance(target.value, ast.Subscript) and not _is_basic(self.index(target.value.slice, env)):
+            raise UnsupportedError("x[idx][...] = v with a tensor or list index assigns into a copy in NumPy and "
+                                   "torch (x is unchanged); index once: x[idx, ...] = v")
+        # x[i][j] = v writes x[i] back into x, so x[i] being a view of x is what makes it right
+        written_back = isinstance(target.value, ast.Subscript) and isinstance(self.expr(target.value.value, env), TV)
+        self.check_owner(target.value.id if isinstance(target.value, ast.Name) else None, base, env, written_back)
+        self.assign(target.value, update(base, index), env)
+
+    def check_owner(self, name, t: TV, env: dict, written_back: bool = False) -> None:
+        """Assigning into a tensor changes every name that shares its memory in NumPy and torch; compiled code
+        rebinds one name (`name`, or an item of a list), so sharing is an error (an argument's caller is warned:
+        its array stays as it was)."""
+        others = [n for n, v in env.items() if v is t and n != name and not n.startswith("$")]
+        if others:
+            what = f"'{name}'" if name else "this item"
+            raise UnsupportedError(f"{what} and '{others[0]}' are the same array here: assigning into it would "
+                                   f"change '{others[0]}' too; copy it first ({others[0]}.copy(), or .clone() in "
+                                   "torch)")
+        base = None if written_back else self.cx.views.get(id(t), (None, None))[1]
+        owner = next((n for n, v in env.items() if base is not None and v is base), None)
+        if owner is not None:
+            raise UnsupportedError(f"'{name or 'this item'}' is a view of '{owner}': assigning into it would change "
+                                   f"'{owner}' too; "
+                                   f"assign into '{owner}' directly, or copy the view first (.copy() / .clone())")
+        if name is not None and any(t is p for p in self.params):
+            if self.depth:
+                raise UnsupportedError(f"assigning into the argument '{name}' of an inlined function would change the "
+                                       "caller's array; return the new value instead")
+            warnings.warn(f"cuvil.jit: assigning into the argument '{name}' of {self.src.name} updates the compiled "
+                          "function's own copy; the caller's array is not modified", stacklevel=1)
 
     def _unpack(self, targets, items: list, env: dict) -> None:
         stars = [i for i, t in enumerate(targets) if isinstance(t, ast.Starred)]
@@ -387,15 +441,22 @@ class ExpressionTranslator:
         return self.call(fn, args, kwargs, describe(node.func))
 
     def call(self, fn, args, kwargs, label: str):
+        if isinstance(fn, ListMethod):
+            return list_method(self.cx, fn.owner, fn.name, args, kwargs)
         if isinstance(fn, BoundMethod):
             methods, _ = method_table(self.cx.mode)
-            return self.invoke(methods[fn.name], [fn.tensor, *args], kwargs, label)
+            out = self.invoke(methods[fn.name], [fn.tensor, *args], kwargs, label)
+            if fn.name in _VIEW_METHODS and isinstance(out, TV):
+                self.cx.views[id(out)] = (out, fn.tensor)
+            return out
         if getattr(fn, "_cuvil_jit", False):
-            return self.inline(fn, args, kwargs)
+            return self.inline(fn.python_function, [*fn.receiver, *args], kwargs, label)
         if isinstance(fn, Lambda):
             return self.expr(fn.node.body, {**fn.env, **fn.bind(args, kwargs, label)})
         if _is_hashable(fn) and fn in BUILTINS:
             return BUILTINS[fn](self, *args, **kwargs)
+        if isinstance(fn, type) and issubclass(fn, tuple) and hasattr(fn, "_fields"):
+            return fn(*args, **kwargs)  # a named tuple holding tensors
         if isinstance(fn, type) and issubclass(fn, np.generic):  # np.float32(x): a cast, or a NumPy scalar now
             return E.cast(self.cx, args[0], to_dtype(fn)) if is_dynamic(args) else fn(*args, **kwargs)
         if _is_value_method(fn) and not is_dynamic(args) and not is_dynamic(kwargs):
@@ -404,7 +465,11 @@ class ExpressionTranslator:
             return self.change_list(fn, args, kwargs, label)
         hit = lookup(fn)
         if hit is None:
-            raise UnsupportedError(_unsupported_call(fn, label))
+            callee = python_callee(fn)
+            if callee is None:
+                raise UnsupportedError(_unsupported_call(fn, label))
+            fn, lead, fixed = callee
+            return self.inline(fn, [*lead, *args], {**fixed, **kwargs}, label)
         conv = hit[2]
         if not is_dynamic(args) and not is_dynamic(kwargs):
             return self.lift(fn(*args, **kwargs))  # a library call on constants runs now
@@ -428,19 +493,82 @@ class ExpressionTranslator:
             raise UnsupportedError(f"{label}(): {e} (these arguments are not supported)") from None
         return conv(self.cx, *args, **kwargs)
 
-    def inline(self, jit_fn, args, kwargs):
-        """A call to another @cuvil.jit function: translate its body here, with these arguments."""
+    def inline(self, fn, args, kwargs, label: str):
+        """A call to a Python function (a helper, a method, an nn.Module's forward, another @cuvil.jit
+        function): translate its own source here, with these arguments. Recursion is inlined too, so it must
+        end on Python values at compile time."""
         if self.depth >= MAX_INLINE_DEPTH:
-            raise UnsupportedError("@cuvil.jit calls nest too deep (recursion is not supported)")
-        from .translator import FunctionTranslator
-
-        src = jit_fn.source
+            raise UnsupportedError(f"calls nest {MAX_INLINE_DEPTH} deep at {label}(): a recursion that does not end "
+                                   "at compile time (on Python values) cannot be compiled, since calls are inlined; "
+                                   "write it as a loop")
+        src = source_of(fn)
         try:
-            bound = inspect.signature(src.fn).bind(*args, **kwargs)
+            bound = inspect.signature(fn).bind(*args, **kwargs)
         except TypeError as e:
             raise CuvilError(f"calling {src.name}: {e}") from None
         bound.apply_defaults()
-        return FunctionTranslator(self.cx, src, self.depth + 1).run(dict(bound.arguments))
+        where = self.cx.loc
+        try:
+            return type(self)(self.cx, src, self.depth + 1).run(dict(bound.arguments))  # a FunctionTranslator
+        except CuvilError as e:
+            if not getattr(e, "quoted", False) or e.message.count("\n  called from") >= 3:
+                raise
+            new = type(e)(f"{e.message}\n  called from {label}() at {where.file}:{where.line}")
+            new.loc, new.quoted = e.loc, True
+            raise new from None
+
+
+_SOURCES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def source_of(fn) -> Source:
+    """The parsed source of a function, read once per function."""
+    src = _SOURCES.get(fn)
+    if src is None:
+        src = _SOURCES[fn] = Source(fn)
+    return src
+
+
+_LIBRARIES = ("numpy", "torch", "jax", "scipy")
+
+
+def python_callee(fn):
+    """(function, leading arguments, fixed keywords) for a callable whose Python source is inlined, else None:
+    plain functions outside the array libraries, bound methods (self first), functools.partial, nn.Module
+    objects (their forward) and objects whose class defines __call__ in Python."""
+    if inspect.isfunction(fn):
+        module = getattr(fn, "__module__", None) or ""
+        return None if module.split(".")[0] in _LIBRARIES else (fn, [], {})
+    if inspect.ismethod(fn) and inspect.isfunction(fn.__func__):
+        return fn.__func__, [fn.__self__], {}
+    if isinstance(fn, functools.partial):
+        inner = python_callee(fn.func)
+        return None if inner is None else (inner[0], [*inner[1], *fn.args], {**inner[2], **fn.keywords})
+    if is_torch_module(fn):
+        check_module(fn)
+        return type(fn).forward, [fn], {}
+    call = next((vars(c)["__call__"] for c in type(fn).__mro__ if "__call__" in vars(c)), None)
+    if not isinstance(fn, type) and inspect.isfunction(call):
+        return call, [fn], {}
+    return None
+
+
+def is_torch_module(obj) -> bool:
+    torch = torch_module()
+    return torch is not None and isinstance(obj, torch.nn.Module)
+
+
+def check_module(m) -> None:
+    """An nn.Module is traced through its forward: hooks would not run, and training mode is random or
+    updates state."""
+    name = type(m).__name__
+    if m._forward_hooks or m._forward_pre_hooks or getattr(m, "_backward_hooks", None):
+        raise UnsupportedError(f"the {name} module has hooks, which compiled code would not run; remove them")
+    nn = torch_module().nn.modules
+    stateful = (nn.dropout._DropoutNd, nn.batchnorm._BatchNorm)
+    if any(s.training and isinstance(s, stateful) for s in m.modules()):
+        raise UnsupportedError(f"the {name} module is in training mode (dropout is random, batch norm updates its "
+                               "statistics); call .eval() on it first")
 
 
 class Lambda:
@@ -460,6 +588,17 @@ class Lambda:
         if len(args) > len(names) or set(bound) != set(names):
             raise UnsupportedError(f"{label}(): the arguments do not match the lambda's parameters {names}")
         return bound
+
+
+_VIEW_METHODS = frozenset({"reshape", "view", "transpose", "permute", "squeeze", "unsqueeze", "flatten", "ravel",
+                           "swapaxes", "expand", "t", "view_as", "expand_as"})  # results share memory with x
+UPDATE = object()  # store_item's value for an augmented assignment: the update computes it
+
+
+def _is_basic(index) -> bool:
+    """Ints, slices, None and ...: the indexing that gives a view (tensor and list indices copy)."""
+    items = index if isinstance(index, tuple) else (index,)
+    return not any(isinstance(i, (TV, list, np.ndarray)) and not (isinstance(i, TV) and i.rank == 0) for i in items)
 
 
 def _is_value_method(fn) -> bool:
@@ -489,13 +628,9 @@ def _unsupported_call(fn, label: str) -> str:
         return f"{label} is not supported; supported torch.nn.functional functions: {supported_names('F')}"
     if module.startswith("torch"):
         return f"{label} is not supported; supported torch functions: {supported_names('torch')}"
-    if inspect.isfunction(fn):
-        return (f"calling the Python function {label} is not supported inside compiled code; decorate it with "
-                "@cuvil.jit and it is inlined")
     return f"calling {label} ({type(fn).__name__}) is not supported inside compiled code"
 
 
-from .builtin_calls import BUILTINS  # noqa: E402  (the builtins need RuntimeRange from this module)
 
 _EXPRS = {
     ast.Constant: ExpressionTranslator.e_constant, ast.Name: ExpressionTranslator.e_name,

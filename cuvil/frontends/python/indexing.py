@@ -14,11 +14,11 @@ from ...ir.symbolic import SymExpr
 from .emit import Context, reshape, tensor, to
 from .values import TV
 
-_BIG = 2 ** 31 - 1  # the slice op's "past the end"
+BIG = 2 ** 31 - 1  # the slice op's "past the end"
 
 
 def getitem(cx: Context, x: TV, index) -> TV:
-    items = _expand(cx, x, index if isinstance(index, tuple) else (index,))
+    items = expand_index(cx, x, index if isinstance(index, tuple) else (index,))
     _check_advanced(items)
     cuts, plan, gathers = [], [], []
     axis = 0
@@ -27,14 +27,14 @@ def getitem(cx: Context, x: TV, index) -> TV:
             plan.append(("new",))
             continue
         if isinstance(item, slice):
-            cut = _slice_bounds(item)
+            cut = slice_bounds(item)
             plan.append(("keep", axis))
         elif isinstance(item, TV):
             cut = None
             gathers.append((axis, item))
             plan.append(("gather", item))
         else:
-            cut = _int_bounds(item, x.shape[axis], axis)
+            cut = int_bounds(item, x.shape[axis], axis)
             plan.append(("drop",))
         if cut is not None:
             cuts.append((axis, *cut))
@@ -54,7 +54,7 @@ def getitem(cx: Context, x: TV, index) -> TV:
     return reshape(cx, out, shape) if tuple(shape) != out.shape else out
 
 
-def _expand(cx: Context, x: TV, items) -> list:
+def expand_index(cx: Context, x: TV, items) -> list:
     """Replace `...` by full slices, lists and arrays by index tensors; check the count."""
     items = [_index_tensor(cx, i) for i in items]
     used = sum(1 for i in items if i is not None and i is not Ellipsis)
@@ -105,7 +105,7 @@ def _is_int(i) -> bool:
     return isinstance(i, (int, SymExpr, np.integer)) and not isinstance(i, bool)
 
 
-def _slice_bounds(s: slice) -> tuple:
+def slice_bounds(s: slice) -> tuple:
     step = 1 if s.step is None else s.step
     if isinstance(step, TV) or not isinstance(step, (int, np.integer)) or step == 0:
         raise UnsupportedError(f"slice steps must be non-zero integers known at compile time, got {step!r}")
@@ -118,19 +118,19 @@ def _slice_bounds(s: slice) -> tuple:
     if s.start is None and s.stop is None and step == 1:
         return None
     start = s.start if s.start is not None else (0 if step > 0 else -1)
-    stop = s.stop if s.stop is not None else (_BIG if step > 0 else -_BIG)
+    stop = s.stop if s.stop is not None else (BIG if step > 0 else -BIG)
     return int(start) if isinstance(start, np.integer) else start, \
         int(stop) if isinstance(stop, np.integer) else stop, int(step)
 
 
-def _int_bounds(i, size, axis: int) -> tuple:
+def int_bounds(i, size, axis: int) -> tuple:
     if not _is_int(i):
         raise UnsupportedError(f"cannot index a tensor with {type(i).__name__} {i!r}; supported: ints, slices, "
                                "None, ..., integer tensors and lists")
     i = int(i) if isinstance(i, np.integer) else i
     if isinstance(i, int) and isinstance(size, int) and not -size <= i < size:
         raise ShapeError(f"index {i} is out of bounds for axis {axis} with size {size}")
-    return i, (_BIG if isinstance(i, int) and i == -1 else i + 1), 1
+    return i, (BIG if isinstance(i, int) and i == -1 else i + 1), 1
 
 
 def _slice(cx: Context, x: TV, cuts) -> TV:

@@ -8,6 +8,7 @@ import logging
 import operator
 import sys
 import warnings
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -23,7 +24,8 @@ from .merge import flatten, unflatten
 from .signature import CallSpec, Leaf, numpy_to_torch, take_apart
 from .source import Source
 from .translator import FunctionTranslator
-from .values import TV, Undefined
+from .accumulate import items_of
+from .values import TV, StackedList, Undefined
 
 log = logging.getLogger("cuvil.frontends.python")
 
@@ -60,18 +62,38 @@ class JitFunction:
 
     _cuvil_jit = True
 
-    def __init__(self, fn: Callable, **options):
+    def __init__(self, fn: Callable, *, receiver: tuple = (), **options):
         if not callable(fn):
             raise TypeError(f"cuvil.jit needs a function, got {type(fn).__name__}")
+        if inspect.ismethod(fn) and not receiver:  # cuvil.jit(obj.method)
+            fn, receiver = fn.__func__, (fn.__self__,)
         functools.update_wrapper(self, fn)
         self.python_function = fn
+        self.receiver = receiver  # (self,) for a method bound to its object: a compile-time constant
         self.options = _check_options(fn, options)
-        self._signature = inspect.signature(fn)
+        self._full_signature = inspect.signature(fn)
+        params = list(self._full_signature.parameters.values())
+        self._signature = self._full_signature.replace(parameters=params[len(receiver):])
+        self._bound: dict = {}  # id(obj) -> (obj or a weak reference to it, this method bound to obj)
         self.compile_count = 0
         self._source: Optional[Source] = None
         self._cache: dict = {}
         self._last: Optional[Compiled] = None
         self._hot: dict = {}  # the types of positional arguments -> a call that skips binding (see _hot_call)
+
+    def __get__(self, obj, objtype=None):
+        """`@cuvil.jit` on a method: `obj.method` is compiled with `self` bound (its attributes are read when a
+        signature is compiled, as globals are); each object has its own compilations."""
+        if obj is None or self.receiver:
+            return self
+        hit = self._bound.get(id(obj))
+        if hit is not None and _deref(hit[0]) is obj:
+            return hit[1]
+        if not self._signature.parameters:
+            raise TypeError(f"{self.__wrapped__.__qualname__} has no parameter to bind the object to")
+        bound = JitFunction(self.python_function, receiver=(obj,), **self.options)
+        self._bound[id(obj)] = (_weak(obj), bound)
+        return bound
 
     # -- introspection -------------------------------------------------------------------------------------------
     @property
@@ -122,7 +144,7 @@ class JitFunction:
             warnings.warn(f"cuvil.jit: running {self.__wrapped__.__qualname__} as plain Python: {e}", stacklevel=2)
             compiled = _FALLBACK
         if compiled is _FALLBACK:
-            return self.python_function(*args, **kwargs)
+            return self.python_function(*self.receiver, *args, **kwargs)
         try:
             outputs = compiled.executable(*spec.inputs)
         except ShapeError:
@@ -158,11 +180,13 @@ class JitFunction:
 
     def _bind(self, args, kwargs, options=None) -> CallSpec:
         try:
-            bound = self._signature.bind(*args, **kwargs)
+            self._signature.bind(*args, **kwargs)
         except TypeError as e:
             raise TypeError(f"{self.__wrapped__.__qualname__}(): {e}") from None
+        bound = self._full_signature.bind(*self.receiver, *args, **kwargs)
         bound.apply_defaults()
-        return take_apart(dict(bound.arguments), options or self.options)
+        static = tuple(self._full_signature.parameters)[:len(self.receiver)]
+        return take_apart(dict(bound.arguments), options or self.options, static)
 
     @property
     def _static_options(self) -> dict:
@@ -211,7 +235,7 @@ class JitFunction:
         env = {name: _fill(v, args) for name, v in spec.template.items()}
         cx = E.Context(module, b, spec.mode, self.options)
         result = FunctionTranslator(cx, src).run(env)
-        leaves, structure = flatten(result)
+        leaves, structure = flatten(_listed(cx, result))
         cx.at(src.location(src.tree))
         outputs, static = [], []
         for leaf in leaves:
@@ -223,6 +247,29 @@ class JitFunction:
             static.append(OUTPUT if tensor else leaf)
         b.ret(*outputs)
         return module, structure, static
+
+
+def _weak(obj):
+    try:
+        return weakref.ref(obj)
+    except TypeError:  # an object without weak references is kept alive with its compilations
+        return obj
+
+
+def _deref(ref):
+    return ref() if isinstance(ref, weakref.ref) else ref
+
+
+def _listed(cx, value):
+    """The result with lists grown at run time as the Python lists they are (their length known by now)."""
+    if isinstance(value, StackedList):
+        return items_of(cx, value)
+    if isinstance(value, dict):
+        return {k: _listed(cx, v) for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        items = [_listed(cx, v) for v in value]
+        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
+    return value
 
 
 def _fill(value, args):

@@ -15,7 +15,7 @@ from ...ir.dtypes import DType
 from ...ir.symbolic import SymExpr
 from ...ir.types import TensorType
 from .emit import Context, tensor
-from .values import TV, Undefined, dtype_of_array, is_tensorish, weak_kind
+from .values import TV, Undefined, dtype_of_array, is_tensorish, to_dtype, torch_dtype, torch_module, weak_kind
 
 
 class Slot(NamedTuple):
@@ -33,15 +33,16 @@ def slot_of(v) -> Slot:
     return Slot(TensorType(weak_kind(v), ()), True)
 
 
-def join(slots, what: str) -> Slot:
-    """One type for values that meet: strong dtypes must agree, weak ones (Python numbers) adapt."""
+def join(slots, what: str, promote: str = None) -> Slot:
+    """One type for values that meet: weak ones (Python numbers) adapt; strong dtypes must agree, or with
+    `promote` (a framework: "numpy" or "torch") take their common dtype, as np.where / torch.where would."""
     strong = [s for s in slots if not s.weak]
     if strong:
         dtypes = {s.type.dtype for s in strong}
-        if len(dtypes) > 1:
+        if len(dtypes) > 1 and promote is None:
             raise ShapeError(f"{what} is {' on one path and '.join(sorted(map(str, dtypes)))} on another; "
                              "give it one dtype on every path (cast with astype/to)")
-        dtype = strong[0].type.dtype
+        dtype = promoted(sorted(dtypes, key=str), promote) if len(dtypes) > 1 else strong[0].type.dtype
     else:
         dtype = _weak_join([s.type.dtype for s in slots])
     shaped = [s.type.shape for s in slots if s.type.rank or not s.weak]
@@ -51,6 +52,17 @@ def join(slots, what: str) -> Slot:
             raise ShapeError(f"{what} has shape [{','.join(map(str, s.type.shape))}] on one path and "
                              f"[{','.join(map(str, shape))}] on another; a merged value keeps one shape")
     return Slot(TensorType(dtype, shape), not strong)
+
+
+def promoted(dtypes, framework: str) -> DType:
+    """The framework's promotion of several dtypes (int32 and float32: float64 in NumPy, float32 in torch)."""
+    torch = torch_module()
+    if framework == "torch" and torch is not None:
+        out = torch_dtype(dtypes[0])
+        for d in dtypes[1:]:
+            out = torch.promote_types(out, torch_dtype(d))
+        return to_dtype(out)
+    return dtype_of_array(np.result_type(*[d.numpy for d in dtypes]))
 
 
 def _weak_join(dtypes) -> DType:
@@ -84,7 +96,10 @@ def same(a, b) -> bool:
 
 # -- pytrees of values: tuples of tensors merge leaf by leaf -------------------------------------------------------
 def flatten(v) -> tuple:
-    """(leaves, structure); tuples (named ones too) and lists are walked, everything else is a leaf."""
+    """(leaves, structure); tuples (named ones too), lists and dicts are walked, everything else is a leaf."""
+    if isinstance(v, dict):
+        parts = [flatten(x) for x in v.values()]
+        return [leaf for p in parts for leaf in p[0]], ((dict, tuple(v)), tuple(p[1] for p in parts))
     if isinstance(v, (tuple, list)):
         parts = [flatten(x) for x in v]
         return [leaf for p in parts for leaf in p[0]], (type(v), tuple(p[1] for p in parts))
@@ -102,6 +117,8 @@ def _build(structure, leaves):
         return next(leaves)
     kind, children = structure
     items = [_build(c, leaves) for c in children]
+    if isinstance(kind, tuple):  # (dict, keys)
+        return dict(zip(kind[1], items))
     return kind(*items) if hasattr(kind, "_fields") else kind(items)
 
 
@@ -113,14 +130,14 @@ class Plan(NamedTuple):
     why: str = None
 
 
-def plan_leaf(values, what: str) -> Plan:
-    """Decide one leaf across paths."""
+def plan_leaf(values, what: str, promote: str = None) -> Plan:
+    """Decide one leaf across paths (the branches of a cond promote dtypes as the framework would)."""
     if any(isinstance(v, Undefined) for v in values):
         return Plan(why=next(v for v in values if isinstance(v, Undefined)).why)
     if all(same(values[0], v) for v in values[1:]):
         return Plan(value=values[0])
     if all(is_tensorish(v) or isinstance(v, np.generic) and v.dtype.kind in "biuf" for v in values):
-        return Plan(slot=join([slot_of(v) for v in values], what))
+        return Plan(slot=join([slot_of(v) for v in values], what, promote))
     kinds = " and ".join(sorted({_kind(v) for v in values}))
     return Plan(why=f"{what} is {kinds} on different paths; give it one kind of value on every path")
 

@@ -37,11 +37,12 @@ class CallSpec:
     template: dict = field(default_factory=dict)  # name -> value with Leaf where an input goes
 
 
-def take_apart(arguments: dict, options: dict) -> CallSpec:
+def take_apart(arguments: dict, options: dict, static: tuple = ()) -> CallSpec:
+    """`static` names arguments that are compile-time objects of their own (a method's `self`)."""
     spec = CallSpec()
     spec.mode = "torch" if any(_has_torch(v) for v in arguments.values()) else "numpy"
     for name, value in arguments.items():
-        spec.template[name] = _arg(spec, name, name, value, options)
+        spec.template[name] = value if name in static else _arg(spec, name, name, value, options)
     spec.key = (spec.mode, tuple(spec.key))
     return spec
 

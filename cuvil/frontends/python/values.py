@@ -8,7 +8,7 @@ category rules, `int / int -> float`) match the original exactly without a table
 from __future__ import annotations
 
 import sys
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import numpy as np
 
@@ -58,6 +58,37 @@ class Undefined:
         self.why = why
 
 
+class StackedList:
+    """A Python list that a loop running at run time appended to: its items, in order, are single tensors
+    and the rows of stacked tensors (one row per iteration). `parts` holds (tensor, is_rows) pairs."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self, parts: list):
+        self.parts = parts
+
+    def length(self):
+        """An int, or a symbolic size."""
+        n = 0
+        for t, rows in self.parts:
+            n = n + (t.shape[0] if rows else 1)
+        return n
+
+
+class RunTimeValue:
+    """Base of the translator's own values that stand for something only known at run time."""
+
+    __slots__ = ()
+
+
+class RuntimeRange(NamedTuple):
+    """`range(n)` whose bounds are tensors or symbolic sizes: a loop at run time."""
+
+    start: object
+    stop: object
+    step: int
+
+
 class BoundMethod:
     """`x.sum` before the call: the tensor and the method name."""
 
@@ -65,6 +96,15 @@ class BoundMethod:
 
     def __init__(self, tensor: TV, name: str):
         self.tensor, self.name = tensor, name
+
+
+def is_dynamic(v) -> bool:
+    """Values only known at run time (or symbolically), anywhere inside tuples, lists and dicts."""
+    if isinstance(v, (tuple, list)):
+        return any(is_dynamic(x) for x in v)
+    if isinstance(v, dict):
+        return any(is_dynamic(x) for x in v.values())
+    return isinstance(v, (TV, SymExpr, BoundMethod, Undefined, RuntimeRange, StackedList, RunTimeValue))
 
 
 def is_tensorish(v) -> bool:
@@ -172,7 +212,8 @@ def _namespace(mode: str):
 
 _ALIASES = {"pow": "power", "power": "pow", "mul": "multiply", "multiply": "mul", "sub": "subtract",
             "subtract": "sub", "neg": "negative", "negative": "neg", "abs": "absolute", "clamp": "clip",
-            "clip": "clamp", "amax": "max", "amin": "min", "remainder": "mod"}
+            "clip": "clamp", "amax": "max", "amin": "min", "remainder": "mod",
+            "left_shift": "bitwise_left_shift", "right_shift": "bitwise_right_shift"}
 
 
 def result_dtype(mode: str, fname: str, *operands) -> DType:

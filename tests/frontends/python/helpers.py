@@ -33,7 +33,11 @@ def check(fn, *args, rtol=1e-5, atol=1e-6, target=TARGET, **kwargs):
 
 
 def assert_same(got, want, rtol=1e-5, atol=1e-6):
-    if isinstance(want, (tuple, list)):  # torch.Size comes back as a plain tuple
+    if isinstance(want, dict):
+        assert isinstance(got, dict) and list(got) == list(want), (got, want)
+        for k in want:
+            assert_same(got[k], want[k], rtol, atol)
+    elif isinstance(want, (tuple, list)):  # torch.Size comes back as a plain tuple
         assert isinstance(got, tuple if isinstance(want, tuple) else list) and len(got) == len(want), (got, want)
         for g, w in zip(got, want):
             assert_same(g, w, rtol, atol)
@@ -47,3 +51,13 @@ def assert_same(got, want, rtol=1e-5, atol=1e-6):
         np.testing.assert_allclose(got.astype(np.float64), np.asarray(want, np.float64), rtol=rtol, atol=atol)
     else:
         assert got == want, (got, want)
+
+
+def check_sizes(fn, make_args, sizes, target=TARGET, rtol=1e-5, atol=1e-6):
+    """fn compiled statically and with dynamic=True returns what fn returns, for the arguments of every size."""
+    for options in ({}, {"dynamic": True}):
+        jitted = cuvil.jit(fn, target=target, **options)
+        for n in sizes:
+            args = make_args(n)
+            assert_same(jitted(*args), fn(*args), rtol, atol)
+    return jitted
