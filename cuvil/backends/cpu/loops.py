@@ -8,7 +8,8 @@ signature accepts.
 
 Loop shapes: a flat `omp parallel for simd` loop when no op needs per-axis coordinates, else a nest whose
 outer axes are threaded and whose innermost axis is `omp simd`. A `reduce` group nests the reduced axes
-inside the kept ones and accumulates in a register.
+inside the kept ones and accumulates in a register; a long float sum or product in blocks of REDUCE_BLOCK elements
+whose results add into a wider type, so 2^26 ones sum to 2^26 and the error stays near NumPy's pairwise bound.
 """
 from __future__ import annotations
 
@@ -32,6 +33,12 @@ INDEX_OPS = {"broadcast_to", "transpose", "slice", "pad", "concat", "gather", "i
 REDUCE_INIT = {"reduce_sum": "0", "reduce_prod": "1", "reduce_max": "-INFINITY", "reduce_min": "INFINITY"}
 OMP_REDUCTION = {"reduce_sum": "+", "reduce_prod": "*", "reduce_max": "max", "reduce_min": "min"}
 REDUCE_LANES = 64  # partial results per reduction: four AVX-512 vectors of f32
+# Float sums and products accumulate REDUCE_BLOCK elements in their own type (vectorised), then add each block's
+# result into a wider one (double; long double for f64): a float accumulator stops growing at 2^24 times its
+# increment (2^26 ones summed to 2^25), blocks keep the error near NumPy's pairwise bound. Reductions of at most one
+# block are unchanged.
+REDUCE_BLOCK = 4096
+WIDE_REDUCTIONS = frozenset({"reduce_sum", "reduce_prod"})
 REDUCE_INT_INIT = {"reduce_max": "{t}_MIN", "reduce_min": "{t}_MAX"}
 REDUCE_COMBINE = {"reduce_sum": "{a} + {x}", "reduce_prod": "{a} * {x}", "reduce_max": "CUVIL_MAX({a}, {x})",
                   "reduce_min": "CUVIL_MIN({a}, {x})"}
@@ -83,6 +90,17 @@ def _lane_chunks(loops: list) -> bool:
     """Whether the innermost reduced loop is long enough, and a static multiple of REDUCE_LANES, to run in lanes."""
     size = loops[-1][1] if loops else 1
     return isinstance(size, int) and size >= 4 * REDUCE_LANES and size % REDUCE_LANES == 0
+
+
+def _block_split(loops: list, unit: int) -> Optional[tuple]:
+    """How a reduction's loops (outermost first; `unit` elements an iteration of the innermost) split into blocks of
+    about REDUCE_BLOCK elements: (k, step) where loops[k:] run whole inside a block and loop k - 1 advances `step`
+    iterations a block; None when the whole reduction is one block (static and at most REDUCE_BLOCK)."""
+    inner, k = unit, len(loops)
+    while k and isinstance(loops[k - 1][1], int) and inner * loops[k - 1][1] <= REDUCE_BLOCK:
+        inner *= loops[k - 1][1]
+        k -= 1
+    return None if k == 0 else (k, max(1, REDUCE_BLOCK // inner))
 
 
 def _group_expr(group: list) -> str:
@@ -310,7 +328,14 @@ class LoopKernel:
             unsigned_min = out_t.dtype in (DType.u8, DType.bool) and red.name == "reduce_max"
             init = "0" if unsigned_min else REDUCE_INT_INIT[red.name].format(t=_INT_LIMITS[out_t.dtype])
         self._line(depth, f"{ct.name} acc = {init};")
-        if not kept_loops and _lane_chunks(reduced_loops):
+        lanes = not kept_loops and _lane_chunks(reduced_loops)
+        units = self._lane_units(reduced_loops) if lanes else reduced_loops
+        blocks = _block_split(units, REDUCE_LANES if lanes else 1) if ct.is_float and red.name in WIDE_REDUCTIONS \
+            else None
+        if blocks is not None:
+            self._reduce_in_blocks(units, blocks, src_idx, ct.name, init, par, depth,
+                                   reduced_loops[-1][0] if lanes else None, not kept_loops)
+        elif lanes:
             self._reduce_in_lanes(reduced_loops, src_idx, ct.name, init, par, depth)
         else:
             self._reduce_in_order(reduced_loops, src_idx, par, depth, threaded=not kept_loops)
@@ -357,34 +382,100 @@ class LoopKernel:
         the vector operations do not wait on one another: one accumulator is bound by the add's latency (a 2 MB sum
         held in the two cores' L2: 21 us one way, 9 us in lanes; max 32 and 18.5 us). Each thread combines its lanes,
         then its result into the shared one, with the op's own combination (a NaN survives max and min)."""
-        var, size = loops[-1]
         self._line(depth, f"#pragma omp parallel {par.replace(' schedule(static)', '')}")
         self._line(depth, "{")
         body = depth + 1
-        self._line(body, f"{ctype} part[{REDUCE_LANES}];")
-        self._line(body, f"for (int j = 0; j < {REDUCE_LANES}; j++) part[j] = {init};")
+        self._lanes_init(body, ctype, init)
         inner, shared = body, True
-        for outer_var, extent in loops[:-1] + [(f"{var}_c", size // REDUCE_LANES)]:
+        for outer_var, extent in self._lane_units(loops):
             if shared and extent != 1:  # threads share the first loop that has more than one iteration
                 self._line(inner, "#pragma omp for schedule(static)")
                 shared = False
             self._line(inner, f"for (int64_t {outer_var} = 0; {outer_var} < {c_dim(extent)}; {outer_var}++) {{")
             inner += 1
-        self._line(inner, "#pragma omp simd")
-        self._line(inner, f"for (int64_t {var}_l = 0; {var}_l < {REDUCE_LANES}; {var}_l++) {{")
-        self._line(inner + 1, f"const int64_t {var} = {var}_c * {REDUCE_LANES} + {var}_l;")
-        self.memo.append({})
-        x = self.value(self.reduce_op.operands[0], src_idx, inner + 1)
-        self.memo.pop()
-        self._line(inner + 1, self._combine(f"part[{var}_l]", x))
-        self._close(inner + 1, body)
-        width = REDUCE_LANES // 2
-        while width:  # halving, so the lanes combine in vectors rather than one after another
-            self._line(body, f"for (int j = 0; j < {width}; j++) {self._combine('part[j]', f'part[j + {width}]')}")
-            width //= 2
+        self._lanes_step(loops[-1][0], src_idx, inner)
+        self._close(inner, body)
+        self._lanes_combine(body)
         self._line(body, "#pragma omp critical")
         self._line(body, self._combine("acc", "part[0]"))
         self._line(depth, "}")
+
+    @staticmethod
+    def _lane_units(loops: list) -> list:
+        """The loops of a reduction in lanes: the innermost counts chunks of REDUCE_LANES elements."""
+        var, size = loops[-1]
+        return loops[:-1] + [(f"{var}_c", size // REDUCE_LANES)]
+
+    def _lanes_init(self, depth: int, ctype: str, init: str) -> None:
+        self._line(depth, f"{ctype} part[{REDUCE_LANES}];")
+        self._line(depth, f"for (int j = 0; j < {REDUCE_LANES}; j++) part[j] = {init};")
+
+    def _lanes_step(self, var: str, src_idx: Idx, depth: int) -> None:
+        """One chunk: element `var` of each lane into the lane's partial result."""
+        self._line(depth, "#pragma omp simd")
+        self._line(depth, f"for (int64_t {var}_l = 0; {var}_l < {REDUCE_LANES}; {var}_l++) {{")
+        self._line(depth + 1, f"const int64_t {var} = {var}_c * {REDUCE_LANES} + {var}_l;")
+        self.memo.append({})
+        x = self.value(self.reduce_op.operands[0], src_idx, depth + 1)
+        self.memo.pop()
+        self._line(depth + 1, self._combine(f"part[{var}_l]", x))
+        self._line(depth, "}")
+
+    def _lanes_combine(self, depth: int) -> None:
+        width = REDUCE_LANES // 2
+        while width:  # halving, so the lanes combine in vectors rather than one after another
+            self._line(depth, f"for (int j = 0; j < {width}; j++) {self._combine('part[j]', f'part[j + {width}]')}")
+            width //= 2
+
+    def _reduce_in_blocks(self, units: list, blocks: tuple, src_idx: Idx, ctype: str, init: str, par: str,
+                          depth: int, lane_var: Optional[str], threaded: bool) -> None:
+        """A long float sum or product in blocks (see REDUCE_BLOCK): each block accumulates in `ctype`, in order or
+        in lanes (of `lane_var`), and adds into the wider `wide`; for a full reduction, threads share the blocks."""
+        red, (k, step) = self.reduce_op, blocks
+        var, size = units[k - 1]
+        wide = "long double" if ctype == "double" else "double"
+        self._line(depth, f"{wide} wide = {init};")
+        d = depth
+        if threaded:
+            collapse = f" collapse({k})" if k > 1 else ""
+            self._line(d, f"#pragma omp parallel for reduction({OMP_REDUCTION[red.name]}:wide){collapse} {par}")
+        for outer_var, extent in units[:k - 1]:
+            self._line(d, f"for (int64_t {outer_var} = 0; {outer_var} < {c_dim(extent)}; {outer_var}++) {{")
+            d += 1
+        self._line(d, f"for (int64_t {var}_b = 0; {var}_b < {c_dim(size)}; {var}_b += {step}) {{")
+        self._line(d + 1, f"const int64_t {var}_e = CUVIL_MIN({var}_b + {step}, (int64_t){c_dim(size)});")
+        part = self._block(var, units[k:], src_idx, ctype, init, d + 1, lane_var)
+        self._line(d + 1, self._combine("wide", part))
+        self._close(d + 1, depth)
+        self._line(depth, f"acc = ({ctype})wide;")
+
+    def _block(self, var: str, inner: list, src_idx: Idx, ctype: str, init: str, depth: int,
+               lane_var: Optional[str]) -> str:
+        """One block: `var` from {var}_b to {var}_e around the `inner` loops; returns the block's result."""
+        red = self.reduce_op
+        if lane_var is not None:
+            self._lanes_init(depth, ctype, init)
+        else:
+            self._line(depth, f"{ctype} blk = {init};")
+            collapse = f" collapse({len(inner) + 1})" if inner else ""
+            self._line(depth, f"#pragma omp simd reduction({OMP_REDUCTION[red.name]}:blk){collapse}")
+        self._line(depth, f"for (int64_t {var} = {var}_b; {var} < {var}_e; {var}++) {{")
+        e = depth + 1
+        for inner_var, extent in inner:
+            self._line(e, f"for (int64_t {inner_var} = 0; {inner_var} < {c_dim(extent)}; {inner_var}++) {{")
+            e += 1
+        if lane_var is not None:
+            self._lanes_step(lane_var, src_idx, e)
+        else:
+            self.memo.append({})
+            x = self.value(red.operands[0], src_idx, e)
+            self.memo.pop()
+            self._line(e, self._combine("blk", x))
+        self._close(e, depth)
+        if lane_var is None:
+            return "blk"
+        self._lanes_combine(depth)
+        return "part[0]"
 
     def _source_groups(self, x: Value) -> Optional[list]:
         """The loop variables of each axis of the reduced value, when the refiner splits some axis (a reduction
