@@ -67,9 +67,10 @@ def extension():
 
 
 def caller(lib: ctypes.CDLL, const_ptrs, arg_types: list, out_types: list, symbols: list, binders: list,
-           constraints: list, error: type):
+           constraints: list, failure):
     """A `Caller` for one compiled library: `caller(*arrays)` returns the outputs, or None when an input does not
-    match the signature exactly (the Python path then converts or raises). None without the extension."""
+    match the signature exactly (the Python path then converts or raises); it raises `failure(rc)` when the entry
+    returns a nonzero code. None without the extension."""
     ext = extension()
     if ext is None:
         return None
@@ -82,7 +83,7 @@ def caller(lib: ctypes.CDLL, const_ptrs, arg_types: list, out_types: list, symbo
     address = functools.partial(ctypes.cast, typ=ctypes.c_void_p)
     return ext.Caller(address(lib.cuvil_main).value, address(lib.cuvil_arena_bytes).value,
                       ctypes.addressof(const_ptrs), len(arg_types), dtypes, ranks, len(symbols),
-                      np.asarray(code, np.int64).tobytes(), error, POOL_BYTES)
+                      np.asarray(code, np.int64).tobytes(), failure, POOL_BYTES)
 
 
 class _TooDeep(Exception):
