@@ -16,8 +16,8 @@ class ShapeError(CuvilError, ValueError):
 
 
 class IndexRangeError(CuvilError, IndexError):
-    """An index input outside the axis it indexes (gather, scatter), found by the reference interpreter; compiled
-    code clamps such an index instead, so it never reads out of bounds."""
+    """An index input outside the axis it indexes (gather, scatter), found by the reference interpreter or by
+    compiled code (which stops before reading out of bounds), with the same message from both."""
 
 
 class VerificationError(CuvilError):

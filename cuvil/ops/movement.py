@@ -35,8 +35,12 @@ def _require_index(ctx, t: TensorType, name: str) -> None:
     require_dtype(ctx, t, lambda d: d in (DType.i32, DType.i64), name, "indices")
 
 
-def _wrap(idx, size: int):
-    """ONNX indices: negative ones count from the end."""
+def _wrap(idx, size: int, axis: int):
+    """ONNX indices: negative ones count from the end, once; outside [-size, size) NumPy's IndexError names the first
+    (without the check, NumPy would wrap an index below -size a second time)."""
+    bad = (idx < -size) | (idx >= size)
+    if bad.any():
+        raise IndexError(f"index {idx[bad].flat[0]} is out of bounds for axis {axis} with size {size}")
     return np.where(idx < 0, idx + size, idx)
 
 
@@ -302,7 +306,7 @@ def _gather_shape(ctx, types, a):
 
 def _ref_gather(xs, a):
     data, idx = xs
-    return np.take(data, _wrap(idx, data.shape[a["axis"]]), axis=a["axis"])
+    return np.take(data, _wrap(idx, data.shape[a["axis"]], a["axis"]), axis=a["axis"])
 
 
 register_op("gather", operands=2, shape=_gather_shape, normalize=_axis_normalizer("gather"), reference=_ref_gather,
@@ -334,7 +338,7 @@ def _elements_shape(name, operands):
 def _element_index(data, idx, axis: int) -> tuple:
     """The full NumPy index that addresses data[..., idx[...], ...] for every element of idx."""
     grid = list(np.indices(idx.shape, sparse=True))
-    grid[axis] = _wrap(idx, data.shape[axis])
+    grid[axis] = _wrap(idx, data.shape[axis], axis)
     return tuple(grid)
 
 

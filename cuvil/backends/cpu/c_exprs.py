@@ -64,6 +64,23 @@ def store_value(dtype: DType, expr: str) -> str:
     return expr
 
 
+def c_string(text: str) -> str:
+    """`text` as a C string literal: printable ASCII as it is, quotes and backslashes escaped, other bytes of its
+    UTF-8 and `?` (no trigraphs) in octal: a file or ONNX node name in an error message."""
+    out = []
+    for byte in text.encode("utf-8"):
+        ch = chr(byte)
+        out.append("\\" + ch if ch in '"\\' else ch if 32 <= byte < 127 and ch != "?" else f"\\{byte:03o}")
+    return '"' + "".join(out) + '"'
+
+
+def index_check(op, indices_ptr: str, indices_type, size) -> str:
+    """The C statement that stops the call at the first of `op`'s indices (a tensor in memory) outside [-size, size)
+    of its `axis` (cuvil_rt.h's cuvil_check_indices: one vectorised pass)."""
+    return (f"CUVIL_TRY(cuvil_check_indices_{indices_type.dtype.value}({indices_ptr}, {c_dim(indices_type.numel)}, "
+            f"{c_dim(size)}, {c_string(op.name)}, {c_string(str(op.loc))}, {op.attrs['axis']}));")
+
+
 def c_dim(d) -> str:
     """A dimension as a C expression over the kernel's `s_<symbol>` variables (sizes are non-negative, so
     C's truncating `/` and `%` equal floor division and modulo)."""

@@ -3,11 +3,14 @@
     int cuvil_main(void *const *args, void *const *outs, const int64_t *dims, uint8_t *arena,
                    const void *const *consts);
     int64_t cuvil_arena_bytes(const int64_t *dims);
+    const char *cuvil_last_error(void);
 
 `dims` holds the values of the symbolic sizes (in `CProgram.symbols` order); `arena` is the workspace of
 `cuvil_arena_bytes(dims)` bytes, 64-byte aligned; `consts` the module constants in `CProgram.constants`
 order, used in place. Kernels are static functions named after the ops they fuse, each with its source
 location in a comment. `cond` and `while` become C branches and loops, so the whole function is one call.
+`cuvil_main` returns 0, or a nonzero code (cuvil_rt.h's CUVIL_ERROR_*) as soon as an op fails (an index outside its
+axis); `cuvil_last_error()` is then that failure's message, for the calling thread.
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from ...errors import UnsupportedError
 from ...ir.core import Function, Module, Op, Region, Value
 from ...passes.memory import MemoryPlan, plan_memory
 from . import instrument, library
-from .c_exprs import STORAGE, c_dim
+from .c_exprs import STORAGE, c_dim, index_check
 from .loops import LoopKernel
 
 PRELUDE = """#include <stdint.h>
@@ -105,7 +108,8 @@ class CodeGen:
         entry = ("int cuvil_main(void *const *args, void *const *outs, const int64_t *dims, uint8_t *arena,\n"
                  "               const void *const *consts)\n{\n" + unused + sym + offsets +
                  "\n".join(self.body) + "\n    return 0;\n}\n")
-        return self._prepare() + size_fn + entry
+        last_error = "const char *cuvil_last_error(void) { return cuvil_error_text; }\n\n"
+        return self._prepare() + size_fn + last_error + entry
 
     def _offsets(self) -> str:
         lines = ["    const int64_t off0 = 0;"]
@@ -216,6 +220,8 @@ class CodeGen:
         fresh = f"k{len(self.kernels)}_{op.attrs['name']}"
         kernel = LoopKernel(op, fresh)
         text = kernel.emit()
+        if kernel.checks:  # its diagnosing copy names the ops and locations, so it is part of what must be equal
+            text += "\n__attribute__((noinline, cold)) " + LoopKernel(op, fresh + "_diagnose", diagnose=True).emit()
         # A kernel identical to an earlier one (the same layer repeated: BERT-base's 88 loop kernels are 10
         # distinct ones) is called, not emitted again. Kernels are never inlined: GCC would paste every kernel
         # called once into cuvil_main, and optimising that one huge function costs more than its parts (BERT-base
@@ -226,8 +232,15 @@ class CodeGen:
             comment = f"/* {', '.join(o.name for o in op.regions[0].ops[:-1])}" + (
                 f" at {', '.join(locs[:4])}" if locs else "") + " */\n"
             self.kernels.append(comment + "__attribute__((noinline)) " + text)
-        args = self.args_of(op.operands) + self.args_of(op.results) + self.symbol_args(kernel.symbols)
-        self.line(depth, f"{name}({', '.join(args)});")
+        for gather in (o for o in op.regions[0].ops if id(o) in kernel.prechecked):
+            indices = op.operands[kernel.prechecked[id(gather)]]
+            data = gather.operands[0].type
+            self.line(depth, index_check(gather, self.ptr[id(indices)], indices.type, data.shape[gather.attrs["axis"]]))
+        args = ", ".join(self.args_of(op.operands) + self.args_of(op.results) + self.symbol_args(kernel.symbols))
+        if kernel.checks:
+            self.line(depth, f"if ({name}({args})) CUVIL_TRY({name}_diagnose({args}));")
+        else:
+            self.line(depth, f"{name}({args});")
 
     def copy(self, depth: int, dst: Value, src: Value) -> None:
         if self.ptr[id(dst)] != self.ptr[id(src)]:

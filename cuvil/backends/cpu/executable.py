@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ...errors import CuvilError, ShapeError
+from ...errors import CuvilError, IndexRangeError, ShapeError
+from ...ir.core import Location
 from ...ir.symbolic import SymExpr, evaluate
 from . import fastcall
 from .kernels import aligned_empty
@@ -35,6 +36,21 @@ def _address(a: np.ndarray) -> int:
         return ctypes.addressof(ctypes.c_char.from_buffer(a))
     except (TypeError, ValueError, BufferError):
         return a.ctypes.data
+
+
+ERROR_INDEX = 1  # cuvil_rt.h's CUVIL_ERROR_INDEX
+
+
+def call_failure(last_error, rc: int) -> CuvilError:
+    """The error for a call whose entry returned `rc`, from the library's message (`last_error()`, read in the
+    calling thread): an index out of range is the IndexRangeError the interpreter raises, with its location."""
+    text = (last_error() or b"").decode("utf-8", "replace")
+    if rc != ERROR_INDEX:
+        return CuvilError(f"compiled function failed with code {rc}" + (f": {text}" if text else ""))
+    message, at, loc = text.rpartition(" (at ")
+    if not at or not loc.endswith(")"):
+        return IndexRangeError(text)
+    return IndexRangeError(message, Location(node=loc[:-1]))
 
 
 def _plain_symbol(d):
@@ -60,6 +76,8 @@ class CpuFunction:
         self._arena_bytes = entry(prefix + "arena_bytes")
         self._arena_bytes.argtypes = [ctypes.c_void_p]
         self._arena_bytes.restype = ctypes.c_int64
+        lib.cuvil_last_error.restype = ctypes.c_char_p
+        self._failure = functools.partial(call_failure, lib.cuvil_last_error)  # holds the library, not self
         self._binders = self._binding_table()
         self._constraints = list(fn.constraints)
         self._consts = [np.ascontiguousarray(constants[name]) for name in program.constants]
@@ -78,7 +96,7 @@ class CpuFunction:
         self._sizes: dict = {}
         # The C path alone: exactly-matching NumPy arrays in, the outputs out; None where they do not match.
         self.call_exact = fastcall.caller(lib, self._const_ptrs, self.arg_types, self.out_types,
-                                          self.program.symbols, self._binders, self._constraints, CuvilError,
+                                          self.program.symbols, self._binders, self._constraints, self._failure,
                                           prefix)
 
     @staticmethod
@@ -176,7 +194,7 @@ class CpuFunction:
             state.dims[:len(dims)] = dims
         rc = self._entry(args, out_ptrs, state.dims, arena, self._const_ptrs)
         if rc != 0:
-            raise CuvilError(f"compiled function failed with code {rc}")
+            raise self._failure(rc)
 
     def _prepare(self, i: int, x) -> np.ndarray:
         t = self.arg_types[i]

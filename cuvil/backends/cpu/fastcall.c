@@ -33,7 +33,7 @@ typedef struct {
     entry_fn entry;
     arena_fn arena_bytes;
     const void *const *consts;
-    PyObject *error;             /* raised when the entry returns non-zero */
+    PyObject *error;             /* error(rc): the exception to raise when the entry returns non-zero */
     int n_in, n_out, n_sym, n_code, out_dims;
     PyArray_Descr **dtypes;      /* n_in inputs, then n_out outputs (owned references) */
     int *ranks;                  /* likewise */
@@ -150,9 +150,13 @@ static PyObject *Caller_call(PyObject *self, PyObject *args, PyObject *kwargs)
     rc = s->entry(ins, outs, sym, arena, s->consts);
     Py_END_ALLOW_THREADS
     arena_give(s, arena, owned);
-    if (rc != 0) {
+    if (rc != 0) { /* the exception `failure(rc)` makes, from the library's message for this thread */
         Py_DECREF(result);
-        PyErr_Format(s->error, "compiled function failed with code %d", rc);
+        PyObject *exc = PyObject_CallFunction(s->error, "i", rc);
+        if (exc != NULL) {
+            PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+            Py_DECREF(exc);
+        }
         return NULL;
     }
     return result;

@@ -71,10 +71,10 @@ def extension():
 
 
 def caller(lib: ctypes.CDLL, const_ptrs, arg_types: list, out_types: list, symbols: list, binders: list,
-           constraints: list, error: type, prefix: str = "cuvil_"):
+           constraints: list, failure, prefix: str = "cuvil_"):
     """A `Caller` for one compiled library (its entry named `prefix` main): `caller(*arrays)` returns the outputs,
-    or None when an input does not match the signature exactly (the Python path then converts or raises). None
-    without the extension."""
+    or None when an input does not match the signature exactly (the Python path then converts or raises); it raises
+    `failure(rc)` when the entry returns a nonzero code. None without the extension."""
     ext = extension()
     if ext is None:
         return None
@@ -88,7 +88,7 @@ def caller(lib: ctypes.CDLL, const_ptrs, arg_types: list, out_types: list, symbo
     entry, arena = (address(getattr(lib, prefix + name)).value for name in ("main", "arena_bytes"))
     return ext.Caller(entry, arena,
                       ctypes.addressof(const_ptrs), len(arg_types), dtypes, ranks, len(symbols),
-                      np.asarray(code, np.int64).tobytes(), error, POOL_BYTES)
+                      np.asarray(code, np.int64).tobytes(), failure, POOL_BYTES)
 
 
 class _TooDeep(Exception):

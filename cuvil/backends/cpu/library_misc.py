@@ -1,26 +1,30 @@
 """Library emitters for index and scan ops: gather_elements, scatter_elements, argmax, argmin, cumsum, topk.
 
-Data-dependent indices never leave their tensor: an index wraps once (negative counts from the end) and is
-then clamped into range, so out-of-range indices read or write the nearest edge element instead of memory
-outside the buffer (the reference raises for them; the signature accepts them, so the C must be safe).
+Data-dependent indices never leave their tensor: before an op reads through them, every index is checked to lie in
+[-size, size) of its axis (cuvil_check_indices); the first that does not stops the call with the interpreter's
+IndexRangeError message. A checked index wraps once (negative counts from the end) and is read as it is.
 """
 from __future__ import annotations
 
 from ...ir.dtypes import DType
-from .c_exprs import load, store_value
+from .c_exprs import index_check, load, store_value
 from .library_util import axis_split, c_dim, close_loops, compute, flat, open_block, open_loops, par_if, storage, \
     tag, wide
 
 
 # -- gather_elements / scatter_elements ------------------------------------------------------------------
+def _check_indices(gen, depth: int, op, idx) -> None:
+    gen.line(depth, index_check(op, "ix", idx.type, op.operands[0].type.shape[op.attrs["axis"]]))
+
+
 def _element_coords(gen, depth: int, data, idx_ptr: str, idx_type, axis: int) -> list:
-    """Declare `j`, the clamped index along `axis`, and return data's coordinates for the loop variables
-    i0.. over the indices' shape. A coordinate that may exceed data's size (symbolic sizes the shape rule
-    could not compare) is clamped as well."""
+    """Declare `j`, the (checked) index along `axis` wrapped into it, and return data's coordinates for the loop
+    variables i0.. over the indices' shape. A coordinate that may exceed data's size (symbolic sizes the shape rule
+    could not compare) is clamped."""
     n = c_dim(data.type.shape[axis])
     loops = [f"i{k}" for k in range(idx_type.rank)]
     gen.line(depth, f"int64_t j = (int64_t){idx_ptr}[{flat(loops, idx_type.shape)}];")
-    gen.line(depth, f"j = CUVIL_CLAMP(j < 0 ? j + {n} : j, 0, {n} - 1);  /* out-of-range indices clamp */")
+    gen.line(depth, f"j = j < 0 ? j + {n} : j;")
     coords = []
     for k, (i, d) in enumerate(zip(idx_type.shape, data.type.shape)):
         safe = i == d or isinstance(i, int) and isinstance(d, int) and i <= d
@@ -32,6 +36,7 @@ def _gather_elements(gen, op, depth: int) -> None:
     data, idx = op.operands
     out = op.results[0]
     d = open_block(gen, depth, op, {"x": data, "ix": idx, "y": out})
+    _check_indices(gen, d, op, idx)
     loops = [f"i{k}" for k in range(idx.type.rank)]
     if data.type.numel == 0:
         gen.line(d, f"memset(y, 0, {c_dim(out.type.numel)} * sizeof(*y));  /* nothing to gather from: zeros */")
@@ -59,6 +64,7 @@ def _scatter_elements(gen, op, depth: int) -> None:
     data, idx, upd = op.operands
     dt, red = data.type.dtype, op.attrs["reduction"]
     d = open_block(gen, depth, op, {"x": data, "ix": idx, "u": upd, "y": op.results[0]}, f" ({red})")
+    _check_indices(gen, d, op, idx)
     numel = c_dim(data.type.numel)
     wide_copy = red != "none" and dt.is_float
     if wide_copy:

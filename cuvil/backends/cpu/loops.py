@@ -3,12 +3,13 @@
 Every value of the group is computed at an index of the iteration domain; data-movement ops only change
 the index (a broadcast drops coordinates, a transpose permutes them, a reshape keeps the flat offset), so
 the whole chain reads each input once and writes each output once. Loads that a select may discard
-(concat, pad, gather) read at a clamped index, so no input is read out of bounds for any input the
-signature accepts.
+(concat, pad) read at a clamped index, and a gather checks its index (see LoopKernel), so no input is read out of
+bounds for any input the signature accepts.
 
 Loop shapes: a flat `omp parallel for simd` loop when no op needs per-axis coordinates, else a nest whose
 outer axes are threaded and whose innermost axis is `omp simd`. A `reduce` group nests the reduced axes
-inside the kept ones and accumulates in a register.
+inside the kept ones and accumulates in a register; a long float sum or product in blocks of REDUCE_BLOCK elements
+whose results add into a wider type, so 2^26 ones sum to 2^26 and the error stays near NumPy's pairwise bound.
 """
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from ...ir.core import Op, Value
 from ...ir.dtypes import DType
 from ...ir.symbolic import free_symbols
 from ...ops import registry
-from .c_exprs import ELEMENTWISE, STORAGE, CType, c_dim, elementwise_expr, is_user_elementwise, load, store_value
+from .c_exprs import ELEMENTWISE, STORAGE, CType, c_dim, c_string, elementwise_expr, is_user_elementwise, load, \
+    store_value
 
 PARALLEL_MIN_ELEMENTS = 1 << 15  # below this a kernel runs on one thread: forking costs more than it saves
 
@@ -32,6 +34,12 @@ INDEX_OPS = {"broadcast_to", "transpose", "slice", "pad", "concat", "gather", "i
 REDUCE_INIT = {"reduce_sum": "0", "reduce_prod": "1", "reduce_max": "-INFINITY", "reduce_min": "INFINITY"}
 OMP_REDUCTION = {"reduce_sum": "+", "reduce_prod": "*", "reduce_max": "max", "reduce_min": "min"}
 REDUCE_LANES = 64  # partial results per reduction: four AVX-512 vectors of f32
+# Float sums and products accumulate REDUCE_BLOCK elements in their own type (vectorised), then add each block's
+# result into a wider one (double; long double for f64): a float accumulator stops growing at 2^24 times its
+# increment (2^26 ones summed to 2^25), blocks keep the error near NumPy's pairwise bound. Reductions of at most one
+# block are unchanged.
+REDUCE_BLOCK = 4096
+WIDE_REDUCTIONS = frozenset({"reduce_sum", "reduce_prod"})
 REDUCE_INT_INIT = {"reduce_max": "{t}_MIN", "reduce_min": "{t}_MAX"}
 REDUCE_COMBINE = {"reduce_sum": "{a} + {x}", "reduce_prod": "{a} * {x}", "reduce_max": "CUVIL_MAX({a}, {x})",
                   "reduce_min": "CUVIL_MIN({a}, {x})"}
@@ -83,6 +91,21 @@ def _lane_chunks(loops: list) -> bool:
     """Whether the innermost reduced loop is long enough, and a static multiple of REDUCE_LANES, to run in lanes."""
     size = loops[-1][1] if loops else 1
     return isinstance(size, int) and size >= 4 * REDUCE_LANES and size % REDUCE_LANES == 0
+
+
+def _block_split(loops: list, unit: int) -> Optional[tuple]:
+    """How a reduction's loops (outermost first; `unit` elements an iteration of the innermost) split into blocks of
+    about REDUCE_BLOCK elements: (k, step) where loops[k:] run whole inside a block and loop k - 1 advances `step`
+    iterations a block; None when the whole reduction is one block (static and at most REDUCE_BLOCK)."""
+    inner, k = unit, len(loops)
+    while k and isinstance(loops[k - 1][1], int) and inner * loops[k - 1][1] <= REDUCE_BLOCK:
+        inner *= loops[k - 1][1]
+        k -= 1
+    return None if k == 0 else (k, max(1, REDUCE_BLOCK // inner))
+
+
+def _positive(d) -> bool:
+    return isinstance(d, int) and d > 0
 
 
 def _group_expr(group: list) -> str:
@@ -193,14 +216,26 @@ class DomainRefiner:
 
 
 class LoopKernel:
-    """Emits the C function for one `fused` op of kind "loop" or "reduce"."""
+    """Emits the C function for one `fused` op of kind "loop" or "reduce".
 
-    def __init__(self, op: Op, name: str):
-        self.op, self.name = op, name
+    A gather's indices are checked against its axis. Indices that are an input of the kernel (`prechecked`: gather op
+    id -> input number) are checked by the caller before the call (codegen, c_exprs.index_check). A kernel that
+    computes indices itself (`checks`: an arange of positions) returns an int: nonzero when some index was outside
+    its axis, which it then reads as 0 instead. Its caller then runs the `diagnose` copy, the same loops in order
+    without OpenMP, which returns the error of the first index out of range (cuvil_index_error), or 0 after
+    computing the outputs."""
+
+    def __init__(self, op: Op, name: str, diagnose: bool = False):
+        self.op, self.name, self.diagnose = op, name, diagnose
+        region = op.regions[0]
+        self.arg_index = {id(a): i for i, a in enumerate(region.args)}
+        gathers = [o for o in region.ops if o.name == "gather"]
+        self.prechecked = {id(o): self.arg_index[id(o.operands[1])] for o in gathers
+                           if id(o.operands[1]) in self.arg_index}
+        self.checks = any(id(o) not in self.prechecked for o in gathers)
         region = op.regions[0]
         self.args = region.args
         self.outputs = list(region.terminator.operands)
-        self.arg_index = {id(a): i for i, a in enumerate(self.args)}
         self.lines: list[str] = []
         self.memo: list[dict] = [{}]
         self.counter = 0
@@ -225,15 +260,48 @@ class LoopKernel:
         params = [f"const {STORAGE[a.type.dtype]} *restrict in{i}" for i, a in enumerate(self.args)]
         params += [f"{STORAGE[v.type.dtype]} *restrict out{i}" for i, v in enumerate(self.outputs)]
         params += [f"int64_t s_{s}" for s in self.symbols]
-        head = f"static void {self.name}({', '.join(params) or 'void'})"
+        head = f"static {'int' if self.checks else 'void'} {self.name}({', '.join(params) or 'void'})"
+        if self.checks and not self.diagnose:
+            self._line(1, "int bad = 0;")
+            for o in self.op.regions[0].ops:  # an empty axis has no element to read instead: diagnose at once
+                if o.name == "gather" and id(o) not in self.prechecked and \
+                        not _positive(o.operands[0].type.shape[o.attrs["axis"]]):
+                    self._line(1, f"if ({c_dim(o.operands[0].type.shape[o.attrs['axis']])} <= 0) return 1;")
         if self.reduce_op is not None:
             self._emit_reduce()
         else:
             self._emit_pointwise()
+        if self.checks:
+            self._line(1, "return 0;" if self.diagnose else "return bad;")
         return head + "\n{\n" + "\n".join(self.lines) + "\n}\n"
+
+    def checked_index(self, op: Op, raw: str, axis: int, size: str, depth: int) -> str:
+        """Index `raw` of `op` into an axis of `size`, negative ones counted from the end: a C expression inside the
+        axis. Unless the caller checked it, the checked kernel ORs an index outside it into `bad` (one compare, shared
+        with the select), and the diagnosing copy returns its error."""
+        j = f"t{self.counter}"
+        self.counter += 1
+        self._line(depth, f"const int64_t {j} = (int64_t){raw} < 0 ? (int64_t){raw} + {size} : (int64_t){raw};")
+        inside = f"((uint64_t){j} < (uint64_t){size})"
+        if id(op) in self.prechecked:
+            return j
+        if self.diagnose:
+            self._line(depth, f"if (!{inside}) return cuvil_index_error({c_string(op.name)}, {c_string(str(op.loc))}, "
+                              f"(int64_t){raw}, {axis}, {size});")
+            return j
+        self._line(depth, f"bad |= !{inside};")
+        return f"({inside} ? {j} : 0)"
 
     def _line(self, depth: int, text: str) -> None:
         self.lines.append("    " * depth + text)
+
+    def _pragma(self, depth: int, directive: str, flags: bool = True) -> None:
+        """An OpenMP directive. The diagnosing copy of a checked kernel has none: it runs in order, so it can return
+        at the first index out of range. The checked kernel ORs `bad` across the threads and lanes of every construct
+        that may take the clause (`flags`; not a worksharing loop inside a parallel region that already has it)."""
+        if self.diagnose:
+            return
+        self._line(depth, f"#pragma {directive}" + (" reduction(|:bad)" if flags and self.checks else ""))
 
     def _needs_axes(self) -> bool:
         return any(o.name in INDEX_OPS for o in self.op.regions[0].ops)
@@ -243,7 +311,7 @@ class LoopKernel:
         numel = c_dim(self.outputs[0].type.numel)
         par = parallel_clause(numel)
         if not self._needs_axes() or len(shape) <= 1:
-            self._line(1, f"#pragma omp parallel for simd {par}")
+            self._pragma(1, f"omp parallel for simd {par}")
             self._line(1, f"for (int64_t i = 0; i < {numel}; i++) {{")
             idx = Idx(shape, ("i",) if len(shape) == 1 else None, "i")
             self._store_outputs(idx, 2)
@@ -264,9 +332,9 @@ class LoopKernel:
         for k, (a, size) in enumerate(zip(axes, shape)):
             if k == 0 and outer_threaded:
                 collapse = " collapse(2)" if len(axes) > 2 else ""
-                self._line(depth, f"#pragma omp parallel for{collapse} {par}")
+                self._pragma(depth, f"omp parallel for{collapse} {par}")
             elif k == len(axes) - 1:
-                self._line(depth, "#pragma omp simd")
+                self._pragma(depth, "omp simd")
             self._line(depth, f"for (int64_t {a} = 0; {a} < {c_dim(size)}; {a}++) {{")
             depth += 1
         return depth
@@ -301,7 +369,7 @@ class LoopKernel:
         for n, (var, size) in enumerate(kept_loops):
             if n == 0:
                 collapse = " collapse(2)" if len(kept_loops) > 1 else ""
-                self._line(depth, f"#pragma omp parallel for{collapse} {par}")
+                self._pragma(depth, f"omp parallel for{collapse} {par}")
             self._line(depth, f"for (int64_t {var} = 0; {var} < {c_dim(size)}; {var}++) {{")
             depth += 1
         ct = CType(out_t.dtype)
@@ -310,7 +378,14 @@ class LoopKernel:
             unsigned_min = out_t.dtype in (DType.u8, DType.bool) and red.name == "reduce_max"
             init = "0" if unsigned_min else REDUCE_INT_INIT[red.name].format(t=_INT_LIMITS[out_t.dtype])
         self._line(depth, f"{ct.name} acc = {init};")
-        if not kept_loops and _lane_chunks(reduced_loops):
+        lanes = not kept_loops and _lane_chunks(reduced_loops)
+        units = self._lane_units(reduced_loops) if lanes else reduced_loops
+        blocks = _block_split(units, REDUCE_LANES if lanes else 1) if ct.is_float and red.name in WIDE_REDUCTIONS \
+            else None
+        if blocks is not None:
+            self._reduce_in_blocks(units, blocks, src_idx, ct.name, init, par, depth,
+                                   reduced_loops[-1][0] if lanes else None, not kept_loops)
+        elif lanes:
             self._reduce_in_lanes(reduced_loops, src_idx, ct.name, init, par, depth)
         else:
             self._reduce_in_order(reduced_loops, src_idx, par, depth, threaded=not kept_loops)
@@ -337,9 +412,9 @@ class LoopKernel:
         for n, (var, size) in enumerate(loops):
             if threaded and n == 0:
                 collapse = f" collapse({len(loops)})" if len(loops) > 1 else ""
-                self._line(inner, f"#pragma omp parallel for simd {clause}{collapse} {par}")
+                self._pragma(inner, f"omp parallel for simd {clause}{collapse} {par}")
             elif not threaded and n == len(loops) - 1:
-                self._line(inner, f"#pragma omp simd {clause}")
+                self._pragma(inner, f"omp simd {clause}")
             self._line(inner, f"for (int64_t {var} = 0; {var} < {c_dim(size)}; {var}++) {{")
             inner += 1
         self.memo.append({})
@@ -357,34 +432,100 @@ class LoopKernel:
         the vector operations do not wait on one another: one accumulator is bound by the add's latency (a 2 MB sum
         held in the two cores' L2: 21 us one way, 9 us in lanes; max 32 and 18.5 us). Each thread combines its lanes,
         then its result into the shared one, with the op's own combination (a NaN survives max and min)."""
-        var, size = loops[-1]
-        self._line(depth, f"#pragma omp parallel {par.replace(' schedule(static)', '')}")
+        self._pragma(depth, f"omp parallel {par.replace(' schedule(static)', '')}")
         self._line(depth, "{")
         body = depth + 1
-        self._line(body, f"{ctype} part[{REDUCE_LANES}];")
-        self._line(body, f"for (int j = 0; j < {REDUCE_LANES}; j++) part[j] = {init};")
+        self._lanes_init(body, ctype, init)
         inner, shared = body, True
-        for outer_var, extent in loops[:-1] + [(f"{var}_c", size // REDUCE_LANES)]:
+        for outer_var, extent in self._lane_units(loops):
             if shared and extent != 1:  # threads share the first loop that has more than one iteration
-                self._line(inner, "#pragma omp for schedule(static)")
+                self._pragma(inner, "omp for schedule(static)", flags=False)
                 shared = False
             self._line(inner, f"for (int64_t {outer_var} = 0; {outer_var} < {c_dim(extent)}; {outer_var}++) {{")
             inner += 1
-        self._line(inner, "#pragma omp simd")
-        self._line(inner, f"for (int64_t {var}_l = 0; {var}_l < {REDUCE_LANES}; {var}_l++) {{")
-        self._line(inner + 1, f"const int64_t {var} = {var}_c * {REDUCE_LANES} + {var}_l;")
-        self.memo.append({})
-        x = self.value(self.reduce_op.operands[0], src_idx, inner + 1)
-        self.memo.pop()
-        self._line(inner + 1, self._combine(f"part[{var}_l]", x))
-        self._close(inner + 1, body)
-        width = REDUCE_LANES // 2
-        while width:  # halving, so the lanes combine in vectors rather than one after another
-            self._line(body, f"for (int j = 0; j < {width}; j++) {self._combine('part[j]', f'part[j + {width}]')}")
-            width //= 2
-        self._line(body, "#pragma omp critical")
+        self._lanes_step(loops[-1][0], src_idx, inner)
+        self._close(inner, body)
+        self._lanes_combine(body)
+        self._pragma(body, "omp critical", flags=False)
         self._line(body, self._combine("acc", "part[0]"))
         self._line(depth, "}")
+
+    @staticmethod
+    def _lane_units(loops: list) -> list:
+        """The loops of a reduction in lanes: the innermost counts chunks of REDUCE_LANES elements."""
+        var, size = loops[-1]
+        return loops[:-1] + [(f"{var}_c", size // REDUCE_LANES)]
+
+    def _lanes_init(self, depth: int, ctype: str, init: str) -> None:
+        self._line(depth, f"{ctype} part[{REDUCE_LANES}];")
+        self._line(depth, f"for (int j = 0; j < {REDUCE_LANES}; j++) part[j] = {init};")
+
+    def _lanes_step(self, var: str, src_idx: Idx, depth: int) -> None:
+        """One chunk: element `var` of each lane into the lane's partial result."""
+        self._pragma(depth, "omp simd")
+        self._line(depth, f"for (int64_t {var}_l = 0; {var}_l < {REDUCE_LANES}; {var}_l++) {{")
+        self._line(depth + 1, f"const int64_t {var} = {var}_c * {REDUCE_LANES} + {var}_l;")
+        self.memo.append({})
+        x = self.value(self.reduce_op.operands[0], src_idx, depth + 1)
+        self.memo.pop()
+        self._line(depth + 1, self._combine(f"part[{var}_l]", x))
+        self._line(depth, "}")
+
+    def _lanes_combine(self, depth: int) -> None:
+        width = REDUCE_LANES // 2
+        while width:  # halving, so the lanes combine in vectors rather than one after another
+            self._line(depth, f"for (int j = 0; j < {width}; j++) {self._combine('part[j]', f'part[j + {width}]')}")
+            width //= 2
+
+    def _reduce_in_blocks(self, units: list, blocks: tuple, src_idx: Idx, ctype: str, init: str, par: str,
+                          depth: int, lane_var: Optional[str], threaded: bool) -> None:
+        """A long float sum or product in blocks (see REDUCE_BLOCK): each block accumulates in `ctype`, in order or
+        in lanes (of `lane_var`), and adds into the wider `wide`; for a full reduction, threads share the blocks."""
+        red, (k, step) = self.reduce_op, blocks
+        var, size = units[k - 1]
+        wide = "long double" if ctype == "double" else "double"
+        self._line(depth, f"{wide} wide = {init};")
+        d = depth
+        if threaded:
+            collapse = f" collapse({k})" if k > 1 else ""
+            self._pragma(d, f"omp parallel for reduction({OMP_REDUCTION[red.name]}:wide){collapse} {par}")
+        for outer_var, extent in units[:k - 1]:
+            self._line(d, f"for (int64_t {outer_var} = 0; {outer_var} < {c_dim(extent)}; {outer_var}++) {{")
+            d += 1
+        self._line(d, f"for (int64_t {var}_b = 0; {var}_b < {c_dim(size)}; {var}_b += {step}) {{")
+        self._line(d + 1, f"const int64_t {var}_e = CUVIL_MIN({var}_b + {step}, (int64_t){c_dim(size)});")
+        part = self._block(var, units[k:], src_idx, ctype, init, d + 1, lane_var)
+        self._line(d + 1, self._combine("wide", part))
+        self._close(d + 1, depth)
+        self._line(depth, f"acc = ({ctype})wide;")
+
+    def _block(self, var: str, inner: list, src_idx: Idx, ctype: str, init: str, depth: int,
+               lane_var: Optional[str]) -> str:
+        """One block: `var` from {var}_b to {var}_e around the `inner` loops; returns the block's result."""
+        red = self.reduce_op
+        if lane_var is not None:
+            self._lanes_init(depth, ctype, init)
+        else:
+            self._line(depth, f"{ctype} blk = {init};")
+            collapse = f" collapse({len(inner) + 1})" if inner else ""
+            self._pragma(depth, f"omp simd reduction({OMP_REDUCTION[red.name]}:blk){collapse}")
+        self._line(depth, f"for (int64_t {var} = {var}_b; {var} < {var}_e; {var}++) {{")
+        e = depth + 1
+        for inner_var, extent in inner:
+            self._line(e, f"for (int64_t {inner_var} = 0; {inner_var} < {c_dim(extent)}; {inner_var}++) {{")
+            e += 1
+        if lane_var is not None:
+            self._lanes_step(lane_var, src_idx, e)
+        else:
+            self.memo.append({})
+            x = self.value(red.operands[0], src_idx, e)
+            self.memo.pop()
+            self._line(e, self._combine("blk", x))
+        self._close(e, depth)
+        if lane_var is None:
+            return "blk"
+        self._lanes_combine(depth)
+        return "part[0]"
 
     def _source_groups(self, x: Value) -> Optional[list]:
         """The loop variables of each axis of the reduced value, when the refiner splits some axis (a reduction
@@ -511,8 +652,7 @@ def _gather(k: LoopKernel, op: Op, v: Value, idx: Idx, depth: int) -> str:
     axis, q = op.attrs["axis"], indices.type.rank
     axes = idx.get_axes()
     raw = k.value(indices, Idx(indices.type.shape, axes[axis:axis + q]), depth)
-    size = c_dim(data.type.shape[axis])
-    j = f"CUVIL_CLAMP(({raw} < 0 ? {raw} + {size} : {raw}), 0, {size} - 1)"
+    j = k.checked_index(op, raw, axis, c_dim(data.type.shape[axis]), depth)
     sub = axes[:axis] + (j,) + axes[axis + q:]
     return k.value(data, Idx(data.type.shape, sub), depth)
 

@@ -1,12 +1,14 @@
 """Programs compiled and run under AddressSanitizer by test_asan.py (in a subprocess with libasan preloaded).
 
 Each is run at several sizes, including 0 and 1 where the signature allows, and with out-of-range gather
-indices, which the generated code must clamp instead of reading out of bounds."""
+indices, which the generated code must report (IndexRangeError, on the C call path and on the ctypes one) without
+reading out of bounds, in its vectorised kernel and in the in-order copy that finds the first bad index."""
 import sys
 
 import numpy as np
 
 from cuvil.compiler import compile_module
+from cuvil.errors import IndexRangeError
 from cuvil.interpreter import interpret
 from cuvil.ir import Builder, Module, TensorType, sym
 from tests.ir.programs import control_flow_program
@@ -49,6 +51,14 @@ def check(m: Module, inputs) -> None:
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
+def expect_index_error(exe, *inputs) -> None:
+    try:
+        exe(*inputs)
+    except IndexRangeError:
+        return
+    raise AssertionError("an index out of range did not raise IndexRangeError")
+
+
 def main() -> int:
     rng = np.random.default_rng(0)
     for n in (1, 3, 40):
@@ -61,8 +71,9 @@ def main() -> int:
         idx = rng.integers(-n, n, n)
         for got, want in zip(exe(x, idx), interpret(mp, [x, idx])):
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
-        exe(x, np.full(n, 10 ** 9, np.int64))  # out of range: clamped, never read out of bounds
-        exe(x, np.full(n, -10 ** 9, np.int64))
+        for bad in (np.full(n, 10 ** 9, np.int64), np.full(n, -10 ** 9, np.int64), np.arange(n) - 2 * n):
+            expect_index_error(exe, x, bad)
+            expect_index_error(exe, x, bad.astype(np.int32))  # converted: the ctypes path
     print("asan programs ok")
     return 0
 

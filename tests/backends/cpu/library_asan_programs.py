@@ -3,8 +3,9 @@
 Each op is a program of its own whose result is its output (an exactly sized NumPy buffer), and the arena is
 allocated at its exact size, so writing past an output, an input or the op's scratch space (at the arena's
 end) aborts the run.
-gather_elements/scatter_elements get indices far out of range and index tensors larger than the data (sizes
-the shape rule cannot compare when symbolic): the generated code must clamp, never touch memory outside.
+gather_elements/scatter_elements get indices far out of range, which must raise IndexRangeError before anything is
+read, and index tensors larger than the data (sizes the shape rule cannot compare when symbolic), where the other
+coordinates clamp: the generated code never touches memory outside.
 """
 import sys
 
@@ -13,6 +14,7 @@ import numpy as np
 from cuvil.backends.cpu import executable
 from cuvil.backends.cpu.backend import conv_block
 from cuvil.compiler import compile_module
+from cuvil.errors import IndexRangeError
 from cuvil.interpreter import interpret
 from cuvil.ir import Builder, Module, TensorType, sym
 from cuvil.passes.layout import to_blocked
@@ -105,9 +107,19 @@ def run_index(m: Module, rng) -> None:
         x, xi = rng.standard_normal((n, d)).astype(np.float32), rng.integers(-9, 9, (n, d)).astype(np.int32)
         upd = rng.standard_normal((r, k)).astype(np.float32)
         for idx in (rng.integers(-10 ** 9, 10 ** 9, (r, k)), np.full((r, k), -(2 ** 62)), np.full((r, k), 2 ** 62)):
-            exe(x, idx, upd, xi)
+            expect_index_error(exe, x, idx, upd, xi)
+        if n > 0:  # indices in range, in an index tensor that may be larger than the data: clamped coordinates
+            exe(x, rng.integers(-min(n, d), min(n, d), (r, k)), upd, xi)
     x, idx = np.arange(12, dtype=np.float32).reshape(3, 4), np.array([[0, 2], [-1, 2], [1, -3]])
     check(exe, m, [x, idx, np.ones((3, 2), np.float32), x.astype(np.int32)])
+
+
+def expect_index_error(exe, *inputs) -> None:
+    try:
+        exe(*inputs)
+    except IndexRangeError:
+        return
+    raise AssertionError("an index out of range did not raise IndexRangeError")
 
 
 def main() -> int:

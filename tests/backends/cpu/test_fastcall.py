@@ -1,6 +1,7 @@
 """The C call path (fastcall.c): exact inputs take it, everything else falls back to ctypes' converting path with
 the same results and errors; outputs are never handed out twice while held; ctypes alone works too."""
 import ctypes
+import functools
 import logging
 import threading
 
@@ -9,7 +10,8 @@ import pytest
 
 from cuvil.backends.cpu import fastcall, toolchain
 from cuvil.compiler import compile_module
-from cuvil.errors import ShapeError
+from cuvil.backends.cpu.executable import call_failure
+from cuvil.errors import CuvilError, ShapeError
 from cuvil.ir import Builder, Module, TensorType, sym
 
 needs_extension = pytest.mark.skipif(fastcall.extension() is None, reason="no C call path on this machine")
@@ -150,6 +152,7 @@ STUB = """#include <stdint.h>
 int cuvil_main(void *const *args, void *const *outs, const int64_t *dims, uint8_t *arena, const void *const *consts)
 { return dims[0] == 9 ? 7 : 0; }
 int64_t cuvil_arena_bytes(const int64_t *dims) { return dims[0]; }
+const char *cuvil_last_error(void) { return "the stub fails at 9"; }
 """
 
 
@@ -159,10 +162,12 @@ def test_sizes_evaluate_like_python_and_entry_failures_raise():
     lib = toolchain.load_library(STUB, name="fastcall-stub", opt_level=1)
     outs = [TensorType("f32", ((n - 7) // 2, (n + 1) % 3, 2 * n))]
     keep = (ctypes.c_void_p * 1)()
-    call = fastcall.caller(lib, keep, [TensorType("f32", (n,))], outs, ["n"], [(0, 0)], [], ShapeError)
+    lib.cuvil_last_error.restype = ctypes.c_char_p
+    failure = functools.partial(call_failure, lib.cuvil_last_error)
+    call = fastcall.caller(lib, keep, [TensorType("f32", (n,))], outs, ["n"], [(0, 0)], [], failure)
     for size in (0, 1, 6, 7, 8, 11):
         got = call(np.zeros(size, np.float32))
         want = ((size - 7) // 2, (size + 1) % 3, 2 * size)
         assert (got is None) if min(want) < 0 else got[0].shape == want
-    with pytest.raises(ShapeError, match="code 7"):
+    with pytest.raises(CuvilError, match="failed with code 7: the stub fails at 9"):
         call(np.zeros(9, np.float32))

@@ -12,6 +12,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #define CUVIL_RT_INLINE static inline __attribute__((always_inline))
@@ -164,5 +165,41 @@ CUVIL_RT_INLINE int64_t cuvil_imax(int64_t a, int64_t b) { return a > b ? a : b;
 #define CUVIL_MAX(a, b) (((a) != (a) || (a) > (b)) ? (a) : (b))
 #define CUVIL_MIN(a, b) (((a) != (a) || (a) < (b)) ? (a) : (b))
 #define CUVIL_CLAMP(i, lo, hi) ((i) < (lo) ? (lo) : ((i) > (hi) ? (hi) : (i)))
+
+/* The error channel of generated code: cuvil_main returns 0, or a nonzero code with a message for the failing
+ * thread in cuvil_error_text, which the model library exports as `const char *cuvil_last_error(void)`. */
+#define CUVIL_ERROR_INDEX 1 /* an index input outside the axis it indexes */
+static _Thread_local char cuvil_error_text[512];
+
+/* Returns from the enclosing function with `call`'s code when it is nonzero. */
+#define CUVIL_TRY(call) do { int cuvil_rc_ = (call); if (cuvil_rc_ != 0) return cuvil_rc_; } while (0)
+
+/* Records an index outside [0, size) of `axis` (after negative indices counted from the end) in NumPy's words, as the
+ * interpreter reports it: "'gather': index 5000 is out of bounds for axis 0 with size 1000 (at model.onnx:Gather_3)". */
+static inline __attribute__((cold, noinline)) int cuvil_index_error(const char *op, const char *loc, int64_t index,
+                                                                    int64_t axis, int64_t size)
+{
+    int n = snprintf(cuvil_error_text, sizeof cuvil_error_text, "'%s': index %lld is out of bounds for axis %lld with "
+                     "size %lld", op, (long long)index, (long long)axis, (long long)size);
+    if (*loc && n >= 0 && (size_t)n < sizeof cuvil_error_text)
+        snprintf(cuvil_error_text + n, sizeof cuvil_error_text - n, " (at %s)", loc);
+    return CUVIL_ERROR_INDEX;
+}
+
+/* 0 when every one of `count` indices is inside [-size, size) (negative ones count from the end), else the first that
+ * is not, recorded: one vectorised pass, and a second only on failure. */
+#define CUVIL_CHECK_INDICES(name, T) \
+static inline int name(const T *idx, int64_t count, int64_t size, const char *op, const char *loc, int64_t axis) \
+{ \
+    int bad = 0; \
+    _Pragma("omp simd reduction(|:bad)") \
+    for (int64_t i = 0; i < count; i++) bad |= (uint64_t)(idx[i] < 0 ? idx[i] + size : idx[i]) >= (uint64_t)size; \
+    for (int64_t i = 0; bad && i < count; i++) \
+        if ((uint64_t)(idx[i] < 0 ? idx[i] + size : idx[i]) >= (uint64_t)size) \
+            return cuvil_index_error(op, loc, idx[i], axis, size); \
+    return 0; \
+}
+CUVIL_CHECK_INDICES(cuvil_check_indices_i64, int64_t)
+CUVIL_CHECK_INDICES(cuvil_check_indices_i32, int32_t)
 
 #endif
