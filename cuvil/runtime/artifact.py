@@ -95,12 +95,19 @@ class Artifact:
 
     def ir_text(self, name: str = "main") -> str:
         """The optimised IR of entry `name` (the `ir` section), as `cuvil.inspect_ir` prints it."""
-        if "ir" not in self._container.rows:
-            raise ArtifactError(f"{self.path} holds no IR")
+        return self._text("ir", name)
+
+    def c_text(self, name: str = "main") -> str:
+        """The generated C of entry `name` (the `csrc` section, written by `export(..., include_c=True)`)."""
+        return self._text("csrc", name)
+
+    def _text(self, section: str, name: str) -> str:
+        if section not in self._container.rows:
+            raise ArtifactError(f"{self.path} holds no {section} section")
         try:
-            return json.loads(self._container.inflated("ir"))[name]
+            return json.loads(self._container.inflated(section))[name]
         except (ValueError, KeyError, TypeError) as e:
-            raise ArtifactError(f"{self.path}: the ir section has no text for {name!r} ({e})") from e
+            raise ArtifactError(f"{self.path}: the {section} section has no text for {name!r} ({e})") from e
 
     def _arrays(self, section: str, items: list, dtype=None) -> list:
         if not items:
