@@ -153,7 +153,7 @@ class CompiledOnnxModel:
 
     def _check(self, i: int, x) -> np.ndarray:
         name, want = self._in[i][0], self._dtypes[i]
-        arr = native_order(x if isinstance(x, np.ndarray) else np.asarray(x, want), want)
+        arr = input_array(name, x, want)
         if arr.dtype != want:
             raise ShapeError(f"input {name!r} must have element type {want}, got {arr.dtype}")
         static = self._static[i]
@@ -174,6 +174,18 @@ def remember(cache: dict, key, make, limit: int = 16):
             cache.pop(next(iter(cache)))
         cache[key] = make(key)
     return cache[key]
+
+
+def input_array(name: str, x, want: np.dtype) -> np.ndarray:
+    """A call's input as a NumPy array of `want` (in native byte order); anything NumPy cannot read as one
+    (a torch tensor that requires grad, a ragged list) is a ShapeError naming the input."""
+    if isinstance(x, np.ndarray):
+        return native_order(x, want)
+    try:
+        return native_order(np.asarray(x, want), want)
+    except (TypeError, ValueError, RuntimeError, OverflowError) as e:
+        raise ShapeError(f"input {name!r} cannot be read as a NumPy array of {want}: {type(x).__name__}: "
+                         f"{' '.join(str(e).split())}") from None
 
 
 def native_order(arr: np.ndarray, want: np.dtype) -> np.ndarray:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...cache.onnx import native_order, remember
+from ...cache.onnx import input_array, remember
 from ...errors import ShapeError, UnsupportedError
 from ...interpreter import interpret
 from ...ir.core import Module
@@ -129,7 +129,7 @@ def bind_inputs(specs: list, args: tuple, kwargs: dict) -> list:
 
 
 def _check_input(spec: TensorSpec, x) -> np.ndarray:
-    arr = native_order(x if isinstance(x, np.ndarray) else np.asarray(x, spec.dtype), spec.dtype)
+    arr = input_array(spec.name, x, spec.dtype)
     if arr.dtype != spec.dtype:
         raise ShapeError(f"input {spec.name!r} must have element type {spec.dtype}, got {arr.dtype}")
     if arr.ndim != len(spec.shape):
