@@ -18,6 +18,11 @@ from .graph import DEFAULT_DOMAINS, MIN_OPSET
 
 LIFT_BYTES = 4096  # larger initializers are checked by type and shape only (their data is never a shape)
 SCHEMA_DOMAINS = (*DEFAULT_DOMAINS, "ai.onnx.ml", "ai.onnx.preview.training")  # domains ONNX has schemas for
+# Integer attributes the spec defines as 0 or 1; ORT reads any other value as one of them, Cuvil may read another.
+FLAGS = {"keepdims", "noop_with_empty_axes", "transA", "transB", "ceil_mode", "count_include_pad", "select_last_index",
+         "exclusive", "reverse", "sorted", "largest", "upper", "center_point_box", "detect_negative", "detect_positive",
+         "storage_order", "onesided", "periodic", "fmod", "exclude_outside", "is_causal", "align_corners", "layout",
+         "new_axis", "training_mode", "inverse", "allowzero", "linear_before_reset", "saturate", "input_forget"}
 _COMPLEX = (TensorProto.COMPLEX64, TensorProto.COMPLEX128)  # two typed-data entries per element
 CONV_OPS = {"Conv": 1, "ConvTranspose": 1, "ConvInteger": 1, "QLinearConv": 3, "DeformConv": 1}  # op -> W's input
 _NODE_CONTEXT = re.compile(r"\s*==> Context: Bad node spec for node\. Name: (.*?) OpType: (\S+)\s*$", re.S)
@@ -42,6 +47,7 @@ def validate_model(proto: onnx.ModelProto) -> None:
     shapes = _inferred_shapes(light, opsets)
     for graph in _graphs(proto.graph):
         _check_kernels(graph, shapes, opsets)
+        _check_flags(graph, opsets)
 
 
 # -- names are text --------------------------------------------------------------------------------------------
@@ -222,3 +228,13 @@ def _check_kernels(graph, shapes: dict, opsets: dict) -> None:
             shape = [d if d is not None else "?" for d in known[w]]
             raise ShapeError(f"{where}: attribute kernel_shape {kernel} contradicts the weight {w!r} of shape {shape}"
                              f" (its kernel is {shape[2:]})")
+
+
+def _check_flags(graph, opsets: dict) -> None:
+    for node in graph.node:
+        if node.domain not in DEFAULT_DOMAINS:
+            continue
+        for a in node.attribute:
+            if a.name in FLAGS and a.type == AttributeProto.INT and a.i not in (0, 1):
+                raise VerificationError(f"ONNX {node.op_type} node {node.name or node.op_type!r} (opset {opsets['']}): "
+                                        f"attribute {a.name} must be 0 or 1, got {a.i}")

@@ -102,3 +102,12 @@ def test_ragged_list_input_is_refused_clearly():
     m = cuvil.load_onnx(model([N("Relu", ["x"], ["y"])], [("x", F32, ["n", 2])], [("y", F32, ["n", 2])]))
     with pytest.raises(cuvil.ShapeError, match="input 'x' cannot be read as a NumPy array"):
         m([[1, 2], [3]])
+
+
+def test_flag_attribute_other_than_0_or_1():
+    """ORT reads keepdims=-2 as 0, Cuvil's reduce read it as true: refused instead of a wrong shape."""
+    proto = model([N("ReduceMean", ["x"], ["y"], axes=[1], keepdims=-2, name="pool")], [("x", F32, [2, 3])],
+                  [("y", F32, None)])
+    with pytest.raises(cuvil.VerificationError, match=r"ReduceMean node 'pool' \(opset 17\): attribute keepdims must be "
+                                                      r"0 or 1, got -2"):
+        cuvil.load_onnx(proto)
