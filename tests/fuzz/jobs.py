@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .cases import classify_call, feeds_for, load, ort_run, ort_session, ort_specs, worst
+from .cases import classify_call, extreme_weights, feeds_for, load, ort_run, ort_session, ort_specs, worst
 from .mutate import mutant
 from .random_graphs import call_sizes, random_graph
 from .seeds import SEEDS
@@ -17,26 +17,32 @@ def _cuvil_specs(model) -> list:
     return [(s.name, s.dtype, [d if isinstance(d, int) else str(d) for d in s.shape]) for s in model.inputs]
 
 
-def mutant_job(seed_model: str, seed: int, index: int, phase=lambda p: None) -> tuple:
+def mutant_job(seed_model: str, seed: int, index: int, compiled: bool = False, phase=lambda p: None) -> tuple:
+    """Interpreted: one call with symbolic sizes 2. Compiled: calls at sizes 4 then 1 (a smaller after a larger)."""
     rng = np.random.default_rng([seed, SEED_IDS[seed_model], index])
     kind, data = mutant(SEEDS[seed_model](), rng)
     phase("ort")
     session = ort_session(data)
     phase("cuvil")
     model, outcome, detail = load(data)
+    if model is not None and compiled:
+        model, outcome, detail = _optimized(model)
     ort_refuses = isinstance(session, Exception)
     specs = ort_specs(session) if not ort_refuses else _cuvil_specs(model) if model is not None else []
-    feeds = feeds_for(specs, rng, {})
-    if feeds is None:
-        return "too-large", kind
-    phase("ort")
-    want = session if ort_refuses else ort_run(session, feeds)
-    phase("cuvil")
-    if model is None:
-        return ("both-refuse" if outcome == "cuvil-error" and isinstance(want, Exception) else outcome), \
-            f"{kind}: {detail}"
-    outcome, detail = classify_call(lambda: model(**feeds), want)
-    return outcome, f"{kind}: {detail}"
+    results = []
+    for size in ((4, 1) if compiled else (2,)):
+        feeds = feeds_for(specs, rng, size)
+        if feeds is None:
+            return "too-large", kind
+        phase("ort")
+        want = session if ort_refuses else ort_run(session, feeds)
+        phase("cuvil")
+        if model is None:
+            return ("both-refuse" if outcome == "cuvil-error" and isinstance(want, Exception) else outcome), \
+                f"{kind}: {detail}"
+        outcome, detail = classify_call(lambda feeds=feeds: model(**feeds), want, extreme_weights(data))
+        results.append((outcome, f"{kind}: {detail}"))
+    return worst(results)
 
 
 def graph_job(seed: int, index: int, below: bool = False, compiled: bool = True, calls: int = 3,
