@@ -23,6 +23,7 @@ FLAGS = {"keepdims", "noop_with_empty_axes", "transA", "transB", "ceil_mode", "c
          "exclusive", "reverse", "sorted", "largest", "upper", "center_point_box", "detect_negative", "detect_positive",
          "storage_order", "onesided", "periodic", "fmod", "exclude_outside", "is_causal", "align_corners", "layout",
          "new_axis", "training_mode", "inverse", "allowzero", "linear_before_reset", "saturate", "input_forget"}
+POOL_OPS = {"MaxPool", "AveragePool", "LpPool"}
 _COMPLEX = (TensorProto.COMPLEX64, TensorProto.COMPLEX128)  # two typed-data entries per element
 CONV_OPS = {"Conv": 1, "ConvTranspose": 1, "ConvInteger": 1, "QLinearConv": 3, "DeformConv": 1}  # op -> W's input
 _NODE_CONTEXT = re.compile(r"\s*==> Context: Bad node spec for node\. Name: (.*?) OpType: (\S+)\s*$", re.S)
@@ -38,6 +39,7 @@ def validate_model(proto: onnx.ModelProto) -> None:
     opsets = _opsets(proto)
     if opsets is None:
         return
+    _check_declared_types(proto.graph)
     for graph in _graphs(proto.graph):
         _check_initializer_sizes(graph)
     if any(_lacks_schema(node, opsets) for graph in _graphs(proto.graph) for node in graph.node):
@@ -47,7 +49,7 @@ def validate_model(proto: onnx.ModelProto) -> None:
     shapes = _inferred_shapes(light, opsets)
     for graph in _graphs(proto.graph):
         _check_kernels(graph, shapes, opsets)
-        _check_flags(graph, opsets)
+        _check_attributes(graph, opsets)
 
 
 # -- names are text --------------------------------------------------------------------------------------------
@@ -230,11 +232,26 @@ def _check_kernels(graph, shapes: dict, opsets: dict) -> None:
                              f" (its kernel is {shape[2:]})")
 
 
-def _check_flags(graph, opsets: dict) -> None:
+def _check_attributes(graph, opsets: dict) -> None:
+    """Attribute values ORT refuses and ONNX lets through: flags other than 0 or 1, pool pads not below the kernel."""
     for node in graph.node:
         if node.domain not in DEFAULT_DOMAINS:
             continue
-        for a in node.attribute:
+        where = f"ONNX {node.op_type} node {node.name or node.op_type!r} (opset {opsets['']})"
+        attrs = {a.name: a for a in node.attribute}
+        for a in attrs.values():
             if a.name in FLAGS and a.type == AttributeProto.INT and a.i not in (0, 1):
-                raise VerificationError(f"ONNX {node.op_type} node {node.name or node.op_type!r} (opset {opsets['']}): "
-                                        f"attribute {a.name} must be 0 or 1, got {a.i}")
+                raise VerificationError(f"{where}: attribute {a.name} must be 0 or 1, got {a.i}")
+        if node.op_type in POOL_OPS and "pads" in attrs and "kernel_shape" in attrs:
+            kernel, pads = list(attrs["kernel_shape"].ints), list(attrs["pads"].ints)
+            if len(pads) == 2 * len(kernel) and any(p >= kernel[i % len(kernel)] for i, p in enumerate(pads)):
+                raise VerificationError(f"{where}: attribute pads {pads} must be smaller than kernel_shape {kernel} "
+                                        f"on every side")
+
+
+def _check_declared_types(graph) -> None:
+    """The model's inputs and outputs declare an element type (ORT refuses UNDEFINED)."""
+    for kind, values in (("input", graph.input), ("output", graph.output)):
+        for v in values:
+            if v.type.WhichOneof("value") == "tensor_type" and v.type.tensor_type.elem_type == TensorProto.UNDEFINED:
+                raise VerificationError(f"graph {kind} {v.name!r} has the element type UNDEFINED")

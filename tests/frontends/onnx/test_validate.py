@@ -108,6 +108,22 @@ def test_flag_attribute_other_than_0_or_1():
     """ORT reads keepdims=-2 as 0, Cuvil's reduce read it as true: refused instead of a wrong shape."""
     proto = model([N("ReduceMean", ["x"], ["y"], axes=[1], keepdims=-2, name="pool")], [("x", F32, [2, 3])],
                   [("y", F32, None)])
-    with pytest.raises(cuvil.VerificationError, match=r"ReduceMean node 'pool' \(opset 17\): attribute keepdims must be "
-                                                      r"0 or 1, got -2"):
+    with pytest.raises(cuvil.VerificationError,
+                       match=r"ReduceMean node 'pool' \(opset 17\): attribute keepdims must be 0 or 1, got -2"):
+        cuvil.load_onnx(proto)
+
+
+def test_pool_pads_not_smaller_than_the_kernel():
+    proto = model([N("AveragePool", ["x"], ["y"], kernel_shape=[2, 2], pads=[0, 0, 1, 2], name="avg")],
+                  [("x", F32, [1, 2, 5, 5])], [("y", F32, None)])
+    _refused_by_ort(proto)
+    with pytest.raises(cuvil.VerificationError, match=r"AveragePool node 'avg' \(opset 17\): attribute pads "
+                                                      r"\[0, 0, 1, 2\] must be smaller than kernel_shape \[2, 2\]"):
+        cuvil.load_onnx(proto)
+
+
+def test_output_of_undefined_element_type():
+    proto = model([N("Relu", ["x"], ["y"])], [("x", F32, [2])], [("y", onnx.TensorProto.UNDEFINED, [2])])
+    _refused_by_ort(proto, (2,))
+    with pytest.raises(cuvil.VerificationError, match="graph output 'y' has the element type UNDEFINED"):
         cuvil.load_onnx(proto)
