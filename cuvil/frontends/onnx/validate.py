@@ -1,10 +1,12 @@
 """Strict validation before conversion: refuse what ONNX Runtime refuses, with Cuvil errors naming the node and
 attribute. The ONNX checker (graph structure, SSA names, attribute types, input counts) and ONNX's strict shape
 inference (declared types and shapes against inferred ones) run on a light copy of the model; Cuvil's own checks
-cover what ORT refuses beyond them: names that are not text, packed and carried initializers' byte counts, and
-`kernel_shape` against the weights."""
+cover what ORT refuses beyond them: names that are not text, initializers' byte counts (packed 4-bit types too),
+`kernel_shape` against the weights, flag attributes other than 0 or 1, pool pads not below the kernel, and
+inputs or outputs of element type UNDEFINED."""
 from __future__ import annotations
 
+import functools
 import math
 import re
 
@@ -16,7 +18,7 @@ from ...errors import SerializationError, ShapeError, VerificationError
 from .carriers import CARRIERS
 from .graph import DEFAULT_DOMAINS, MIN_OPSET
 
-LIFT_BYTES = 4096  # larger initializers are checked by type and shape only (their data is never a shape)
+LIFT_ELEMENTS = 1024  # larger initializers are checked by type and shape only (their data is never a shape)
 SCHEMA_DOMAINS = (*DEFAULT_DOMAINS, "ai.onnx.ml", "ai.onnx.preview.training")  # domains ONNX has schemas for
 # Integer attributes the spec defines as 0 or 1; ORT reads any other value as one of them, Cuvil may read another.
 FLAGS = {"keepdims", "noop_with_empty_axes", "transA", "transB", "ceil_mode", "count_include_pad", "select_last_index",
@@ -42,6 +44,7 @@ def validate_model(proto: onnx.ModelProto) -> None:
     _check_declared_types(proto.graph)
     for graph in _graphs(proto.graph):
         _check_initializer_sizes(graph)
+        _check_attributes(graph, opsets)
     if any(_lacks_schema(node, opsets) for graph in _graphs(proto.graph) for node in graph.node):
         return
     light = _light_model(proto)
@@ -49,26 +52,28 @@ def validate_model(proto: onnx.ModelProto) -> None:
     shapes = _inferred_shapes(light, opsets)
     for graph in _graphs(proto.graph):
         _check_kernels(graph, shapes, opsets)
-        _check_attributes(graph, opsets)
 
 
 # -- names are text --------------------------------------------------------------------------------------------
 def _check_text(msg, where: str) -> None:
-    """Every string field holds text: protobuf hands a name with invalid UTF-8 over as bytes."""
-    for field, value in msg.ListFields():
+    """Every string field holds text: protobuf hands a name with invalid UTF-8 over as bytes. Only string and
+    message fields are read (reading a tensor's raw_data would copy it)."""
+    for field in msg.DESCRIPTOR.fields:
         if field.type == FieldDescriptor.TYPE_STRING:
+            value = getattr(msg, field.name)
             for s in (value if field.is_repeated else (value,)):
                 if not isinstance(s, str):
                     raise SerializationError(f"{where}: field {field.name!r} holds {s[:40]!r}, which is not UTF-8 "
                                              f"text (a corrupt file)")
-        elif field.type == FieldDescriptor.TYPE_MESSAGE:
+        elif field.type == FieldDescriptor.TYPE_MESSAGE and (field.is_repeated or msg.HasField(field.name)):
+            value = getattr(msg, field.name)
             inner = f"{where}.{field.name}"
             for m in (value if field.is_repeated else (value,)):
                 _check_text(m, _named(m, inner))
 
 
 def _named(msg, where: str) -> str:
-    name = getattr(msg, "name", "") if hasattr(msg, "name") else ""
+    name = getattr(msg, "name", "")
     return f"{where}[{name!r}]" if isinstance(name, str) and name else where
 
 
@@ -86,13 +91,16 @@ def _lacks_schema(node, opsets: dict) -> bool:
     domain = "" if node.domain in DEFAULT_DOMAINS else node.domain
     if domain not in opsets:
         return True  # the converter names the domain the model does not import
-    if domain not in SCHEMA_DOMAINS:
-        return False
+    return domain in SCHEMA_DOMAINS and not _has_schema(node.op_type, opsets[domain], domain)
+
+
+@functools.lru_cache(maxsize=None)
+def _has_schema(op_type: str, version: int, domain: str) -> bool:
     try:
-        defs.get_schema(node.op_type, opsets[domain], domain)
+        defs.get_schema(op_type, version, domain)
     except defs.SchemaError:
-        return True
-    return False
+        return False
+    return True
 
 
 def _light_model(proto) -> onnx.ModelProto:
@@ -104,7 +112,7 @@ def _light_model(proto) -> onnx.ModelProto:
     _copy_fields(src, g, skip=("initializer",))
     declared = {v.name for v in src.input}
     for t in src.initializer:
-        if t.ByteSize() <= LIFT_BYTES and t.data_location != TensorProto.EXTERNAL:
+        if math.prod(t.dims) <= LIFT_ELEMENTS and t.data_location != TensorProto.EXTERNAL:
             g.initializer.append(t)
         elif t.name not in declared:
             g.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
@@ -158,7 +166,8 @@ def _inferred_shapes(light, opsets: dict) -> dict:
     except (shape_inference.InferenceError, checker.ValidationError, ValueError) as e:
         raise ShapeError(_inference_message(" ".join(str(e).split()), opsets)) from None
     g = inferred.graph
-    return {v.name: _shape_of(v.type) for v in (*g.input, *g.value_info, *g.output) if _shape_of(v.type) is not None}
+    shapes = {v.name: _shape_of(v.type) for v in (*g.input, *g.value_info, *g.output)}
+    return {name: shape for name, shape in shapes.items() if shape is not None}
 
 
 def _inference_message(text: str, opsets: dict) -> str:
