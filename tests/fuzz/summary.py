@@ -1,5 +1,6 @@
 """Prints each fuzz test's summary (seed, case count, outcomes by class) at the end of the run, also under
-pytest-xdist: the tests record it as a user property, which travels with their reports."""
+pytest-xdist: the tests record it as a user property, which travels with their reports. The hooks are imported
+by tests/conftest.py, which the xdist controller loads too."""
 
 _SUMMARIES: list = []
 
