@@ -7,3 +7,5 @@ os.environ.setdefault("CUVIL_OPT_LEVEL", "1")
 # compiled artifacts out of the shared cache (tests that exercise it give it a folder of their own).
 os.environ.setdefault("CUVIL_VERIFY", "1")
 os.environ.setdefault("CUVIL_ARTIFACT_CACHE", "0")
+
+from tests.fuzz.summary import pytest_runtest_logreport, pytest_terminal_summary  # noqa: E402, F401 - fuzz counts

@@ -18,7 +18,7 @@ import numpy as np
 from ..cache import store
 from ..cache.keys import Key, bytes_digest, environment, file_digest
 from ..errors import ShapeError
-from .common import native_order, remember
+from .common import input_array, remember
 
 
 def load_onnx(model):
@@ -154,7 +154,7 @@ class CompiledOnnxModel:
 
     def _check(self, i: int, x) -> np.ndarray:
         name, want = self._in[i][0], self._dtypes[i]
-        arr = native_order(x if isinstance(x, np.ndarray) else np.asarray(x, want), want)
+        arr = input_array(name, x, want)
         if arr.dtype != want:
             raise ShapeError(f"input {name!r} must have element type {want}, got {arr.dtype}")
         static = self._static[i]

@@ -18,6 +18,7 @@ from .context import NeedsValue
 from .graph import DEFAULT_DOMAINS, MIN_OPSET, GraphConverter, Scope
 from .model import OnnxModel, SpecializingModel, TensorSpec
 from .tensors import Tensor, ir_dtype, sanitize, type_name
+from .validate import validate_model
 
 
 def load_onnx(model) -> OnnxModel:
@@ -31,6 +32,7 @@ def load_onnx(model) -> OnnxModel:
 
 def load_proto(proto, base_dir: str | None = None) -> OnnxModel:
     """`load_onnx` of a parsed model; `base_dir` is where its external data files lie."""
+    validate_model(proto)
     try:
         return _convert(proto, base_dir, {})
     except NeedsValue as e:

@@ -12,7 +12,7 @@ from ...ir.core import Module
 from ...ir.dtypes import DType
 from ...ir.symbolic import SymExpr
 from ...ir.types import TensorType
-from ..common import native_order, remember
+from ..common import input_array, remember
 from .carriers import CARRIERS, from_carrier, to_carrier
 from .tensors import IR_DTYPES, ir_dtype, type_name
 
@@ -131,7 +131,7 @@ def bind_inputs(specs: list, args: tuple, kwargs: dict) -> list:
 
 
 def _check_input(spec: TensorSpec, x) -> np.ndarray:
-    arr = native_order(x if isinstance(x, np.ndarray) else np.asarray(x, spec.dtype), spec.dtype)
+    arr = input_array(spec.name, x, spec.dtype)
     if arr.dtype != spec.dtype:
         raise ShapeError(f"input {spec.name!r} must have element type {spec.dtype}, got {arr.dtype}")
     if arr.ndim != len(spec.shape):
