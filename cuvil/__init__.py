@@ -24,6 +24,16 @@ from .profiler import profile as profile  # noqa: F401 (public: cuvil.profile)
 from .ops import register_op
 
 __version__ = "0.1.0"
+_LAZY_MODULES = {"cache": ".cache", "nd": ".runtime.nd", "runtime": ".runtime"}  # imported on first use
+
+
+def __getattr__(name: str):
+    """`cuvil.cache`, `cuvil.nd` and `cuvil.runtime` without importing them (or anything heavy) at `import cuvil`."""
+    if name in _LAZY_MODULES:
+        import importlib
+
+        return importlib.import_module(_LAZY_MODULES[name], __name__)
+    raise AttributeError(f"module 'cuvil' has no attribute {name!r}")
 
 
 def inspect_ir(obj, elide_constants: bool = True) -> str:

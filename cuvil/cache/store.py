@@ -259,3 +259,8 @@ def clear() -> None:
     for entry in folder().glob("*") if folder().exists() else ():
         if entry.is_dir() and not entry.name.startswith("."):
             discard(entry)
+
+
+def entries() -> list:
+    """The saved artifacts' paths (what `cuvil cache info` counts and `verify()` checks)."""
+    return sorted(folder().glob("?" * 40)) if folder().exists() else []
