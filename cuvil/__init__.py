@@ -15,24 +15,25 @@ from __future__ import annotations
 from . import errors, ir, ops
 from .api import compile, compile_to_ir, jit, load_onnx
 from .compiler import Executable, compile_module
-from .errors import (CuvilError, IndexRangeError, ParseError, SerializationError, ShapeError, UnsupportedError,
-                     VerificationError)
+from .deploy import export
+from .errors import (ArtifactError, CuvilError, IndexRangeError, ParseError, SerializationError, ShapeError,
+                     UnsupportedError, VerificationError)
 from .interpreter import interpret
 from .ir import DType, Module, TensorType, sym
 from .log import LogLevel, set_log_level
 from .profiler import profile as profile  # noqa: F401 (public: cuvil.profile)
+from .runtime import load, nd
 from .ops import register_op
 
 __version__ = "0.1.0"
-_LAZY_MODULES = {"cache": ".cache", "nd": ".runtime.nd", "runtime": ".runtime"}  # imported on first use
 
 
 def __getattr__(name: str):
-    """`cuvil.cache`, `cuvil.nd` and `cuvil.runtime` without importing them (or anything heavy) at `import cuvil`."""
-    if name in _LAZY_MODULES:
+    """`cuvil.cache` (`cuvil.cache.clear()` right after `import cuvil`), imported on first use."""
+    if name == "cache":
         import importlib
 
-        return importlib.import_module(_LAZY_MODULES[name], __name__)
+        return importlib.import_module(".cache", __name__)
     raise AttributeError(f"module 'cuvil' has no attribute {name!r}")
 
 
@@ -50,7 +51,7 @@ def inspect_ir(obj, elide_constants: bool = True) -> str:
     return print_module(module, 16 if elide_constants else None)
 
 
-__all__ = ["CuvilError", "DType", "Executable", "IndexRangeError", "LogLevel", "Module", "ParseError",
+__all__ = ["ArtifactError", "CuvilError", "DType", "Executable", "IndexRangeError", "LogLevel", "Module", "ParseError",
            "SerializationError", "ShapeError", "TensorType", "UnsupportedError", "VerificationError", "compile",
-           "compile_module", "compile_to_ir", "errors", "inspect_ir", "interpret", "ir", "jit", "load_onnx", "ops",
-           "register_op", "set_log_level", "sym"]
+           "compile_module", "compile_to_ir", "errors", "export", "inspect_ir", "interpret", "ir", "jit", "load",
+           "load_onnx", "nd", "ops", "register_op", "set_log_level", "sym"]

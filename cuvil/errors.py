@@ -34,3 +34,8 @@ class UnsupportedError(CuvilError, NotImplementedError):
 
 class SerializationError(CuvilError, ValueError):
     """A malformed, truncated or incompatible serialized module."""
+
+
+class ArtifactError(CuvilError, ValueError):
+    """A `.cuv` file that is truncated, corrupt, of a newer format or made for another machine (see
+    docs/artifact.md); raised before any of its native code runs."""

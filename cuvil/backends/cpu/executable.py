@@ -10,6 +10,7 @@ threads never share scratch).
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import threading
 from typing import TYPE_CHECKING
@@ -46,45 +47,48 @@ def _plain_symbol(d):
 class CpuFunction:
     """The callable behind an Executable on the CPU target: NumPy arrays in, NumPy arrays out."""
 
-    def __init__(self, program: CProgram, lib: ctypes.CDLL, constants: dict, prepared: dict | None = None):
+    def __init__(self, program: CProgram, lib: ctypes.CDLL, constants: dict, prepared: dict | None = None,
+                 prefix: str = "cuvil_"):
         self.program = program
         fn = program.function
         self.arg_types = [a.type for a in fn.args]
         self.out_types = fn.result_types
-        self._entry = lib.cuvil_main
+        entry = functools.partial(getattr, lib)  # the entry points are named `prefix` main, ... (docs/artifact.md)
+        self._entry = entry(prefix + "main")
         self._entry.argtypes = [ctypes.c_void_p] * 5
         self._entry.restype = ctypes.c_int
-        self._arena_bytes = lib.cuvil_arena_bytes
+        self._arena_bytes = entry(prefix + "arena_bytes")
         self._arena_bytes.argtypes = [ctypes.c_void_p]
         self._arena_bytes.restype = ctypes.c_int64
         self._binders = self._binding_table()
         self._constraints = list(fn.constraints)
         self._consts = [np.ascontiguousarray(constants[name]) for name in program.constants]
         saved = prepared or {}
-        self.prepared = self._prepared_buffers(lib, saved)
+        self.prepared = self._prepared_buffers(entry(prefix + "packed_count"), entry(prefix + "packed_bytes"), saved)
         self._consts += self.prepared
         self._const_ptrs = (ctypes.c_void_p * max(len(self._consts), 1))(*[c.ctypes.data for c in self._consts])
-        lib.cuvil_prepare.argtypes = [ctypes.c_void_p, ctypes.c_int64]
+        prepare = entry(prefix + "prepare")
+        prepare.argtypes = [ctypes.c_void_p, ctypes.c_int64]
         for j in range(len(self.prepared)):
             if j not in saved:
-                lib.cuvil_prepare(self._const_ptrs, j)
+                prepare(self._const_ptrs, j)
         self._static = not program.symbols
         self._fast_path_tables()
         self._local = threading.local()
         self._sizes: dict = {}
         # The C path alone: exactly-matching NumPy arrays in, the outputs out; None where they do not match.
         self.call_exact = fastcall.caller(lib, self._const_ptrs, self.arg_types, self.out_types,
-                                          self.program.symbols, self._binders, self._constraints, CuvilError)
+                                          self.program.symbols, self._binders, self._constraints, CuvilError,
+                                          prefix)
 
     @staticmethod
-    def _prepared_buffers(lib, saved: dict) -> list:
+    def _prepared_buffers(packed_count, packed_bytes, saved: dict) -> list:
         """The buffers cuvil_prepare derives from weights once (GEMM panels, Winograd transforms): new ones for
         it to fill, except those in `saved` (index -> array made by an earlier load of the same library, which
         the artifact cache keeps), which must have the sizes the library asks for."""
-        lib.cuvil_packed_bytes.argtypes = [ctypes.c_int64]
-        lib.cuvil_packed_bytes.restype = ctypes.c_int64
-        lib.cuvil_packed_count.restype = ctypes.c_int64
-        sizes = [max(int(lib.cuvil_packed_bytes(j)), 64) for j in range(int(lib.cuvil_packed_count()))]
+        packed_bytes.argtypes = [ctypes.c_int64]
+        packed_bytes.restype = packed_count.restype = ctypes.c_int64
+        sizes = [max(int(packed_bytes(j)), 64) for j in range(int(packed_count()))]
         if any(j >= len(sizes) or a.nbytes != sizes[j] or a.ctypes.data % 64 for j, a in saved.items()):
             raise ValueError(f"saved prepared buffers {[(j, a.nbytes) for j, a in saved.items()]} do not fit the "
                              f"library's sizes {sizes} (64-byte aligned)")
@@ -118,6 +122,30 @@ class CpuFunction:
 
     def call_ctypes(self, inputs: list) -> list:
         """The call without the C path: converts inputs where it can, raises on the rest."""
+        arrays, dims, shapes = self._bind(inputs)
+        outs = [np.empty(s, dt) for s, dt in zip(shapes, self._out_dtypes)]
+        self._invoke(arrays, outs, dims)
+        return outs
+
+    def call_into(self, inputs: list, outs: list) -> list:
+        """The call with the caller's output arrays (C-contiguous, writable, of the output dtypes and sizes, apart
+        from every input): written in place, nothing allocated for them."""
+        arrays, dims, shapes = self._bind(inputs)
+        if len(outs) != len(shapes):
+            raise ShapeError(f"the compiled function has {len(shapes)} outputs, got {len(outs)} output buffers")
+        for j, (o, shape, dt) in enumerate(zip(outs, shapes, self._out_dtypes)):
+            if type(o) is not np.ndarray or o.dtype != dt or o.shape != tuple(shape) or not o.flags.c_contiguous \
+                    or not o.flags.writeable:
+                raise ShapeError(f"output buffer {j} must be a writable C-contiguous {np.dtype(dt).name} array of "
+                                 f"shape {tuple(shape)}, got {getattr(o, 'dtype', type(o).__name__)} "
+                                 f"{getattr(o, 'shape', '')}")
+            if any(np.may_share_memory(o, x) for x in (*arrays, *outs[:j])):
+                raise ShapeError(f"output buffer {j} overlaps an input or another output")
+        self._invoke(arrays, outs, dims)
+        return outs
+
+    def _bind(self, inputs: list) -> tuple:
+        """The inputs converted (or refused), the symbols' values and the output shapes."""
         if len(inputs) != len(self.arg_types):
             raise ShapeError(f"the compiled function takes {len(self.arg_types)} inputs, got {len(inputs)}")
         arrays = []
@@ -130,13 +158,13 @@ class CpuFunction:
             arrays.append(a)
         dims = tuple(arrays[i].shape[ax] for i, ax in self._binders)
         if self._static:
-            shapes = self._out_static
-        else:
-            env = dict(zip(self.program.symbols, dims))
-            self._check_sizes(arrays, env)
-            shapes = [s if s is not None else tuple(evaluate(d, env) for d in t.shape)
-                      for s, t in zip(self._out_static, self.out_types)]
-        outs = [np.empty(s, dt) for s, dt in zip(shapes, self._out_dtypes)]
+            return arrays, dims, self._out_static
+        env = dict(zip(self.program.symbols, dims))
+        self._check_sizes(arrays, env)
+        return arrays, dims, [s if s is not None else tuple(evaluate(d, env) for d in t.shape)
+                              for s, t in zip(self._out_static, self.out_types)]
+
+    def _invoke(self, arrays: list, outs: list, dims: tuple) -> None:
         state = self._thread_state()
         arena = self._arena(state, dims)
         args, out_ptrs = state.args, state.outs
@@ -149,7 +177,6 @@ class CpuFunction:
         rc = self._entry(args, out_ptrs, state.dims, arena, self._const_ptrs)
         if rc != 0:
             raise CuvilError(f"compiled function failed with code {rc}")
-        return outs
 
     def _prepare(self, i: int, x) -> np.ndarray:
         t = self.arg_types[i]

@@ -67,9 +67,10 @@ def extension():
 
 
 def caller(lib: ctypes.CDLL, const_ptrs, arg_types: list, out_types: list, symbols: list, binders: list,
-           constraints: list, error: type):
-    """A `Caller` for one compiled library: `caller(*arrays)` returns the outputs, or None when an input does not
-    match the signature exactly (the Python path then converts or raises). None without the extension."""
+           constraints: list, error: type, prefix: str = "cuvil_"):
+    """A `Caller` for one compiled library (its entry named `prefix` main): `caller(*arrays)` returns the outputs,
+    or None when an input does not match the signature exactly (the Python path then converts or raises). None
+    without the extension."""
     ext = extension()
     if ext is None:
         return None
@@ -80,7 +81,8 @@ def caller(lib: ctypes.CDLL, const_ptrs, arg_types: list, out_types: list, symbo
     dtypes = [t.dtype.numpy for t in (*arg_types, *out_types)]
     ranks = [t.rank for t in (*arg_types, *out_types)]
     address = functools.partial(ctypes.cast, typ=ctypes.c_void_p)
-    return ext.Caller(address(lib.cuvil_main).value, address(lib.cuvil_arena_bytes).value,
+    entry, arena = (address(getattr(lib, prefix + name)).value for name in ("main", "arena_bytes"))
+    return ext.Caller(entry, arena,
                       ctypes.addressof(const_ptrs), len(arg_types), dtypes, ranks, len(symbols),
                       np.asarray(code, np.int64).tobytes(), error, POOL_BYTES)
 

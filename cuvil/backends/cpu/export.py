@@ -1,0 +1,131 @@
+"""Writing CPU executables into one `.cuv` (docs/artifact.md): their code as one self-contained shared object
+(standalone.py), their constants stored once and raw, their signatures and check programs, their IR.
+
+Both `cuvil.export` and the artifact cache write through `write`; both read through `cuvil.runtime.load`.
+"""
+from __future__ import annotations
+
+import json
+import time
+import zlib
+
+import numpy as np
+
+from ...ir.fingerprint import fingerprint
+from ...ir.printer import print_module
+from ...ir.core import Module
+from ...ir import serialize
+from ...runtime import container, entries, host
+from . import codegen, fastcall, standalone
+
+
+class _Entry:
+    """One executable taken apart: its generated C, constants, saved prepared buffers and signature."""
+
+    def __init__(self, exe, route: dict):
+        run = exe._run
+        program = run.program
+        if getattr(program, "source", None) is None:  # loaded from a file: generate its C again from the IR
+            program = codegen.generate(exe.module)
+        self.exe, self.route, self.run, self.program = exe, route, run, program
+        self.consts = run._consts[:len(program.constants)]
+        self.prepared = {j: run.prepared[j] for j, keep in enumerate(program.prepared_saved)
+                         if keep and j < len(run.prepared)}
+
+    def meta(self, prefix: str, layout: dict) -> dict:
+        run, program = self.run, self.program
+        names = self.route.get("names") or [a.name for a in program.function.args]
+        out_names = self.route.get("output_names") or [f"output_{j}" for j in range(len(run.out_types))]
+        checks = fastcall.check_program(run.arg_types, run.out_types, program.symbols, run._binders,
+                                        run._constraints)
+        return {
+            "prefix": prefix, "fingerprint": fingerprint(self.exe.module),
+            "inputs": [_param(n, t) for n, t in zip(names, run.arg_types)],
+            "outputs": [_param(n, t) for n, t in zip(out_names, run.out_types)],
+            "symbols": list(program.symbols), "constraints": [[str(a), str(b)] for a, b in run._constraints],
+            "arena_bytes": _arena_text(program.plan.slots),
+            "constants": [{"name": n, "dtype": _dtype(a), "shape": list(a.shape), **layout["consts"][_key(a)]}
+                          for n, a in zip(program.constants, self.consts)],
+            "prepared": [{"index": j, **layout["prepared"][_key(a)]} for j, a in self.prepared.items()],
+            "checks": checks, "route": self.route, "pass_timings": self.exe.pass_timings,
+            "metadata": self.exe.module.metadata,
+        }
+
+    def ir_text(self) -> str:
+        view = Module()
+        view.functions = self.exe.module.functions
+        view.constants = dict(zip(self.program.constants, self.consts))
+        return print_module(view, elide_constants_over=serialize._INLINE_MAX_ELEMENTS)
+
+
+def write(path, executables: dict, include_c: bool = False) -> None:
+    """Write `{entry name: (Executable, route data)}` into one `.cuv` at `path` (atomically)."""
+    parts = {name: _Entry(exe, route) for name, (exe, route) in executables.items()}
+    for name in parts:
+        if not entries.NAME.match(name):
+            raise ValueError(f"entry name {name!r} must match [A-Za-z_][A-Za-z0-9_]* (at most 63 characters)")
+    consts, const_layout = _pack([a for p in parts.values() for a in p.consts])
+    prepared, prep_layout = _pack([a for p in parts.values() for a in p.prepared.values()])
+    layout = {"consts": const_layout, "prepared": prep_layout}
+    metas = {name: p.meta(standalone.entry_prefix(k), layout) for k, (name, p) in enumerate(parts.items())}
+    features = host.feature_bits()  # code built with -march=native needs what this CPU has
+    meta = {"format": 1, "cuvil_version": _version(), "target": "cpu", "triple": host.triple(),
+            "features": host.names(features), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "entries": metas}
+    sources = [p.program.source for p in parts.values()]
+    sections = [container.Section("meta", [json.dumps(meta).encode()]),
+                container.Section("entries", [entries.format_entries(metas).encode()]),
+                container.Section("native", [standalone.build(sources)], features=features)]
+    if consts:
+        sections.append(container.Section("consts", consts))
+    if prepared:
+        sections.append(container.Section("prepared", prepared))
+    ir = {name: p.ir_text() for name, p in parts.items()}
+    sections.append(container.Section("ir", [zlib.compress(json.dumps(ir).encode())], container.ZLIB))
+    if include_c:
+        csrc = {name: src for name, src in zip(parts, sources)}
+        sections.append(container.Section("csrc", [zlib.compress(json.dumps(csrc).encode())], container.ZLIB))
+    container.write(path, sections, host.triple(), features)
+
+
+def _pack(arrays: list) -> tuple:
+    """The section's parts (each array once, 64-byte aligned, raw) and where each array lies."""
+    parts, layout, at = [], {}, 0
+    for a in arrays:
+        key = _key(a)
+        if key in layout:
+            continue
+        pad = container.align(at) - at
+        if pad:
+            parts.append(b"\0" * pad)
+        raw = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+        layout[key] = {"offset": at + pad, "nbytes": int(raw.nbytes)}
+        parts.append(raw)
+        at += pad + raw.nbytes
+    return parts, layout
+
+
+def _key(a: np.ndarray) -> tuple:
+    """The same memory is stored once (a weight shared by several entries or signatures)."""
+    return (a.__array_interface__["data"][0], a.nbytes, a.dtype.str, a.shape)
+
+
+def _param(name: str, t) -> dict:
+    return {"name": name, "dtype": str(t.dtype), "shape": [d if isinstance(d, int) else str(d) for d in t.shape]}
+
+
+def _dtype(a: np.ndarray) -> str:
+    from ...ir.dtypes import DType
+
+    return next(str(d) for d in DType if d.numpy == a.dtype)
+
+
+def _arena_text(slots: list) -> str:
+    """The memory plan's size as text (the native `arena_bytes` adds per-op scratch and is what loaders use)."""
+    return " + ".join(f"max({', '.join(map(str, s))})" if len(s) > 1 else str(s[0]) for s in slots if s) or "0"
+
+
+def _version() -> str:
+    import cuvil
+
+    return cuvil.__version__

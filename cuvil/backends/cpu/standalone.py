@@ -1,0 +1,63 @@
+"""The self-contained shared object of a `.cuv` (docs/artifact.md, "The native code's ABI"): every entry's
+generated C with its own prefix, the kernel library compiled -fPIC into the same link, and a version script
+that exports only the entries, `cuvil_abi_version`, `cuvil_last_error` and `cuvil_set_num_threads`.
+
+In-process compilation does not go through here (it links the model against the loaded kernel library, see
+backend.py); export and the artifact cache do. Every object file is cached by the toolchain like a library.
+"""
+from __future__ import annotations
+
+import subprocess
+import tempfile
+from pathlib import Path
+
+from . import backend, kernels, toolchain
+
+ENTRY_SYMBOLS = ("main", "arena_bytes", "packed_count", "packed_bytes", "prepare")
+LIBRARY_SYMBOLS = ("cuvil_abi_version", "cuvil_last_error", "cuvil_set_num_threads")
+
+
+def entry_prefix(k: int) -> str:
+    return f"cuvil_e{k}_"
+
+
+def prefixed(source: str, prefix: str) -> str:
+    """Generated C whose entry points (`cuvil_main`, ...) are named `PREFIX main`, ...: by macros, so the code
+    generator stays as it is."""
+    return "".join(f"#define cuvil_{s} {prefix}{s}\n" for s in ENTRY_SYMBOLS) + source
+
+
+def build(sources: list, opt_level: int | None = None) -> bytes:
+    """The shared object's bytes for the generated C `sources` (entry k gets `entry_prefix(k)`)."""
+    level = backend.opt_level() if opt_level is None else opt_level
+    objects = [_object(prefixed(src, entry_prefix(k)), "entry", level, backend.model_flags())
+               for k, src in enumerate(sources)]
+    kernel_src = "".join(f'#include "{name}"\n' for name in kernels.SOURCES)
+    objects.append(_object(kernel_src, "kernels", level, ()))
+    objects.append(_object((backend.runtime_dir() / "cuvil_export.c").read_text(), "export", level, ()))
+    return _link(objects, [entry_prefix(k) for k in range(len(sources))])
+
+
+def _object(source: str, name: str, opt_level: int, extra: tuple) -> Path:
+    """An object file compiled -fPIC from `source`, in the toolchain's cache (its entry calls it lib.so)."""
+    flags = tuple(f for f in toolchain.compile_flags(opt_level, extra) if f != "-shared") + ("-c",)
+    folders = [backend.runtime_dir(), kernels.include_dir()]
+    depends = [backend.runtime_dir() / "cuvil_rt.h"] + [kernels.include_dir() / h for h in
+                                                        kernels.SOURCES + kernels.HEADERS]
+    return toolchain.build_library(source, name=f"obj-{name}", flags=flags, include_dirs=folders,
+                                   depends=depends).path
+
+
+def _link(objects: list, prefixes: list) -> bytes:
+    """Link with `--no-undefined` (anything not in the objects, libc, libm or libgomp fails here, not at load)."""
+    compiler = toolchain.find_compiler()
+    exported = "".join(f"{p}{s};" for p in prefixes for s in ENTRY_SYMBOLS) + "".join(f"{s};" for s in LIBRARY_SYMBOLS)
+    with tempfile.TemporaryDirectory(prefix="cuvil-link-") as tmp:
+        script, out = Path(tmp) / "exports.map", Path(tmp) / "model.so"
+        script.write_text(f"{{ global: {exported} local: *; }};\n")
+        cmd = [compiler.path, "-shared", "-fopenmp", "-o", str(out), *map(str, objects), "-lm",
+               f"-Wl,--version-script={script}", "-Wl,--no-undefined", "-Wl,-z,noexecstack", "-Wl,--as-needed"]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise toolchain.CompileError(f"linking the exported library failed: {' '.join(cmd)}\n{done.stderr}")
+        return out.read_bytes()

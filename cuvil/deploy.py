@@ -1,0 +1,84 @@
+"""`cuvil.export`: anything Cuvil compiled, written to a `.cuv` file that `cuvil.load` (cuvil/runtime) runs with no
+frontend, pass or compiler (docs/artifact.md).
+
+    >>> import numpy as np, cuvil, tempfile, os
+    >>> @cuvil.jit
+    ... def affine(x, w):
+    ...     return x @ w + 1.0
+    >>> path = os.path.join(tempfile.mkdtemp(), "affine.cuv")
+    >>> x, w = np.ones((2, 3), np.float32), np.ones((3, 4), np.float32)
+    >>> cuvil.export(affine, path, example_inputs=(x, w))
+    >>> cuvil.load(path)(x, w).tolist()
+    [[4.0, 4.0, 4.0, 4.0], [4.0, 4.0, 4.0, 4.0]]
+"""
+from __future__ import annotations
+
+import os
+
+from .compiler import Executable
+from .errors import UnsupportedError
+
+
+def export(obj, path, target: str = "cpu", *, entry: str = "main", example_inputs=None,
+           include_c: bool = False) -> None:
+    """Write `obj` to `path` as a `.cuv`: a `@cuvil.jit` function (every signature compiled so far, or those of
+    `example_inputs`: a tuple of arguments, or a list of such tuples), a `cuvil.compile`d torch module, an optimised
+    ONNX model (`load_onnx(p).optimize()`), a `cuvil.Executable`, or `{entry name: obj}` for several entry points.
+    `include_c` adds the generated C (`cuvil inspect --c` prints it)."""
+    if target != "cpu":
+        raise UnsupportedError(f"cuvil.export: target {target!r} is not supported yet (only 'cpu')")
+    from .backends.cpu import export as cpu_export
+
+    named = obj if isinstance(obj, dict) else {entry: obj}
+    executables: dict = {}
+    for name, item in named.items():
+        variants = _executables(item, example_inputs if not isinstance(obj, dict) else None)
+        for k, (exe, route) in enumerate(variants):
+            if exe.target != "cpu":
+                raise UnsupportedError(f"cuvil.export: {name!r} was compiled for {exe.target!r}, not 'cpu'")
+            executables[name if k == 0 else f"{name}__{k}"] = (exe, {**route, **({"variant_of": name} if k else {})})
+    cpu_export.write(os.fspath(path), executables, include_c=include_c)
+
+
+def _executables(obj, example_inputs) -> list:
+    """[(Executable, route data)] of one exported object, one per compiled signature."""
+    if isinstance(obj, Executable):
+        return [(obj, {"kind": "ir"})]
+    if getattr(obj, "_cuvil_jit", False):
+        return _jit(obj, example_inputs)
+    exe = getattr(obj, "executable", None)
+    if isinstance(exe, Executable) and hasattr(obj, "signature"):  # a cuvil.compile'd torch module
+        out_spec = obj.signature.out_spec
+        single = out_spec.num_leaves == 1 and out_spec.num_children == 0
+        return [(exe, {"kind": "torch", "torch": True, "single": single})]
+    if isinstance(exe, Executable) and hasattr(obj, "inputs"):  # an optimised ONNX model
+        return [(exe, {"kind": "onnx", "names": [s.name for s in obj.inputs],
+                       "output_names": [s.name for s in obj.outputs]})]
+    if hasattr(obj, "optimize") and hasattr(obj, "inputs"):
+        raise UnsupportedError("cuvil.export: an ONNX model is exported once optimised: "
+                               "cuvil.export(cuvil.load_onnx(path).optimize(), ...)")
+    raise UnsupportedError(f"cuvil.export cannot export a {type(obj).__name__}: give a @cuvil.jit function, a "
+                           "cuvil.compile'd module, an optimised ONNX model or a cuvil.Executable")
+
+
+def _jit(fn, example_inputs) -> list:
+    if example_inputs is not None:
+        calls = example_inputs if isinstance(example_inputs, list) else [example_inputs]
+        compiled = [fn._compile_for(tuple(args) if isinstance(args, (tuple, list)) else (args,), {})[1]
+                    for args in calls]
+    else:
+        compiled = [fn._cache[k] for k in fn.signatures]
+    compiled = [c for c in compiled if hasattr(c, "executable")]
+    if not compiled:
+        raise UnsupportedError(f"cuvil.export: {fn.__wrapped__.__qualname__} has no compiled signature; call it "
+                               "once or give example_inputs=")
+    return [(c.executable, _jit_route(c)) for c in compiled]
+
+
+def _jit_route(c) -> dict:
+    from .frontends.python.jitfunction import OUTPUT
+
+    if any(s is not OUTPUT for s in c.static):
+        raise UnsupportedError("cuvil.export: this function returns Python values beside its tensors; a .cuv "
+                               "entry returns tensors only")
+    return {"kind": "jit", "torch": c.mode == "torch", "single": c.structure is None}

@@ -1,0 +1,203 @@
+"""The `.cuv` container (docs/artifact.md): a 128-byte header, a table of sections with their SHA-256, and the
+sections, each 64-byte aligned. This module knows bytes only, not models: `write` lays sections out and
+`Container` maps a file and checks it in the order the doc lists ("What a loader checks").
+
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "demo.cuv")
+    >>> write(path, [Section("meta", [b"{}"]), Section("note", [b"hello"])], "x86_64-linux-gnu", 0)
+    >>> c = Container.open(path)
+    >>> bytes(c.data("note"))
+    b'hello'
+"""
+from __future__ import annotations
+
+import hashlib
+import mmap
+import os
+import struct
+import tempfile
+import zlib
+from dataclasses import dataclass
+
+from ..errors import ArtifactError
+
+MAGIC = b"\x89CUV\r\n\x1a\n"
+VERSION = 1
+HEADER = struct.Struct("<8sIIQIIQQ32s32s12s")  # magic ... zero: the 124 bytes the CRC covers
+ROW = struct.Struct("<16sQQ32sIIQ16s")  # one section: name offset size sha256 flags zero features zero; 96 bytes
+HEADER_SIZE, ROW_SIZE, ALIGN, MAX_SECTIONS = 128, 96, 64, 64
+ZLIB = 1  # section flag bit 0
+REQUIRED = ("meta", "entries", "native")
+COMPRESSIBLE = ("ir", "csrc")  # the only sections a loader inflates; every other must be stored raw
+CHUNK = 1 << 24
+
+
+@dataclass
+class Section:
+    """A section to write: its bytes as a list of buffers (written one after another, never joined in memory)."""
+    name: str
+    parts: list
+    flags: int = 0
+    features: int = 0
+
+    @property
+    def size(self) -> int:
+        return sum(memoryview(p).nbytes for p in self.parts)
+
+
+@dataclass
+class Row:
+    """A section as the table describes it."""
+    name: str
+    offset: int
+    size: int
+    sha256: bytes
+    flags: int
+    features: int
+
+
+def align(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+def write(path, sections: list, triple: str, required_features: int) -> None:
+    """Write a `.cuv` atomically (a temporary file beside `path`, then one rename)."""
+    offset = align(HEADER_SIZE + ROW_SIZE * len(sections))
+    rows = []
+    for s in sections:
+        digest = hashlib.sha256()
+        for p in s.parts:
+            digest.update(p)
+        rows.append(Row(s.name, offset, s.size, digest.digest(), s.flags, s.features))
+        offset = align(offset + s.size)
+    table = b"".join(ROW.pack(_name(r.name), r.offset, r.size, r.sha256, r.flags, 0, r.features, b"") for r in rows)
+    end = rows[-1].offset + rows[-1].size if rows else HEADER_SIZE + len(table)
+    head = HEADER.pack(MAGIC, VERSION, HEADER_SIZE, end, len(rows), 0, HEADER_SIZE, required_features,
+                       triple.encode().ljust(32, b"\0"), hashlib.sha256(table).digest(), b"")
+    head += struct.pack("<I", zlib.crc32(head))
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".cuv-", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(head + table)
+            for s, r in zip(sections, rows):
+                f.write(b"\0" * (r.offset - f.tell()))
+                for p in s.parts:
+                    f.write(p)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def _name(name: str) -> bytes:
+    raw = name.encode("ascii")
+    if not raw or len(raw) > 16 or b"\0" in raw:
+        raise ValueError(f"section name {name!r} must be 1-16 ASCII characters")
+    return raw.ljust(16, b"\0")
+
+
+class Container:
+    """A mapped `.cuv` whose header and table passed checks 1 and 2 (`open`); sections are checked on request."""
+
+    def __init__(self, buf, path: str, rows: dict, triple: str, required_features: int):
+        self.buf, self.path, self.rows = buf, path, rows
+        self.triple, self.required_features = triple, required_features
+
+    @classmethod
+    def open(cls, path) -> "Container":
+        path = os.fspath(path)
+        try:
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if size < HEADER_SIZE:
+                    raise ArtifactError(f"{path}: {size} bytes is too short for a .cuv file (the header is 128)")
+                buf = memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+        except OSError as e:
+            raise ArtifactError(f"{path}: cannot read the file: {e}") from e
+        return cls.from_buffer(buf, path)
+
+    @classmethod
+    def from_buffer(cls, buf, path: str = "<memory>") -> "Container":
+        if len(buf) < HEADER_SIZE:
+            raise ArtifactError(f"{path}: {len(buf)} bytes is too short for a .cuv file (the header is 128)")
+        fields = HEADER.unpack_from(buf, 0)
+        magic, version, header_size, file_size, count, flags, table_at, features, triple, table_sha = fields[:10]
+        if magic != MAGIC:
+            raise ArtifactError(f"{path}: not a .cuv file (wrong magic {bytes(magic)!r})")
+        if version > VERSION:
+            raise ArtifactError(f"{path}: format version {version} is newer than this loader's ({VERSION})")
+        (crc,) = struct.unpack_from("<I", buf, 124)
+        if crc != zlib.crc32(buf[:124]):
+            raise ArtifactError(f"{path}: the header's CRC does not match (a corrupt header)")
+        if file_size != len(buf):
+            raise ArtifactError(f"{path}: the header says {file_size} bytes, the file has {len(buf)} (truncated?)")
+        if version < 1 or header_size != HEADER_SIZE or flags or count > MAX_SECTIONS or any(fields[10]):
+            raise ArtifactError(f"{path}: a malformed header (version {version}, size {header_size}, flags {flags}, "
+                                f"{count} sections)")
+        rows = _rows(buf, path, table_at, count, table_sha)
+        return cls(buf, path, rows, _ascii(triple, path, "target triple"), features)
+
+    def data(self, name: str, check: bool = True) -> memoryview:
+        """A section's stored bytes (a view of the mapping), its SHA-256 checked unless `check=False`."""
+        row = self.rows[name]
+        view = self.buf[row.offset:row.offset + row.size]
+        if check:
+            self.check(name)
+        return view
+
+    def check(self, name: str) -> None:
+        row = self.rows[name]
+        if sha256(self.buf[row.offset:row.offset + row.size]) != row.sha256:
+            raise ArtifactError(f"{self.path}: section {name!r} does not match its SHA-256 (corrupt)")
+
+    def inflated(self, name: str) -> bytes:
+        """A compressed section's content."""
+        try:
+            return zlib.decompress(self.data(name))
+        except zlib.error as e:
+            raise ArtifactError(f"{self.path}: section {name!r} does not decompress: {e}") from e
+
+
+def sha256(view) -> bytes:
+    """SHA-256 in 16 MB steps (each releases the GIL, so a background check runs beside the caller's work)."""
+    h = hashlib.sha256()
+    for start in range(0, len(view), CHUNK):
+        h.update(view[start:start + CHUNK])
+    return h.digest()
+
+
+def _rows(buf, path: str, table_at: int, count: int, table_sha: bytes) -> dict:
+    """Check 2: the table inside the file and matching its SHA-256, each section inside, aligned, apart."""
+    end = table_at + ROW_SIZE * count
+    if table_at < HEADER_SIZE or end > len(buf):
+        raise ArtifactError(f"{path}: the section table ({count} rows at {table_at}) lies outside the file")
+    if hashlib.sha256(buf[table_at:end]).digest() != table_sha:
+        raise ArtifactError(f"{path}: the section table does not match its SHA-256 (corrupt)")
+    rows: dict = {}
+    for k in range(count):
+        raw, offset, size, digest, flags, zero, features, rest = ROW.unpack_from(buf, table_at + k * ROW_SIZE)
+        name = _ascii(raw, path, f"section {k}'s name")
+        if not name or name in rows or zero or any(rest) or flags & ~ZLIB:
+            raise ArtifactError(f"{path}: section {k} ({name!r}) is malformed (empty or repeated name, bad flags)")
+        if offset % ALIGN or offset < end or offset + size > len(buf):
+            raise ArtifactError(f"{path}: section {name!r} ({size} bytes at {offset}) is not 64-byte aligned inside "
+                                "the file after the table")
+        if flags & ZLIB and name not in COMPRESSIBLE:
+            raise ArtifactError(f"{path}: section {name!r} must not be compressed")
+        rows[name] = Row(name, offset, size, bytes(digest), flags, features)
+    spans = sorted((r.offset, r.offset + r.size, r.name) for r in rows.values())
+    for (_, a_end, a), (b_start, _, b) in zip(spans, spans[1:]):
+        if b_start < a_end:
+            raise ArtifactError(f"{path}: sections {a!r} and {b!r} overlap")
+    missing = [n for n in REQUIRED if n not in rows]
+    if missing:
+        raise ArtifactError(f"{path}: required section(s) {', '.join(missing)} missing")
+    return rows
+
+
+def _ascii(raw: bytes, path: str, what: str) -> str:
+    text = bytes(raw).rstrip(b"\0")
+    if b"\0" in text or any(c < 0x20 or c > 0x7e for c in text):
+        raise ArtifactError(f"{path}: the {what} is not ASCII text")
+    return text.decode()
