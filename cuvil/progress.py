@@ -19,6 +19,7 @@ import time
 from typing import Optional
 
 _active: Optional["Display"] = None  # the display the command line opened, if any (one per process)
+DELAY, INTERVAL = 1.0, 0.2  # seconds before the line appears; between redraws
 
 
 class Display:
@@ -82,13 +83,15 @@ def _is_terminal(stream) -> bool:
 
 
 @contextlib.contextmanager
-def display(what: str, stream=None, delay: float = 1.0, interval: float = 0.2):
-    """Show the progress of the compiles inside the block on `stream` (stderr); nested blocks use the outer one."""
+def display(what: str, stream=None, delay: Optional[float] = None, interval: Optional[float] = None):
+    """Show the progress of the compiles inside the block on `stream` (stderr) after `delay` seconds (`DELAY`);
+    nested blocks use the outer one."""
     global _active
     if _active is not None:
         yield _active
         return
-    shown = Display(what, stream if stream is not None else sys.stderr, delay)
+    shown = Display(what, stream if stream is not None else sys.stderr, DELAY if delay is None else delay)
+    interval = INTERVAL if interval is None else interval
     stop = threading.Event()
     ticker = threading.Thread(target=_tick, args=(shown, stop, interval), daemon=True, name="cuvil-progress")
     _active = shown

@@ -14,6 +14,7 @@ Errors in what the user gave (a bad file, a missing input, an unsupported option
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from ..errors import CuvilError
@@ -132,6 +133,9 @@ def main(argv=None) -> int:
         args.dynamic = [d for group in args.dynamic for d in group]
     try:
         return args.run(args)
+    except BrokenPipeError:  # the reader went away (`cuvil inspect --c | head`): stop quietly
+        sys.stdout = open(os.devnull, "w")
+        return 0
     except (CuvilError, OSError) as e:
         print(f"cuvil {args.command}: error: {e}", file=sys.stderr)
         return 1

@@ -3,10 +3,10 @@ interface (its inputs, a call by input name, its IR and C, its metadata, a threa
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import sys
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 
@@ -87,10 +87,21 @@ class CuvSource(Source):
         return [p.name for p in self.function.outputs]
 
     def signatures(self) -> list:
-        return [describe(self.artifact.function(name)) for name in self.artifact.entries]
+        lines = []
+        for name in self.artifact.entries:
+            e = self.artifact.metadata["entries"][name]
+            consts = e.get("constants", [])
+            lines += [describe(self.artifact.function(name)),
+                      f"  {len(consts)} constant(s), {sum(c['nbytes'] for c in consts):,} bytes; workspace "
+                      f"{e.get('arena_bytes', '?')} bytes; from {e.get('route', {}).get('kind', '?')}"]
+        return lines
 
     def metadata(self) -> dict:
-        return dict(self.artifact.metadata)
+        """The `meta` section but its entries (`signatures` prints those)."""
+        meta = {k: v for k, v in self.artifact.metadata.items() if k != "entries"}
+        if isinstance(meta.get("features"), list):
+            meta["features"] = " ".join(meta["features"])
+        return meta
 
     def ir(self) -> str:
         return self._section("ir", "the IR")
@@ -99,10 +110,14 @@ class CuvSource(Source):
         return self._section("csrc", "the generated C (export with include_c=True or `cuvil compile --c`)")
 
     def _section(self, name: str, what: str) -> str:
-        text = self.artifact.text(name) if hasattr(self.artifact, "text") else None
-        if text is None:
+        """Each entry's text from the `ir` or `csrc` section (zlib-compressed JSON {entry: text})."""
+        from ..runtime.container import Container
+
+        container = Container.open(self.path)
+        if name not in container.rows:
             raise CuvilError(f"{self.path} does not hold {what}")
-        return text
+        texts = json.loads(container.inflated(name))
+        return "\n".join(f"// entry {entry}\n{text}" if len(texts) > 1 else text for entry, text in texts.items())
 
     def set_num_threads(self, n: int) -> None:
         self.function.set_num_threads(n)
@@ -296,7 +311,7 @@ def load_function(model: str):
 
 
 def _defined_here(value, module_name: str) -> bool:
-    return getattr(value, "_cuvil_jit", False) or (callable(value) and getattr(value, "__module__", None) == module_name)
+    return callable(value) and getattr(value, "__module__", None) == module_name
 
 
 def generated_c(module) -> str:

@@ -20,8 +20,7 @@ from typing import Optional
 
 from ..errors import CuvilError, ShapeError, UnsupportedError
 from ..ir.symbolic import parse_dim
-from . import nd
-from .nd import NDArray, as_numpy
+from .nd import DEVICES, NDArray, as_numpy, numpy_dtype
 from .pool import MemoryPool
 
 
@@ -30,9 +29,9 @@ class Runtime:
 
     def __init__(self, device: str = "cpu", memory_pool_size_mb: Optional[float] = None,
                  num_threads: Optional[int] = None, enable_async: bool = False):
-        if device not in nd.DEVICES:
+        if device not in DEVICES:
             raise UnsupportedError(f"Runtime: device {device!r} is not supported yet "
-                                   f"(supported: {', '.join(nd.DEVICES)})")
+                                   f"(supported: {', '.join(DEVICES)})")
         self.device = device
         cap = None if memory_pool_size_mb is None else int(memory_pool_size_mb * (1 << 20))
         self.pool = MemoryPool(cap)
@@ -47,7 +46,7 @@ class Runtime:
     # -- loading -------------------------------------------------------------------------------------------------
     def load_executable(self, path) -> "LoadedExecutable":
         """Open a `.cuv` file (checked in full before any of its code runs; see docs/artifact.md)."""
-        from . import load
+        from .artifact import load
 
         exe = LoadedExecutable(self, load(path))
         self._executables.append(exe)
@@ -204,7 +203,7 @@ class RuntimeFunction:
             env = {s: arrays[i].shape[ax] for s, (i, ax) in self._sites.items()}
             return [as_numpy(b) if b is not None else
                     self.runtime.pool.take([d if isinstance(d, int) else d.evaluate(env) for d in dims],
-                                           nd.numpy_dtype(p.dtype))
+                                           numpy_dtype(p.dtype))
                     for b, dims, p in zip(bound, self._out_dims, self.outputs)]
         except (IndexError, KeyError, AttributeError):
             if any(b is not None for b in bound):
