@@ -25,7 +25,7 @@ from .profiler import profile as profile  # noqa: F401 (public: cuvil.profile)
 from .runtime import load, nd
 from .ops import register_op
 
-__version__ = "0.1.0"
+from .version import __version__  # noqa: F401 (public: cuvil.__version__)
 
 
 def __getattr__(name: str):

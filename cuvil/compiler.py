@@ -85,9 +85,7 @@ def compile_module(module: Module, target: str = "cpu", passes: Iterable = (), l
         from .backends.cpu.executable import CpuFunction
 
         program, lib = build_library(module)
-        exe = Executable(module, target, CpuFunction(program, lib, module.constants), dict(manager.timings))
-        exe.library_path = lib._name  # what the artifact cache copies
-        return exe
+        return Executable(module, target, CpuFunction(program, lib, module.constants), dict(manager.timings))
     return Executable(module, target, lambda inputs: interpret(module, inputs), dict(manager.timings))
 
 

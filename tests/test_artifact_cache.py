@@ -12,7 +12,8 @@ import pytest
 
 import cuvil
 from cuvil.cache import keys, store
-from cuvil.cache.onnx import CompiledOnnxModel, LazyOnnxModel
+from cuvil.frontends.onnx_cache import CompiledOnnxModel, LazyOnnxModel
+from cuvil.runtime import container, host
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
@@ -20,8 +21,16 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@pytest.fixture(scope="session")
+def compiled_code(tmp_path_factory):
+    """The C compiler's cache, shared by this file's tests (each has its own artifact cache)."""
+    return tmp_path_factory.mktemp("cpu")
+
+
 @pytest.fixture
-def cache(tmp_path, monkeypatch):
+def cache(tmp_path, monkeypatch, compiled_code):
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "cpu").symlink_to(compiled_code)
     monkeypatch.setenv("CUVIL_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("CUVIL_ARTIFACT_CACHE", "1")
     return tmp_path / "cache"
@@ -39,7 +48,7 @@ def _onnx_file(folder, seed: int = 0):
 
 
 def _entries(cache) -> list:
-    return [p for p in (cache / "artifacts").glob("*") if p.is_dir() and (p / store.IR_FILE).exists()]
+    return sorted((cache / "artifacts").glob("*.cuv"))
 
 
 def test_onnx_warm_start_runs_no_frontend_and_no_pass(cache, tmp_path, monkeypatch):
@@ -166,34 +175,56 @@ def test_the_key_of_a_set_attribute_is_the_same_in_every_process():
     assert len(keys_seen) == 1 and "None" not in keys_seen
 
 
-@pytest.mark.parametrize("target", [store.IR_FILE, store.LIB_FILE])
-def test_a_corrupt_entry_is_detected_and_rebuilt(cache, tmp_path, target):
+def _flip(path, at: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[at] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("where", ["header", "table", "meta", "entries", "native", "consts", "ir"])
+def test_flipped_bytes_in_any_part_of_an_entry_are_a_miss_that_is_rebuilt(cache, tmp_path, where):
     path, w = _onnx_file(tmp_path)
     cuvil.load_onnx(path).optimize()
     (entry,) = _entries(cache)
-    data = bytearray((entry / target).read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    (entry / target).write_bytes(bytes(data))
+    rows = container.Container.open(entry).rows
+    at = {"header": 40, "table": 128 + 20}.get(where) or rows[where].offset + rows[where].size // 2
+    _flip(entry, at)
     again = cuvil.load_onnx(path).optimize()
-    assert again.executable.cache == "miss"  # detected, deleted, compiled and saved anew
     x = np.ones((3, 4), np.float32)
-    np.testing.assert_allclose(again(x)[0], np.maximum(x @ w, 0), rtol=1e-6)
+    np.testing.assert_allclose(again(x)[0], np.maximum(x @ w, 0), rtol=1e-6)  # never the corrupt entry's answer
+    # detected at load (a miss), or for the constants and the IR at the first call (rebuilt there)
+    assert again.executable.cache == "miss" and "func" in cuvil.inspect_ir(again)
     assert cuvil.load_onnx(path).optimize().executable.cache == "hit"
+
+
+def test_swapped_stat_records_give_each_model_its_own_code(cache, tmp_path, monkeypatch):
+    monkeypatch.setattr(keys, "RACY_S", -1.0)  # record the digests of files written just now
+    (path_a, w_a), (path_b, w_b) = _onnx_file(tmp_path, 0), _onnx_file(tmp_path, 1)
+    for p in (path_a, path_b):
+        cuvil.load_onnx(p).optimize()
+        cuvil.load_onnx(p).optimize()
+    records = sorted((cache / "artifacts" / "stat").glob("*.digest"))
+    assert len(records) == 2
+    texts = [r.read_text() for r in records]
+    records[0].write_text(texts[1])
+    records[1].write_text(texts[0])
+    x = np.ones((2, 4), np.float32)
+    for p, w in ((path_a, w_a), (path_b, w_b)):
+        model = cuvil.load_onnx(p).optimize()
+        np.testing.assert_allclose(model(x)[0], np.maximum(x @ w, 0), rtol=1e-6)
 
 
 def test_a_passing_load_error_keeps_the_entry(cache, tmp_path, monkeypatch):
     path, w = _onnx_file(tmp_path)
     seen, real_load = [], store.load
-    monkeypatch.setattr(store, "load", lambda key: seen.append(key) or real_load(key))
+    monkeypatch.setattr(store, "load", lambda key, rebuild=None: seen.append(key) or real_load(key))
     cuvil.load_onnx(path).optimize()
     (entry,) = _entries(cache)
-    from cuvil.backends.cpu import kernels
-
     def busy(*args):
         raise OSError(24, "Too many open files")
 
     with monkeypatch.context() as m:
-        m.setattr(kernels, "load", busy)
+        m.setattr(host, "dlopen", busy)
         assert real_load(seen[0]) is None
     assert _entries(cache) == [entry]
     assert cuvil.load_onnx(path).optimize().executable.cache == "hit"
@@ -201,14 +232,13 @@ def test_a_passing_load_error_keeps_the_entry(cache, tmp_path, monkeypatch):
 
 def test_a_failed_save_publishes_nothing(cache, tmp_path, monkeypatch):
     path, _ = _onnx_file(tmp_path)
-    from cuvil.ir import serialize
-
-    def disk_full(*args):
+    def disk_full(f, *args):
+        f.write(b"half an entry")
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(serialize, "save", disk_full)
+    monkeypatch.setattr(container, "_write_sections", disk_full)
     assert cuvil.load_onnx(path).optimize().executable.cache == "miss"
-    assert not _entries(cache) and not [p for p in (cache / "artifacts").glob(".*") if p.is_dir()]
+    assert not _entries(cache) and not list((cache / "artifacts").glob(".*"))
 
 
 def test_concurrent_writers_publish_one_valid_entry(cache, tmp_path):
@@ -235,14 +265,14 @@ def test_concurrent_writers_publish_one_valid_entry(cache, tmp_path):
     assert start().communicate(timeout=300)[0].split()[0] == "hit"
 
 
-def test_load_skips_constant_checksums_and_verify_checks_them(cache, tmp_path):
+def test_verify_checks_the_constants_and_deletes_corrupt_entries(cache, tmp_path):
     path, w = _onnx_file(tmp_path)
     cuvil.load_onnx(path).optimize()
     (entry,) = _entries(cache)
-    data = bytearray((entry / store.IR_FILE).read_bytes())
-    data[data.index(w.tobytes()) + 5] ^= 0xFF  # inside the constant's bytes: only its own CRC covers them
-    (entry / store.IR_FILE).write_bytes(bytes(data))
-    assert cuvil.load_onnx(path).optimize().executable.cache == "hit"  # documented: load checks no constant CRC
+    assert cuvil.cache.verify() == []
+    data = bytearray(entry.read_bytes())
+    data[data.index(w.tobytes()) + 5] ^= 0xFF  # inside the constant's bytes: only the consts SHA-256 covers them
+    entry.write_bytes(bytes(data))
     assert cuvil.cache.verify() == [entry] and not _entries(cache)
     again = cuvil.load_onnx(path).optimize()
     assert again.executable.cache == "miss"
@@ -266,8 +296,6 @@ def test_winograd_weights_are_saved_and_mapped_on_a_hit(cache, tmp_path):
     """What cuvil_prepare derives from weights is kept with the entry when remaking it costs more than mapping
     it: a hit maps the Winograd-transformed weights read-only, while it packs the GEMM panels again (a
     repacking as large as the weights themselves); buffers of the wrong size make the entry unusable."""
-    import ctypes
-
     from cuvil.backends.cpu.executable import CpuFunction
     rng = np.random.default_rng(3)
     w, fc = rng.standard_normal((16, 16, 3, 3)).astype(np.float32) * 0.1, rng.standard_normal((16, 5))
@@ -292,6 +320,7 @@ def test_winograd_weights_are_saved_and_mapped_on_a_hit(cache, tmp_path):
         np.testing.assert_array_equal(a, b)
     x = rng.standard_normal((1, 16, 20, 20)).astype(np.float32)
     np.testing.assert_array_equal(warm(x)[0], cold(x)[0])
-    lib = ctypes.CDLL(warm.executable.library_path)
+    (entry,) = _entries(cache)
+    lib = cuvil.load(entry)._lib
     with pytest.raises(ValueError, match="prepared buffers"):
-        CpuFunction._prepared_buffers(lib, {0: np.zeros(64, np.uint8)})
+        CpuFunction._prepared_buffers(lib.cuvil_e0_packed_count, lib.cuvil_e0_packed_bytes, {0: np.zeros(64, np.uint8)})

@@ -8,7 +8,8 @@ Bulk bytes (weights, model files) go through SHA-1, the fastest complete hash in
 extensions (about 1.4 GB/s here, BLAKE2b 0.7): the key guards against stale entries, not against an attacker
 who can write the cache folder (who could replace the compiled library anyway). A model file's digest is
 remembered by its path and `stat` (size, mtime and ctime in nanoseconds, inode), as git and ccache do, so a
-warm start does not read the file at all; a file changed within the last second is always read.
+warm start does not read the file at all; a file changed within the last second is always read. A record holds
+the stat it was made for beside the digest, and counts only for that stat (a swapped record is a miss).
 """
 from __future__ import annotations
 
@@ -60,7 +61,9 @@ def file_digest(path, memo_dir: Path | None = None) -> str:
     memo = memo_dir / (hashlib.sha1(stamp.encode()).hexdigest() + ".digest") if memo_dir else None
     if memo is not None:
         try:
-            return memo.read_text()
+            recorded, _, digest = memo.read_text().rpartition("\n")
+            if recorded == stamp:  # the record names the file and stat it is for: a record moved or swapped is not
+                return digest
         except OSError:
             pass
     h = hashlib.sha1(usedforsecurity=False)
@@ -69,7 +72,7 @@ def file_digest(path, memo_dir: Path | None = None) -> str:
             h.update(chunk)
     digest = h.hexdigest()
     if memo is not None and time.time() - max(st.st_mtime, st.st_ctime) > RACY_S:
-        write_text_atomic(memo, digest)
+        write_text_atomic(memo, f"{stamp}\n{digest}")
     return digest
 
 

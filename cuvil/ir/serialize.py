@@ -127,9 +127,9 @@ def _raw(arr: np.ndarray) -> np.ndarray:
 
 
 def _metadata_json(module: Module) -> bytes:
-    import cuvil  # here, not at the top: cuvil/__init__.py imports this package
+    from ..version import __version__
 
-    return json.dumps({"cuvil_version": cuvil.__version__, "metadata": module.metadata}).encode()
+    return json.dumps({"cuvil_version": __version__, "metadata": module.metadata}).encode()
 
 
 def _text(module: Module) -> str:

@@ -89,6 +89,15 @@ class Artifact:
         return {c["name"]: a for c, a in zip(e["constants"], consts)}, \
             {p["index"]: a for p, a in zip(e["prepared"], prepared)}
 
+    def ir_text(self, name: str = "main") -> str:
+        """The optimised IR of entry `name` (the `ir` section), as `cuvil.inspect_ir` prints it."""
+        if "ir" not in self._container.rows:
+            raise ArtifactError(f"{self.path} holds no IR")
+        try:
+            return json.loads(self._container.inflated("ir"))[name]
+        except (ValueError, KeyError, TypeError) as e:
+            raise ArtifactError(f"{self.path}: the ir section has no text for {name!r} ({e})") from e
+
     def _arrays(self, section: str, items: list, dtype=None) -> list:
         if not items:
             return []
@@ -106,7 +115,27 @@ class Artifact:
 
 def load(path) -> Artifact:
     """Open a `.cuv` (docs/artifact.md): every check before its native code is mapped; `cuvil.ArtifactError` names
-    the one that failed."""
+    the one that failed (a file that cannot be opened raises its OSError)."""
+    container, meta, native = _checked(path)
+    verified = _Verification(container, [n for n in ("consts", "prepared", "ir") if n in container.rows])
+    lib = host.dlopen(container.data(native, check=False), os.path.basename(container.path))
+    if lib.cuvil_abi_version() != 1:
+        raise ArtifactError(f"{container.path}: native ABI version {lib.cuvil_abi_version()}, this loader knows 1")
+    _default_threads(lib)
+    return Artifact(container, meta, lib, verified)
+
+
+def check(path) -> dict:
+    """Every check `load` makes, the constants' too, without loading the native code; returns `meta`."""
+    container, meta, _ = _checked(path)
+    for name in ("consts", "prepared", "ir", "csrc"):
+        if name in container.rows:
+            container.check(name)
+    return meta
+
+
+def _checked(path) -> tuple:
+    """Checks 1-4: (container, meta, the native section to load)."""
     container = Container.open(path)
     meta = _meta(container)
     native = _choose_native(container)
@@ -117,12 +146,7 @@ def load(path) -> Artifact:
     if missing:
         raise ArtifactError(f"{container.path}: the native code needs CPU features this machine lacks: "
                             f"{', '.join(host.names(missing))}")
-    verified = _Verification(container, [n for n in ("consts", "prepared") if n in container.rows])
-    lib = host.dlopen(container.data(native, check=False), os.path.basename(container.path))
-    if lib.cuvil_abi_version() != 1:
-        raise ArtifactError(f"{container.path}: native ABI version {lib.cuvil_abi_version()}, this loader knows 1")
-    _default_threads(lib)
-    return Artifact(container, meta, lib, verified)
+    return container, meta, native
 
 
 def _meta(container: Container) -> dict:
@@ -170,8 +194,9 @@ def _numpy_dtype(name: str) -> np.dtype:
 
 
 class _Verification:
-    """Check 5 in a background thread: the SHA-256 of the sections the first call reads; `wait` re-raises a
-    mismatch in every caller."""
+    """Check 5 in a background thread: the SHA-256 of the sections the first call reads (and of the small `ir`,
+    so that a corrupt one fails the first call too, not only a later `inspect`); `wait` re-raises a mismatch in
+    every caller."""
 
     def __init__(self, container: Container, names: list):
         self.error = None

@@ -79,15 +79,19 @@ def write(path, sections: list, triple: str, required_features: int) -> None:
     fd, tmp = tempfile.mkstemp(prefix=".cuv-", dir=folder)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(head + table)
-            for s, r in zip(sections, rows):
-                f.write(b"\0" * (r.offset - f.tell()))
-                for p in s.parts:
-                    f.write(p)
+            _write_sections(f, head + table, sections, rows)
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+def _write_sections(f, start: bytes, sections: list, rows: list) -> None:
+    f.write(start)
+    for s, r in zip(sections, rows):
+        f.write(b"\0" * (r.offset - f.tell()))
+        for p in s.parts:
+            f.write(p)
 
 
 def _name(name: str) -> bytes:
@@ -106,15 +110,13 @@ class Container:
 
     @classmethod
     def open(cls, path) -> "Container":
+        """Map and check the file at `path` (a file that cannot be opened raises its OSError)."""
         path = os.fspath(path)
-        try:
-            with open(path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                if size < HEADER_SIZE:
-                    raise ArtifactError(f"{path}: {size} bytes is too short for a .cuv file (the header is 128)")
-                buf = memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
-        except OSError as e:
-            raise ArtifactError(f"{path}: cannot read the file: {e}") from e
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size < HEADER_SIZE:
+                raise ArtifactError(f"{path}: {size} bytes is too short for a .cuv file (the header is 128)")
+            buf = memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
         return cls.from_buffer(buf, path)
 
     @classmethod

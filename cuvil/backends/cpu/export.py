@@ -16,6 +16,7 @@ from ...ir.printer import print_module
 from ...ir.core import Module
 from ...ir import serialize
 from ...runtime import container, entries, host
+from ...version import __version__
 from . import codegen, fastcall, standalone
 
 
@@ -69,7 +70,7 @@ def write(path, executables: dict, include_c: bool = False) -> None:
     layout = {"consts": const_layout, "prepared": prep_layout}
     metas = {name: p.meta(standalone.entry_prefix(k), layout) for k, (name, p) in enumerate(parts.items())}
     features = host.feature_bits()  # code built with -march=native needs what this CPU has
-    meta = {"format": 1, "cuvil_version": _version(), "target": "cpu", "triple": host.triple(),
+    meta = {"format": 1, "cuvil_version": __version__, "target": "cpu", "triple": host.triple(),
             "features": host.names(features), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "entries": metas}
     sources = [p.program.source for p in parts.values()]
@@ -125,7 +126,3 @@ def _arena_text(slots: list) -> str:
     return " + ".join(f"max({', '.join(map(str, s))})" if len(s) > 1 else str(s[0]) for s in slots if s) or "0"
 
 
-def _version() -> str:
-    import cuvil
-
-    return cuvil.__version__

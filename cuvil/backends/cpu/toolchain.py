@@ -193,8 +193,9 @@ def cache_key(source: str, flags, compiler: Compiler, depends=()) -> str:
 
 
 def _cuvil_version() -> str:
-    import cuvil
-    return str(getattr(cuvil, "__version__", "dev"))
+    from ...version import __version__
+
+    return __version__
 
 
 def build_library(source: str, *, name: str = "lib", opt_level: int = 3, extra_flags=(), include_dirs=(),

@@ -6,13 +6,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...cache.onnx import native_order, remember
 from ...errors import ShapeError, UnsupportedError
 from ...interpreter import interpret
 from ...ir.core import Module
 from ...ir.dtypes import DType
 from ...ir.symbolic import SymExpr
 from ...ir.types import TensorType
+from ..common import native_order, remember
 from .carriers import CARRIERS, from_carrier, to_carrier
 from .tensors import IR_DTYPES, ir_dtype, type_name
 
@@ -101,9 +101,11 @@ class OnnxModel:
             raise UnsupportedError(f"optimize: precision {precision!r} is not supported yet (only 'fp32')")
         exe = compile_module(self.module, target=target, passes=passes or (), enable_fusion=enable_fuse)
         sized = self.for_sizes
-        return OnnxModel(exe.module, self.inputs, self.outputs, lambda arrays: exe(*arrays),
-                         sized and (lambda shapes: sized(shapes).optimize(target, precision, enable_fuse,
-                                                                          calibrate_dataset, passes)))
+        compiled = OnnxModel(exe.module, self.inputs, self.outputs, lambda arrays: exe(*arrays),
+                             sized and (lambda shapes: sized(shapes).optimize(target, precision, enable_fuse,
+                                                                              calibrate_dataset, passes)))
+        compiled.executable = exe  # what cuvil.export writes
+        return compiled
 
     def __repr__(self) -> str:
         ins = ", ".join(map(str, self.inputs))

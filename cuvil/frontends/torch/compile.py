@@ -111,9 +111,14 @@ def compile_module(obj, example_inputs, **options) -> CompiledModule:
     if example_inputs is None:
         raise TypeError("cuvil.compile of a PyTorch module needs example_inputs (a tensor, tuple or dict)")
     key = _cache_key(obj, example_inputs, options)
-    hit = store.load(key) if key else None
+    hit = store.load(key, rebuild=lambda: _compile(obj, example_inputs, options, key).executable) if key else None
     if hit is not None:
         return CompiledModule(hit[0], signature_from_json(hit[1]))
+    return _compile(obj, example_inputs, options, key)
+
+
+def _compile(obj, example_inputs, options: dict, key) -> CompiledModule:
+    """Export, convert and compile (the artifact cache's miss), saving the result under `key` if there is one."""
     module, signature, program = convert(obj, example_inputs, options.get("dynamic_shapes"))
     executable = compiler.compile_module(module, target=options.get("target", "cpu"),
                                          passes=options.get("passes", ()), level=options.get("level", 2))

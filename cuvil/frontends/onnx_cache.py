@@ -15,15 +15,16 @@ import os
 
 import numpy as np
 
+from ..cache import store
+from ..cache.keys import Key, bytes_digest, environment, file_digest
 from ..errors import ShapeError
-from . import store
-from .keys import Key, bytes_digest, environment, file_digest
+from .common import native_order, remember
 
 
 def load_onnx(model):
     """What `cuvil.load_onnx` returns, through the cache where the model is a path or bytes."""
     if not store.enabled() or not isinstance(model, (str, os.PathLike, bytes, bytearray, memoryview)):
-        from ..frontends.onnx import load_onnx as load
+        from .onnx import load_onnx as load
 
         return load(model)
     digest = file_digest(model, store.folder() / "stat") if isinstance(model, (str, os.PathLike)) \
@@ -38,9 +39,9 @@ def _marker(digest: str):
 
 
 def _first_load(model, digest: str):
-    from ..frontends.onnx import loader
-    from ..frontends.onnx.carriers import CARRIERS
-    from ..frontends.onnx.model import SpecializingModel
+    from .onnx import loader
+    from .onnx.carriers import CARRIERS
+    from .onnx.model import SpecializingModel
 
     proto, base_dir = loader.read_model(model)
     converted = loader.load_proto(proto, base_dir)
@@ -62,7 +63,7 @@ class LazyOnnxModel:
     def converted(self):
         """The `OnnxModel` (converting the file now, the first time)."""
         if self._converted is None:
-            from ..frontends.onnx import load_onnx
+            from .onnx import load_onnx
 
             self._converted = load_onnx(self._source)
         return self._converted
@@ -84,7 +85,7 @@ class LazyOnnxModel:
         if target != "cpu" or precision != "fp32" or passes or calibrate_dataset is not None:
             return self.converted().optimize(target, precision, enable_fuse, calibrate_dataset, passes)
         key = Key("onnx").add("model", self.digest).add("fuse", enable_fuse).add("env", environment()).hexdigest()
-        hit = store.load(key)
+        hit = store.load(key, rebuild=lambda: self._compile(key, enable_fuse).executable)
         if hit is not None:
             return CompiledOnnxModel(*hit, for_sizes=lambda shapes: self._for_sizes(shapes, enable_fuse))
         return self._compile(key, enable_fuse)
@@ -98,7 +99,7 @@ class LazyOnnxModel:
 
     def _compile(self, key: str, enable_fuse: bool):
         from ..compiler import compile_module
-        from ..frontends.onnx.model import OnnxModel
+        from .onnx.model import OnnxModel
 
         model = self.converted()
         exe = compile_module(model.module, target="cpu", enable_fusion=enable_fuse)
@@ -166,23 +167,8 @@ class CompiledOnnxModel:
         return f"OnnxModel(({ins}) -> {len(self._out)} outputs, from the artifact cache)"
 
 
-def remember(cache: dict, key, make, limit: int = 16):
-    """cache[key], made by `make(key)` on a miss; the oldest entry goes when `limit` are held (the models converted
-    for the input sizes of calls that a symbolic dimension's relations refuse)."""
-    if key not in cache:
-        if len(cache) >= limit:
-            cache.pop(next(iter(cache)))
-        cache[key] = make(key)
-    return cache[key]
-
-
-def native_order(arr: np.ndarray, want: np.dtype) -> np.ndarray:
-    """`arr` in native byte order when it holds `want`'s values in the other order (big-endian data)."""
-    return arr.astype(want) if not arr.dtype.isnative and arr.dtype.newbyteorder("=") == want else arr
-
-
 def _tensor_specs(rows: list) -> list:
-    from ..frontends.onnx.model import TensorSpec
+    from .onnx.model import TensorSpec
     from ..ir.symbolic import parse_dim
 
     return [TensorSpec(name, elem, tuple(parse_dim(d) for d in shape)) for name, elem, _, shape in rows]
