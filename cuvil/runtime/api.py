@@ -6,15 +6,14 @@
     y = fn(cuvil.nd.array(x))                 # an NDArray (a tuple of them for several outputs)
     rt.bind_input("x", x); rt.bind_output("y", out); rt.run()   # in place: `out` holds the result, no copies
 
-What a Runtime adds to `cuvil.load`: outputs come from its memory pool (reused across calls, at most
-`memory_pool_size_mb` held), its thread count applies to every function it loads, and with `enable_async=True`
-calls return `concurrent.futures.Future`s (run in submission order on one worker thread). Calls of one function
-from several threads at once are safe; `bind_input` / `bind_output` / `run` keep state on the Runtime and are for
-one thread at a time.
+What a Runtime adds to `cuvil.load`: outputs and each call's workspace come from its memory pool (reused
+across calls, at most `memory_pool_size_mb` held), its thread count applies to every function it loads, and with
+`enable_async=True` calls return `concurrent.futures.Future`s (run in submission order on one worker thread).
+Calls of one function from several threads at once are safe; `bind_input` / `bind_output` / `run` keep state on
+the Runtime and are for one thread at a time.
 """
 from __future__ import annotations
 
-import concurrent.futures
 import threading
 from typing import Optional
 
@@ -37,7 +36,7 @@ class Runtime:
         self.pool = MemoryPool(cap)
         self.num_threads = _check_threads(num_threads)
         self.enable_async = enable_async
-        self._worker = concurrent.futures.ThreadPoolExecutor(1, "cuvil-runtime") if enable_async else None
+        self._worker = _worker() if enable_async else None
         self._executables: list[LoadedExecutable] = []
         self._bound_inputs: dict = {}
         self._bound_outputs: dict = {}
@@ -176,9 +175,12 @@ class RuntimeFunction:
         return self.runtime._worker.submit(self._call, inputs)
 
     def run(self, inputs: list, outputs: Optional[list] = None) -> list:
-        """`cuvil.load`'s zero-copy call: NumPy arrays (or NDArrays) in, results written into `outputs`."""
-        outs = None if outputs is None else [as_numpy(o) for o in outputs]
-        return self.function.run([as_numpy(a) for a in inputs], outs)
+        """`cuvil.load`'s zero-copy call: NumPy arrays (or NDArrays) in, results written into `outputs` (with the
+        workspace from the pool)."""
+        if outputs is None:
+            return self.function.run([as_numpy(a) for a in inputs])
+        return self.function.run([as_numpy(a) for a in inputs], [as_numpy(o) for o in outputs],
+                                 workspace=self.runtime.pool.scratch)
 
     def set_num_threads(self, n: int) -> None:
         """The threads each call of this function may use (instead of the runtime's)."""
@@ -193,7 +195,8 @@ class RuntimeFunction:
     def _call(self, inputs: list, bound: Optional[list] = None):
         arrays = [as_numpy(a) for a in inputs]
         outputs = self._outputs(arrays, bound or [None] * len(self.outputs))
-        results = [NDArray(r) for r in self.function.run(arrays, outputs)]
+        workspace = None if outputs is None else self.runtime.pool.scratch
+        results = [NDArray(r) for r in self.function.run(arrays, outputs, workspace=workspace)]
         return results[0] if len(results) == 1 else tuple(results)
 
     def _outputs(self, arrays: list, bound: list) -> Optional[list]:
@@ -248,6 +251,13 @@ def _index(params: list, name: str, what: str, fn_name: str) -> int:
         if p.name == name:
             return i
     raise ShapeError(f"{fn_name!r} has no {what} named {name!r} (its {what}s: {', '.join(p.name for p in params)})")
+
+
+def _worker():
+    """The thread `enable_async` calls run on (concurrent.futures imported only then)."""
+    import concurrent.futures
+
+    return concurrent.futures.ThreadPoolExecutor(1, "cuvil-runtime")
 
 
 def _check_threads(n: Optional[int]) -> Optional[int]:

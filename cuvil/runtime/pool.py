@@ -1,4 +1,5 @@
-"""`MemoryPool`: the buffers a `Runtime` hands its calls, reused across calls and never more than a cap in total.
+"""`MemoryPool`: the buffers a `Runtime` hands its calls (outputs, and each call's workspace), reused across calls
+and never more than a cap in total.
 
 A block is reused once nothing but the pool refers to it: an output the caller still holds (or any view of it)
 keeps its block busy, so a result is never overwritten under the caller. A request that does not fit under the cap
@@ -48,6 +49,10 @@ class MemoryPool:
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         block = self._block(max(nbytes, 1))
         return aligned_view(block, nbytes).view(dtype).reshape(shape)
+
+    def scratch(self, nbytes: int) -> np.ndarray:
+        """`nbytes` bytes of workspace for one call (64-byte aligned): busy while the call holds it."""
+        return self.take((nbytes,), np.uint8)
 
     def _block(self, nbytes: int) -> np.ndarray:
         with self._lock:

@@ -16,6 +16,7 @@ from cuvil.runtime.pool import MemoryPool
 
 W = np.random.default_rng(0).standard_normal((16, 8)).astype(np.float32)
 B = np.linspace(-1, 1, 8, dtype=np.float32)
+W2 = np.random.default_rng(3).standard_normal((8, 4)).astype(np.float32)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -32,6 +33,19 @@ def model(tmp_path_factory):
     """An MLP with a symbolic batch, exported from @cuvil.jit."""
     path = tmp_path_factory.mktemp("runtime") / "mlp.cuv"
     fn = cuvil.jit(mlp, dynamic_dims={"x": {0: "batch"}})
+    cuvil.export(fn, path, example_inputs=(np.ones((2, 16), np.float32),))
+    return str(path)
+
+
+def two_layers(x):
+    return np.maximum(x @ W + B, 0.0) @ W2
+
+
+@pytest.fixture(scope="module")
+def layered(tmp_path_factory):
+    """Two layers: the hidden activations live in the call's workspace (32 bytes a row)."""
+    path = tmp_path_factory.mktemp("runtime") / "two.cuv"
+    fn = cuvil.jit(two_layers, dynamic_dims={"x": {0: "batch"}})
     cuvil.export(fn, path, example_inputs=(np.ones((2, 16), np.float32),))
     return str(path)
 
@@ -158,6 +172,28 @@ def test_pool_honours_its_cap(model):
     for s, y in enumerate(held):
         np.testing.assert_allclose(y.numpy(), reference(batch(8, seed=s)), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(big.numpy(), reference(batch(64)), rtol=1e-5, atol=1e-5)
+
+
+def test_workspaces_come_from_the_pool_and_are_reused(layered):
+    rt = cuvil.runtime.Runtime(memory_pool_size_mb=1)
+    fn = rt.load_executable(layered).get_function()
+    assert cuvil.load(layered).metadata["entries"]["main"]["arena_bytes"] != "0"
+    for seed in range(6):
+        x = batch(100, seed)
+        np.testing.assert_allclose(fn(x).numpy(), two_layers(x), rtol=1e-4, atol=1e-4)
+    assert rt.pool.made == 2 and rt.pool.reused == 10  # one output block and one workspace, reused 5 times each
+    assert sorted(b.nbytes for b in rt.pool._blocks) == [100 * 4 * 4 + 64, 100 * 32 + 64]  # (+ alignment slack)
+    held = [fn(batch(100, s)) for s in range(3)]  # outputs held: new output blocks, the one workspace reused
+    assert rt.pool.made == 4 and len(held) == 3
+
+
+def test_a_workspace_over_the_cap_is_not_kept(layered):
+    rt = cuvil.runtime.Runtime(memory_pool_size_mb=2 / 1024)  # 2 KiB: the (100, 4) output fits, its workspace not
+    fn = rt.load_executable(layered).get_function()
+    for seed in range(3):
+        x = batch(100, seed)
+        np.testing.assert_allclose(fn(x).numpy(), two_layers(x), rtol=1e-4, atol=1e-4)
+    assert rt.pool.held_bytes <= 2048 and rt.pool.unpooled == 3
 
 
 def test_pool_drops_idle_blocks_to_make_room():
