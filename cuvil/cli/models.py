@@ -165,8 +165,7 @@ class PythonSource(Source):
 
     def __init__(self, path: str, jitted, examples: dict):
         self.path, self.jitted, self.examples = path, jitted, examples
-        self.inputs = [Param(n, _dtype_name(a), tuple(a.shape)) for n, a in examples.items()]
-        self.inputs = _jit_signature(jitted, self.inputs)
+        self.inputs = _jit_signature(jitted, [Param(n, _dtype_name(a), tuple(a.shape)) for n, a in examples.items()])
 
     def signatures(self) -> list:
         module = self.jitted.module

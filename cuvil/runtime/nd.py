@@ -59,8 +59,9 @@ class NDArray:
         return f"<cuvil.nd.NDArray {self.dtype}{list(self.shape)} on cpu>\n{self._data!r}"
 
 
-def array(obj, dtype=None, device: str = "cpu") -> NDArray:
-    """An NDArray of `obj`: the same memory when it is a C-contiguous NumPy array of that dtype, else a copy."""
+def array(obj, device: str = "cpu", dtype=None) -> NDArray:
+    """An NDArray of `obj`: the same memory when it is a C-contiguous NumPy array of that dtype, else a copy.
+    The device comes second, as in `tvm.nd.array(x, dev)`."""
     _check_device(device)
     data = obj.numpy() if isinstance(obj, NDArray) else obj
     want = None if dtype is None else numpy_dtype(dtype)

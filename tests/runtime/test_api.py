@@ -62,6 +62,8 @@ def test_nd_array_is_a_zero_copy_view():
     assert np.asarray(a) is x
     strided = cuvil.nd.array(x[:, ::2])  # not contiguous: the one case that copies
     assert strided.numpy().flags.c_contiguous and not np.shares_memory(strided.numpy(), x)
+    assert cuvil.nd.array(x, "cpu").numpy() is x  # TVM's order: tvm.nd.array(x, dev)
+    assert cuvil.nd.array(x, dtype="f64").dtype == np.float64
 
 
 def test_nd_empty_is_aligned_and_takes_cuvil_dtype_names():
