@@ -22,18 +22,28 @@ from .interpreter import interpret
 from .ir import DType, Module, TensorType, sym
 from .log import LogLevel, set_log_level
 from .profiler import profile as profile  # noqa: F401 (public: cuvil.profile)
-from .runtime import load, nd
 from .ops import register_op
 
 from .version import __version__  # noqa: F401 (public: cuvil.__version__)
 
 
+def load(path):
+    """A `.cuv` file (or its bytes) as a `cuvil.runtime.Artifact`: see docs/artifact.md. The runtime is imported
+    here, not with `cuvil`, so that `import cuvil` stays as light as it was."""
+    from .runtime import load as load_artifact
+
+    return load_artifact(path)
+
+
+_LAZY_MODULES = {"cache": ".cache", "nd": ".runtime.nd", "runtime": ".runtime"}
+
+
 def __getattr__(name: str):
-    """`cuvil.cache` (`cuvil.cache.clear()` right after `import cuvil`), imported on first use."""
-    if name == "cache":
+    """`cuvil.cache`, `cuvil.nd` and `cuvil.runtime`, imported on first use (`import cuvil` stays light)."""
+    if name in _LAZY_MODULES:
         import importlib
 
-        return importlib.import_module(".cache", __name__)
+        return importlib.import_module(_LAZY_MODULES[name], __name__)
     raise AttributeError(f"module 'cuvil' has no attribute {name!r}")
 
 
@@ -54,4 +64,4 @@ def inspect_ir(obj, elide_constants: bool = True) -> str:
 __all__ = ["ArtifactError", "CuvilError", "DType", "Executable", "IndexRangeError", "LogLevel", "Module", "ParseError",
            "SerializationError", "ShapeError", "TensorType", "UnsupportedError", "VerificationError", "compile",
            "compile_module", "compile_to_ir", "errors", "export", "inspect_ir", "interpret", "ir", "jit", "load",
-           "load_onnx", "nd", "ops", "register_op", "set_log_level", "sym"]
+           "load_onnx", "ops", "register_op", "set_log_level", "sym"]

@@ -79,6 +79,10 @@ class Artifact:
         return f"<cuvil.runtime.Artifact {self.path}: {', '.join(self.entries)}>"
 
     # -- what Function reads --------------------------------------------------------------------------------------
+    def verify(self) -> None:
+        """Wait for the background check of the constants (and the rest); ArtifactError if it failed."""
+        self._verified.wait()
+
     def constants(self, name: str) -> tuple:
         """(constants by name, saved prepared buffers by index) of entry `name`, as views of the mapping, once the
         background check of their sections has passed."""
@@ -114,11 +118,11 @@ class Artifact:
 
 
 def load(path) -> Artifact:
-    """Open a `.cuv` (docs/artifact.md): every check before its native code is mapped; `cuvil.ArtifactError` names
-    the one that failed (a file that cannot be opened raises its OSError)."""
+    """Open a `.cuv` file, or its bytes (docs/artifact.md): every check before its native code is mapped;
+    `cuvil.ArtifactError` names the one that failed (a file that cannot be opened raises its OSError)."""
     container, meta, native = _checked(path)
-    verified = _Verification(container, [n for n in ("consts", "prepared", "ir") if n in container.rows])
-    lib = host.dlopen(container.data(native, check=False), os.path.basename(container.path))
+    verified = _Verification(container, [n for n in ("consts", "prepared", "ir", "csrc") if n in container.rows])
+    lib = host.dlopen(container.data(native, check=False), os.path.basename(container.path).strip("<>"))
     if lib.cuvil_abi_version() != 1:
         raise ArtifactError(f"{container.path}: native ABI version {lib.cuvil_abi_version()}, this loader knows 1")
     _default_threads(lib)
@@ -136,7 +140,8 @@ def check(path) -> dict:
 
 def _checked(path) -> tuple:
     """Checks 1-4: (container, meta, the native section to load)."""
-    container = Container.open(path)
+    is_bytes = isinstance(path, (bytes, bytearray, memoryview))
+    container = Container.from_buffer(memoryview(path).toreadonly()) if is_bytes else Container.open(path)
     meta = _meta(container)
     native = _choose_native(container)
     container.check(native)
@@ -194,9 +199,9 @@ def _numpy_dtype(name: str) -> np.dtype:
 
 
 class _Verification:
-    """Check 5 in a background thread: the SHA-256 of the sections the first call reads (and of the small `ir`,
-    so that a corrupt one fails the first call too, not only a later `inspect`); `wait` re-raises a mismatch in
-    every caller."""
+    """Check 5 in a background thread: the SHA-256 of the sections the first call reads (and of the small `ir` and
+    `csrc`, so that a corrupt one fails the first call too, not only a later `inspect`); `wait` re-raises a
+    mismatch in every caller."""
 
     def __init__(self, container: Container, names: list):
         self.error = None

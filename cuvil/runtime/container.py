@@ -4,7 +4,8 @@ sections, each 64-byte aligned. This module knows bytes only, not models: `write
 
     >>> import os, tempfile
     >>> path = os.path.join(tempfile.mkdtemp(), "demo.cuv")
-    >>> write(path, [Section("meta", [b"{}"]), Section("note", [b"hello"])], "x86_64-linux-gnu", 0)
+    >>> parts = [Section(name, [b"..."]) for name in REQUIRED] + [Section("note", [b"hello"])]
+    >>> write(path, parts, "x86_64-linux-gnu", 0)
     >>> c = Container.open(path)
     >>> bytes(c.data("note"))
     b'hello'

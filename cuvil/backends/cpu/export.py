@@ -84,7 +84,8 @@ def write(path, executables: dict, include_c: bool = False) -> None:
     ir = {name: p.ir_text() for name, p in parts.items()}
     sections.append(container.Section("ir", [zlib.compress(json.dumps(ir).encode())], container.ZLIB))
     if include_c:
-        csrc = {name: src for name, src in zip(parts, sources)}
+        csrc = {name: standalone.prefixed(src, standalone.entry_prefix(k))  # the C as compiled
+                for k, (name, src) in enumerate(zip(parts, sources))}
         sections.append(container.Section("csrc", [zlib.compress(json.dumps(csrc).encode())], container.ZLIB))
     container.write(path, sections, host.triple(), features)
 
