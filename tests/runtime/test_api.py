@@ -265,3 +265,11 @@ def test_set_num_threads_applies_to_functions_loaded_before(model, monkeypatch):
     fn.set_num_threads(1)
     rt.set_num_threads(4)  # the function's own count wins over the runtime's
     assert seen == [2, 1, 1]
+
+
+def test_runtime_and_nd_are_attributes_of_cuvil_imported_on_first_use():
+    code = ("import sys, cuvil; light = 'cuvil.runtime' not in sys.modules; cuvil.nd.array, cuvil.runtime.Runtime; "
+            "print(light, [m for m in ('torch', 'onnx', 'jax') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": ROOT})
+    assert out.returncode == 0 and out.stdout.split() == ["True", "[]"], out.stderr
