@@ -68,8 +68,9 @@ class Display:
             self.shown = True
 
     def close(self) -> None:
-        """Replace the status line by a summary of the phases, if the line was ever shown."""
-        if self.shown:
+        """Replace the status line by a summary of the phases, if the compile took long enough to show one (the
+        ticker may not have drawn it yet)."""
+        if self.shown or self.visible():
             self.stream.write(f"\r\x1b[Kcuvil: {self.what}: done in {self.elapsed():.1f} s "
                               f"({', '.join(self.phases)})\n")
             self.stream.flush()

@@ -49,6 +49,7 @@ class Runtime:
 
         exe = LoadedExecutable(self, load(path))
         self._executables.append(exe)
+        self._bound_inputs, self._bound_outputs, self._last_outputs = {}, {}, ()  # bindings were for the last one
         return exe
 
     def set_num_threads(self, n: int) -> None:
