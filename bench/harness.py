@@ -188,10 +188,11 @@ def onnx_file(wl: Workload, built, onnx_dir: str) -> str:
 
 # -- fresh processes: compile times and peak memory ---------------------------------------------------------------
 def kernel_library_cache(threads: int) -> tuple:
-    """A cache folder holding only what is built once per machine, whatever the model: the kernel library and the
-    call-path extension (fastcall.c); and the seconds they took."""
+    """A cache folder holding only what is built once per machine, whatever the model: the kernel library, the
+    call-path extension (fastcall.c) and the objects every `.cuv` links; and the seconds they took."""
     folder = tempfile.mkdtemp(prefix="cuvil-bench-kernels-")
-    code = "from cuvil.backends.cpu import fastcall, kernels; kernels.load(3); fastcall.extension()"
+    code = ("from cuvil.backends.cpu import fastcall, kernels, standalone; kernels.load(3); fastcall.extension(); "
+            "standalone.library_objects(3)")
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env={**os.environ, "CUVIL_CACHE_DIR": folder})
     return folder, time.perf_counter() - t0

@@ -180,7 +180,9 @@ def test_the_shared_object_needs_only_libc_libm_libdl_and_the_threading_runtime(
                  "cuvil_e0_arena_bytes", "cuvil_e0_packed_count", "cuvil_e0_packed_bytes", "cuvil_e0_prepare"):
         assert name in symbols
     assert "cuvil_sgemm" not in symbols  # the kernels are linked in, not exported
-    assert "cuvil_e0_main" in json.loads(c.inflated("csrc"))["main"]
+    c_text = cuvil.load(path).c_text()
+    assert "cuvil_e0_main" in c_text and c_text == json.loads(c.inflated("csrc"))["main"]
+    assert "func" in cuvil.load(path).ir_text("main")
 
 
 def test_an_executable_and_what_cannot_be_exported(tmp_path):

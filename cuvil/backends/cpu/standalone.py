@@ -32,10 +32,15 @@ def build(sources: list, opt_level: int | None = None) -> bytes:
     level = backend.opt_level() if opt_level is None else opt_level
     objects = [_object(prefixed(src, entry_prefix(k)), "entry", level, backend.model_flags())
                for k, src in enumerate(sources)]
+    return _link(objects + library_objects(level), [entry_prefix(k) for k in range(len(sources))])
+
+
+def library_objects(opt_level: int) -> list:
+    """The objects every exported library links, whatever the model (built once per machine and level): the kernel
+    library compiled -fPIC and the once-per-library ABI (cuvil_export.c)."""
     kernel_src = "".join(f'#include "{name}"\n' for name in kernels.SOURCES)
-    objects.append(_object(kernel_src, "kernels", level, ()))
-    objects.append(_object((backend.runtime_dir() / "cuvil_export.c").read_text(), "export", level, ()))
-    return _link(objects, [entry_prefix(k) for k in range(len(sources))])
+    return [_object(kernel_src, "kernels", opt_level, ()),
+            _object((backend.runtime_dir() / "cuvil_export.c").read_text(), "export", opt_level, ())]
 
 
 def _object(source: str, name: str, opt_level: int, extra: tuple) -> Path:
