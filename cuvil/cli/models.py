@@ -3,7 +3,6 @@ interface (its inputs, a call by input name, its IR and C, its metadata, a threa
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import sys
 from pathlib import Path
@@ -11,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import progress
-from ..errors import CuvilError, ShapeError, UnsupportedError
+from ..errors import ArtifactError, CuvilError, ShapeError, UnsupportedError
 from ..ir.types import TensorType
 from ..runtime.api import describe
 from .inputs import Param, assign, random_array
@@ -104,20 +103,14 @@ class CuvSource(Source):
         return meta
 
     def ir(self) -> str:
-        return self._section("ir", "the IR")
+        return self.artifact.ir_text(self.function.name)
 
     def c(self) -> str:
-        return self._section("csrc", "the generated C (export with include_c=True or `cuvil compile --c`)")
-
-    def _section(self, name: str, what: str) -> str:
-        """Each entry's text from the `ir` or `csrc` section (zlib-compressed JSON {entry: text})."""
-        from ..runtime.container import Container
-
-        container = Container.open(self.path)
-        if name not in container.rows:
-            raise CuvilError(f"{self.path} does not hold {what}")
-        texts = json.loads(container.inflated(name))
-        return "\n".join(f"// entry {entry}\n{text}" if len(texts) > 1 else text for entry, text in texts.items())
+        try:
+            return self.artifact.c_text(self.function.name)
+        except ArtifactError as e:
+            raise ArtifactError(f"{e}: compile with `cuvil compile --c` (export(..., include_c=True)) to keep "
+                                f"the generated C") from None
 
     def set_num_threads(self, n: int) -> None:
         self.function.set_num_threads(n)

@@ -108,7 +108,7 @@ def test_compile_with_input_shapes_and_dynamic_sizes(work):
 
 def test_inspect_a_cuv_without_c_says_so(work):
     ok("compile", work / "mlp.onnx", "-o", work / "noc.cuv")
-    assert "does not hold the generated C" in fails("inspect", work / "noc.cuv", "--c")
+    assert "holds no csrc section: compile with `cuvil compile --c`" in fails("inspect", work / "noc.cuv", "--c")
 
 
 def test_run_onnx_directly(work):
