@@ -35,6 +35,18 @@ def load(path):
     return load_artifact(path)
 
 
+_LAZY_MODULES = {"cache": ".cache", "nd": ".runtime.nd", "runtime": ".runtime"}
+
+
+def __getattr__(name: str):
+    """`cuvil.cache`, `cuvil.nd` and `cuvil.runtime`, imported on first use (`import cuvil` stays light)."""
+    if name in _LAZY_MODULES:
+        import importlib
+
+        return importlib.import_module(_LAZY_MODULES[name], __name__)
+    raise AttributeError(f"module 'cuvil' has no attribute {name!r}")
+
+
 def inspect_ir(obj, elide_constants: bool = True) -> str:
     """The IR text of a module or of anything Cuvil compiled (it carries `.module`).
 

@@ -5,6 +5,6 @@ process that compiles a model it compiled before loads the result in millisecond
     cuvil.cache.clear()        deletes the saved artifacts (the C compiler's own cache stays)
     cuvil.cache.verify()       checks every artifact in full and deletes the corrupt ones
 """
-from .store import clear, enabled, verify
+from .store import clear, enabled, entries, folder, verify
 
-__all__ = ["clear", "enabled", "verify"]
+__all__ = ["clear", "enabled", "entries", "folder", "verify"]

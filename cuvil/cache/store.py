@@ -203,3 +203,8 @@ def clear() -> None:
 
 def _entries() -> list:
     return sorted(folder().glob("*" + SUFFIX)) if folder().exists() else []
+
+
+def entries() -> list:
+    """The saved artifacts' paths (what `cuvil cache info` counts and `verify()` checks)."""
+    return _entries()

@@ -20,6 +20,7 @@ import time
 from collections import defaultdict
 from typing import Iterable, Optional, Union
 
+from ..progress import step as progress_step
 from ..errors import VerificationError
 from ..ir.core import Function, Module
 from ..ir.printer import print_module
@@ -93,6 +94,7 @@ class PassManager:
     def run_pass(self, p: Pass, module: Module) -> bool:
         if isinstance(p, Pipeline):
             return p.run_on_operation(module, self)
+        progress_step("passes", p.name)
         dumping = p.name in self.dump or "all" in self.dump
         if dumping:
             self._dump(p.name, "before", module)

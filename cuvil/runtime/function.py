@@ -57,9 +57,10 @@ class Function:
             outs = [_to_torch(o) for o in outs]
         return outs[0] if self._single and len(outs) == 1 else tuple(outs)
 
-    def run(self, inputs: list, outputs: list | None = None) -> list:
+    def run(self, inputs: list, outputs: list | None = None, workspace=None) -> list:
         """Run with NumPy inputs; into `outputs` (C-contiguous arrays of the output dtypes and sizes, written in
-        place, no copy) when given, else into new arrays. Returns the outputs."""
+        place, no copy) when given, else into new arrays. Returns the outputs. With `outputs`, `workspace(nbytes)`
+        may give the call's scratch (a 64-byte aligned uint8 array: a Runtime's memory pool)."""
         if self._artifact.closed:
             self._artifact.function(self.name)  # raises: closed
         if outputs is None:
@@ -67,7 +68,7 @@ class Function:
         calls, errors = self._compiled(), []
         for call in calls:
             try:
-                return call.call_into(list(inputs), list(outputs))
+                return call.call_into(list(inputs), list(outputs), workspace)
             except ShapeError as e:
                 errors.append(e)
         raise errors[0]

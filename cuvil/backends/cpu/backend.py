@@ -10,6 +10,7 @@ import os
 from importlib import resources
 from pathlib import Path
 
+from ...progress import step as progress_step
 from ...ir.core import Module
 from . import codegen, kernels, library_rows, toolchain
 from .executable import CpuFunction
@@ -67,6 +68,7 @@ def build(module: Module, instrument: bool = False) -> CpuFunction:
 def build_library(module: Module, instrument: bool = False) -> tuple[codegen.CProgram, ctypes.CDLL]:
     """The generated program and its loaded library (the profiler reads an instrumented one's timers)."""
     program = codegen.generate(module, instrument=instrument)
+    progress_step("C compilation", f"{program.source.count('static void k')} kernels")
     kernels.load(opt_level())  # RTLD_GLOBAL: the model library resolves the kernel ABI against it
     folders = [runtime_dir(), kernels.include_dir()]
     depends = [runtime_dir() / "cuvil_rt.h", kernels.include_dir() / "cuvil_kernels.h"]

@@ -145,9 +145,10 @@ class CpuFunction:
         self._invoke(arrays, outs, dims)
         return outs
 
-    def call_into(self, inputs: list, outs: list) -> list:
+    def call_into(self, inputs: list, outs: list, workspace=None) -> list:
         """The call with the caller's output arrays (C-contiguous, writable, of the output dtypes and sizes, apart
-        from every input): written in place, nothing allocated for them."""
+        from every input): written in place, nothing allocated for them. `workspace(nbytes)`, if given, returns the
+        call's scratch (a 64-byte aligned uint8 array; a Runtime's memory pool) instead of the thread's own."""
         arrays, dims, shapes = self._bind(inputs)
         if len(outs) != len(shapes):
             raise ShapeError(f"the compiled function has {len(shapes)} outputs, got {len(outs)} output buffers")
@@ -159,7 +160,7 @@ class CpuFunction:
                                  f"{getattr(o, 'shape', '')}")
             if any(np.may_share_memory(o, x) for x in (*arrays, *outs[:j])):
                 raise ShapeError(f"output buffer {j} overlaps an input or another output")
-        self._invoke(arrays, outs, dims)
+        self._invoke(arrays, outs, dims, workspace)
         return outs
 
     def _bind(self, inputs: list) -> tuple:
@@ -182,9 +183,10 @@ class CpuFunction:
         return arrays, dims, [s if s is not None else tuple(evaluate(d, env) for d in t.shape)
                               for s, t in zip(self._out_static, self.out_types)]
 
-    def _invoke(self, arrays: list, outs: list, dims: tuple) -> None:
+    def _invoke(self, arrays: list, outs: list, dims: tuple, workspace=None) -> None:
         state = self._thread_state()
-        arena = self._arena(state, dims)
+        scratch = None if workspace is None else self._scratch(state, dims, workspace)  # alive through the call
+        arena = self._arena(state, dims) if scratch is None else scratch.ctypes.data
         args, out_ptrs = state.args, state.outs
         for k, a in enumerate(arrays):
             args[k] = _address(a)
@@ -236,15 +238,27 @@ class CpuFunction:
     def _arena(self, state, dims: tuple) -> int:
         if state.arena is not None and state.arena_dims == dims:
             return state.arena_ptr
-        size = self._sizes.get(dims)
-        if size is None:
-            state.dims[:len(dims)] = dims
-            size = self._sizes[dims] = int(self._arena_bytes(state.dims))
+        size = self._arena_size(state, dims)
         if state.arena is None or state.arena.nbytes < size:
             state.arena = aligned_empty(max(size, 64), np.uint8)
             state.arena_ptr = state.arena.ctypes.data
         state.arena_dims = dims
         return state.arena_ptr
+
+    def _arena_size(self, state, dims: tuple) -> int:
+        size = self._sizes.get(dims)
+        if size is None:
+            state.dims[:len(dims)] = dims
+            size = self._sizes[dims] = int(self._arena_bytes(state.dims))
+        return size
+
+    def _scratch(self, state, dims: tuple, workspace) -> np.ndarray:
+        size = max(self._arena_size(state, dims), 64)
+        scratch = workspace(size)
+        if scratch.dtype != np.uint8 or scratch.nbytes < size or scratch.ctypes.data % 64:
+            raise CuvilError(f"the workspace given for this call must be {size} 64-byte aligned bytes, got "
+                             f"{scratch.nbytes} {scratch.dtype} at offset {scratch.ctypes.data % 64}")
+        return scratch
 
     def arena_bytes(self, *inputs) -> int:
         """The arena size the plan needs for these inputs' sizes."""

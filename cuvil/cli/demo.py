@@ -1,8 +1,6 @@
-"""The `cuvil` command: `cuvil demo` compiles a small built-in model and runs it next to NumPy."""
+"""`cuvil demo`: compile a small built-in model and run it next to NumPy."""
 from __future__ import annotations
 
-import argparse
-import sys
 import time
 
 import numpy as np
@@ -19,8 +17,8 @@ def _median_ms(fn, repeat: int) -> float:
 
 def demo(args) -> int:
     """Build a 784-256-10 MLP with random weights, compile it, run it next to NumPy and compare."""
-    from .compiler import compile_module
-    from .demo_models import mlp_module, mlp_numpy
+    from ..compiler import compile_module
+    from ..demo_models import mlp_module, mlp_numpy
 
     module, weights = mlp_module(batch=args.batch)
     x = np.random.default_rng(0).standard_normal((args.batch, 784)).astype(np.float32)
@@ -40,18 +38,3 @@ def demo(args) -> int:
           f"cuvil/numpy = {t_cuvil / t_numpy:.2f})")
     return 0 if err < 1e-3 else 1
 
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="cuvil", description="Cuvil: a compiler for AI inference")
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("demo", help="compile a small built-in model and compare it with NumPy")
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--repeat", type=int, default=200)
-    p.add_argument("--target", choices=("cpu", "interpreter"), default="cpu")
-    p.set_defaults(run=demo)
-    args = parser.parse_args(argv)
-    return args.run(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
