@@ -12,6 +12,7 @@ from .registry import converter
 ML = "ai.onnx.ml"
 _POST = ("NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT")  # TreeEnsemble's post_transform codes
 _AGGREGATE = ("AVERAGE", "SUM", "MIN", "MAX")
+_MEMBER = 6  # TreeEnsemble's BRANCH_MEMBER mode code
 
 
 def attr_floats(ctx, name: str, default=()) -> np.ndarray:
@@ -66,17 +67,37 @@ class Forest:
         row[1], row[2] = self.ref(true_key), self.ref(false_key)
 
     def emit(self, x, roots: list, weights: np.ndarray):
-        """The `tree_ensemble` op, after checking that every walk from a root ends in a leaf: no node has two
-        parents and no root has one (then a walk cannot come back to a node)."""
-        children = [c for row in self.rows for c in row[1:3] if c >= 0]
-        parents = set(children)
-        if len(parents) != len(children) or any(r in parents for r in roots if r >= 0):
-            raise self.ctx.error("the trees' nodes do not form trees (a node has two parents or a root has one)")
+        """The `tree_ensemble` op, after checking that every walk from a root ends in a leaf."""
+        if self._has_cycle(roots):
+            raise self.ctx.error("the trees' nodes do not form trees (a walk from a root comes back to a node)")
         nodes = np.asarray(self.rows, np.int64).reshape(-1, 4)
         thresholds = np.asarray(self.thresholds, x.type.dtype.numpy)
         c = self.ctx
         return c.b.tree_ensemble(x, c.const(nodes), c.const(thresholds), c.const(np.asarray(roots, np.int64)),
                                  c.const(weights))
+
+    def _has_cycle(self, roots: list) -> bool:
+        """Depth-first from the roots: whether some walk reaches a node that is still on its own path."""
+        state = [0] * len(self.rows)  # 0 unseen, 1 on the current path, 2 done
+        for root in roots:
+            if root < 0 or state[root]:
+                continue
+            stack = [(root, 0)]
+            state[root] = 1
+            while stack:
+                j, k = stack.pop()
+                children = [c for c in self.rows[j][1:3] if c >= 0]
+                if k == len(children):
+                    state[j] = 2
+                    continue
+                stack.append((j, k + 1))
+                c = children[k]
+                if state[c] == 1:
+                    return True
+                if state[c] == 0:
+                    state[c] = 1
+                    stack.append((c, 0))
+        return False
 
 
 def _features(ctx, x) -> int:
@@ -192,6 +213,27 @@ def class_labels(ctx, scores, labels):
     return ctx.b.gather(ctx.const(np.asarray(labels, np.int64)), best, axis=0)
 
 
+def _member_sets(ctx, a: dict) -> dict:
+    """Node index -> its set of values, for BRANCH_MEMBER nodes: membership_values holds the sets in node order,
+    each ended by a NaN."""
+    member_nodes = [i for i, mode in enumerate(a["nodes_modes"]) if mode == _MEMBER]
+    if not member_nodes:
+        return {}
+    values = np.asarray(ctx.attr("membership_values"), np.float64).reshape(-1)
+    sets, current = [], []
+    for v in values:
+        if np.isnan(v):
+            sets.append(current)
+            current = []
+        else:
+            current.append(float(v))
+    if current:
+        sets.append(current)
+    if len(sets) < len(member_nodes):
+        raise ctx.error(f"membership_values holds {len(sets)} sets for {len(member_nodes)} BRANCH_MEMBER nodes")
+    return dict(zip(member_nodes, sets))
+
+
 @converter("TreeEnsemble", domain=ML)
 def tree_ensemble(ctx):
     """ai.onnx.ml 5's TreeEnsemble: node arrays indexed directly, leaves in their own arrays, codes for enums."""
@@ -202,16 +244,26 @@ def tree_ensemble(ctx):
         "nodes_splits")}
     forest = Forest(ctx, _features(ctx, x))
     missing = a["nodes_missing_value_tracks_true"]
+    members = _member_sets(ctx, a)
     for i, (feature, mode) in enumerate(zip(a["nodes_featureids"], a["nodes_modes"])):
-        if mode >= len(MODES):
-            raise ctx.unsupported(f"node {i} has mode {mode} (BRANCH_MEMBER), which is not supported")
-        forest.add_node(i, int(feature), float(a["nodes_splits"][i]),
-                        int(mode) | (MISSING_TRUE if i < len(missing) and missing[i] else 0))
+        flag = MISSING_TRUE if i < len(missing) and missing[i] else 0
+        if mode == _MEMBER:  # x in {v0, v1, ...}: a chain of BRANCH_EQ nodes that share the true successor
+            chain = members[i] or [np.nan]
+            for m, value in enumerate(chain):
+                forest.add_node(i if m == 0 else ("member", i, m), int(feature), value,
+                                MODES.index("BRANCH_EQ") | (flag if m == 0 else 0))
+        elif mode < len(MODES):
+            forest.add_node(i, int(feature), float(a["nodes_splits"][i]), int(mode) | flag)
+        else:
+            raise ctx.unsupported(f"node {i} has the unknown mode {mode}")
     for k in range(len(a["leaf_weights"])):
         forest.add_leaf(("leaf", k))
-    for i in range(len(forest.rows)):
-        forest.link(i, *((("leaf", int(a[f"nodes_{s}nodeids"][i])) if a[f"nodes_{s}leafs"][i] else
-                          int(a[f"nodes_{s}nodeids"][i])) for s in ("true", "false")))
+    for i in range(len(a["nodes_modes"])):
+        true, false = ((("leaf", int(a[f"nodes_{s}nodeids"][i])) if a[f"nodes_{s}leafs"][i] else
+                        int(a[f"nodes_{s}nodeids"][i])) for s in ("true", "false"))
+        chain = [i] + [("member", i, m) for m in range(1, len(members.get(i) or [0]))]
+        for here, after in zip(chain, chain[1:] + [false]):
+            forest.link(here, true, after)
     n_targets = ctx.attr("n_targets")
     weights = np.zeros((len(a["leaf_weights"]), n_targets), x.type.dtype.numpy)
     for k, (target, w) in enumerate(zip(a["leaf_targetids"], a["leaf_weights"])):
