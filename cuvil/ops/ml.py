@@ -3,8 +3,9 @@ tree ensembles; their base values, averaging and post transforms are other ops a
 
 The trees are one flattened node table: node j holds (feature, true successor, false successor, kind), where a
 negative successor -k-1 is leaf k (a row of `weights`) and kind is the comparison (`MODES`) plus 8 when a NaN
-feature goes to the true successor. `roots` holds each tree's first node (or leaf, negative). The frontend
-checks that the table is a forest (every walk ends in a leaf) and that features lie inside x.
+feature goes to the true successor. `roots` holds per tree its first node (or leaf, negative) and its depth (the
+most nodes a walk from it passes, so that compiled code can walk a fixed number of steps). The frontend checks
+that the table is a forest (every walk ends in a leaf) and that features lie inside x.
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ def leaves(x, nodes, thresholds, roots) -> np.ndarray:
     """[rows, trees]: the leaf each row reaches in each tree."""
     rows = np.arange(x.shape[0])
     out = np.empty((x.shape[0], len(roots)), np.int64)
-    for t, root in enumerate(roots):
+    for t, root in enumerate(roots[:, 0]):
         j = np.full(x.shape[0], root, np.int64)
         while (j >= 0).any():
             live = j >= 0
@@ -57,8 +58,8 @@ def _tree_ensemble_shape(ctx, types, attrs):
     if thresholds.rank != 1 or thresholds.dtype is not x.dtype:
         raise ctx.error(f"'tree_ensemble' thresholds must be one {x.dtype.value} per node, got {thresholds}")
     ctx.require_equal(thresholds.shape[0], nodes.shape[0], "'tree_ensemble' thresholds per node")
-    if roots.rank != 1 or roots.dtype is not DType.i64:
-        raise ctx.error(f"'tree_ensemble' roots must be i64 [trees], got {roots}")
+    if roots.rank != 2 or roots.shape[1] != 2 or roots.dtype is not DType.i64:
+        raise ctx.error(f"'tree_ensemble' roots must be i64 [trees, 2] (first node, depth), got {roots}")
     if weights.rank != 2 or weights.dtype not in (DType.f32, DType.f64):
         raise ctx.error(f"'tree_ensemble' weights must be f32 or f64 [leaves, targets], got {weights}")
     return [weights.with_shape((x.shape[0], weights.shape[1]))]

@@ -68,36 +68,37 @@ class Forest:
 
     def emit(self, x, roots: list, weights: np.ndarray):
         """The `tree_ensemble` op, after checking that every walk from a root ends in a leaf."""
-        if self._has_cycle(roots):
-            raise self.ctx.error("the trees' nodes do not form trees (a walk from a root comes back to a node)")
+        depth = self._depths(roots)
+        table = np.asarray([[r, depth[r] if r >= 0 else 0] for r in roots], np.int64).reshape(-1, 2)
         nodes = np.asarray(self.rows, np.int64).reshape(-1, 4)
         thresholds = np.asarray(self.thresholds, x.type.dtype.numpy)
         c = self.ctx
-        return c.b.tree_ensemble(x, c.const(nodes), c.const(thresholds), c.const(np.asarray(roots, np.int64)),
-                                 c.const(weights))
+        return c.b.tree_ensemble(x, c.const(nodes), c.const(thresholds), c.const(table), c.const(weights))
 
-    def _has_cycle(self, roots: list) -> bool:
-        """Depth-first from the roots: whether some walk reaches a node that is still on its own path."""
-        state = [0] * len(self.rows)  # 0 unseen, 1 on the current path, 2 done
+    def _depths(self, roots: list) -> dict:
+        """Node -> the most nodes a walk from it passes, by a depth-first search from the roots that fails when a
+        walk comes back to a node still on its path (then it would never end)."""
+        depth, on_path = {}, set()
         for root in roots:
-            if root < 0 or state[root]:
+            if root < 0 or root in depth:
                 continue
             stack = [(root, 0)]
-            state[root] = 1
+            on_path.add(root)
             while stack:
                 j, k = stack.pop()
                 children = [c for c in self.rows[j][1:3] if c >= 0]
                 if k == len(children):
-                    state[j] = 2
+                    depth[j] = 1 + max((depth[c] for c in children), default=0)
+                    on_path.discard(j)
                     continue
                 stack.append((j, k + 1))
                 c = children[k]
-                if state[c] == 1:
-                    return True
-                if state[c] == 0:
-                    state[c] = 1
+                if c in on_path:
+                    raise self.ctx.error("the trees' nodes do not form trees (a walk from a root comes back to a node)")
+                if c not in depth:
+                    on_path.add(c)
                     stack.append((c, 0))
-        return False
+        return depth
 
 
 def _features(ctx, x) -> int:
