@@ -214,5 +214,3 @@ def qlinear_concat(ctx):
     nodes += [N("Concat", [f"x{j}" for j in range(parts)], ["f"], axis=ctx.attr("axis")), _q("in0", "in1")]
     return inline(ctx, nodes, ["y"])
 
-
-from . import convert_contrib_attention  # noqa: E402, F401  (the attention family registers itself)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import numpy_helper
 
-from .convert_contrib import MS, N, const, given, inline  # noqa: F401
+from .convert_contrib import MS, N, const, given, inline
 from .registry import converter
 
 

@@ -17,9 +17,9 @@ from ...interpreter import interpret
 from ...ir.builder import Builder
 from ...ir.core import Function, Location, Module
 from ...ir.symbolic import SymExpr
-from . import (convert_contrib, convert_control, convert_elementwise, convert_ml, convert_movement,  # noqa: F401
-               convert_nn, convert_norm, convert_quant, convert_reduce, convert_resize, convert_rnn, convert_sample,
-               convert_shape, convert_signal, fold)
+from . import (convert_contrib, convert_contrib_attention, convert_control, convert_elementwise,  # noqa: F401
+               convert_ml, convert_movement, convert_nn, convert_norm, convert_quant, convert_reduce, convert_resize,
+               convert_rnn, convert_sample, convert_shape, convert_signal, fold)
 from .carriers import CARRIERS, wrap
 from .context import NodeContext
 from .fold import FOLD_LIMIT

@@ -100,9 +100,10 @@ def tree_programs() -> list:
 
     def make(b):
         (x,) = b.args
-        return [b.tree_ensemble(x, b.constant(nodes), b.constant(np.float32([0.1, -0.3, 0.5])),
-                                b.constant(np.int64([[0, 3], [1, 2], [-4, 0]])), b.constant(np.float32([[1, 2], [3, 4], [5, 6],
-                                                                                          [7, 8]])))]
+        roots = np.int64([[0, 3], [1, 2], [-4, 0]])  # (first node, depth)
+        weights = np.float32([[1, 2], [3, 4], [5, 6], [7, 8]])
+        return [b.tree_ensemble(x, b.constant(nodes), b.constant(np.float32([0.1, -0.3, 0.5])), b.constant(roots),
+                                b.constant(weights))]
     return programs([TensorType("f32", (sym("n"), 3))], make)
 
 
