@@ -160,3 +160,6 @@ EMITTERS.update(library_einsum.EMITTERS)
 
 from . import library_conv_blocked  # noqa: E402
 EMITTERS.update(library_conv_blocked.EMITTERS)
+
+from . import library_trees  # noqa: E402
+EMITTERS.update(library_trees.EMITTERS)

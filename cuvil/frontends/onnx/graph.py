@@ -17,13 +17,13 @@ from ...interpreter import interpret
 from ...ir.builder import Builder
 from ...ir.core import Function, Location, Module
 from ...ir.symbolic import SymExpr
-from . import (convert_control, convert_elementwise, convert_movement, convert_nn, convert_norm,  # noqa: F401
-               convert_quant, convert_reduce, convert_resize, convert_rnn, convert_sample, convert_shape,
-               convert_signal, fold)
+from . import (convert_contrib, convert_contrib_attention, convert_control, convert_elementwise,  # noqa: F401
+               convert_ml, convert_movement, convert_nn, convert_norm, convert_quant, convert_reduce, convert_resize,
+               convert_rnn, convert_sample, convert_shape, convert_signal, fold)
 from .carriers import CARRIERS, wrap
 from .context import NodeContext
 from .fold import FOLD_LIMIT
-from .registry import CONVERTERS, FOLDERS
+from .registry import CONVERTERS, DOMAIN_CONVERTERS, FOLDERS
 from .tensors import Tensor, ir_dtype, sanitize, tensor_to_array
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
@@ -125,7 +125,7 @@ class GraphConverter:
         key = (ctx.node.domain, ctx.op_type)
         if key in self.functions:
             return self.inline(ctx, self.functions[key], dict(self.functions_opsets(key)))
-        conv = CONVERTERS.get(ctx.op_type) if ctx.node.domain in DEFAULT_DOMAINS else None
+        conv = _converter_of(ctx.node)
         if conv is not None:
             return conv(ctx)
         return self.expand_schema_function(ctx)
@@ -133,7 +133,7 @@ class GraphConverter:
     def fold_concrete(self, ctx: NodeContext):
         """Evaluate a node whose inputs are all small known arrays: convert it into a scratch module and run
         the interpreter, so folding computes exactly what the IR would. None if it does not apply."""
-        conv = CONVERTERS.get(ctx.op_type) if ctx.node.domain in DEFAULT_DOMAINS else None
+        conv = _converter_of(ctx.node)
         present = [t for t in ctx.inputs if t is not None]
         if conv is None or not present or any(not t.is_concrete or t.known.size > FOLD_LIMIT for t in present) \
                 or any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in ctx.node.attribute):
@@ -224,6 +224,12 @@ class GraphConverter:
         node = _with_defaults(ctx.node, schema)
         ctx = NodeContext(self, node, ctx.inputs, ctx.opset, ctx.b, ctx.scope, ctx.opsets, ctx.name)
         return self.inline(ctx, fn, {o.domain: o.version for o in fn.opset_import})
+
+
+def _converter_of(node):
+    if node.domain in DEFAULT_DOMAINS:
+        return CONVERTERS.get(node.op_type)
+    return DOMAIN_CONVERTERS.get((node.domain, node.op_type))
 
 
 def _schema_elem(ctx: NodeContext, i: int):

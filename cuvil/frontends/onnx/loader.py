@@ -14,6 +14,7 @@ from ...ir.core import Module
 from ...ir.symbolic import SymExpr
 from ...ir.types import TensorType
 from ...ir.verifier import verify
+from . import legacy
 from .context import NeedsValue
 from .graph import DEFAULT_DOMAINS, MIN_OPSET, GraphConverter, Scope
 from .model import OnnxModel, SpecializingModel, TensorSpec
@@ -106,12 +107,9 @@ def model_opsets(proto) -> dict:
         opsets["" if o.domain in DEFAULT_DOMAINS else o.domain] = o.version
     newest = defs.onnx_opset_version()
     v = opsets.get("")
-    if v is None:
-        raise UnsupportedError("the model does not import the default ONNX domain (only e.g. ai.onnx.ml), which "
-                               "Cuvil needs")
-    if not MIN_OPSET <= v <= newest:
+    if v is not None and not 1 <= v <= newest:
         raise UnsupportedError(f"the model imports opset {v} of the default ONNX domain; Cuvil reads opsets "
-                               f"{MIN_OPSET} to {newest}")
+                               f"1 to {newest}")
     return opsets
 
 
@@ -119,10 +117,13 @@ def convert_model(proto, base_dir: str | None, values: dict) -> OnnxModel:
     """The model as IR; `values` maps input names to arrays whose contents the conversion may use (the
     inputs a model is specialized on), the others are known by type only."""
     opsets = model_opsets(proto)
+    if opsets.get("", MIN_OPSET) < MIN_OPSET:
+        proto = legacy.upgrade(proto, opsets[""])
+        opsets = model_opsets(proto)
     graph = proto.graph
     inputs = _input_specs(proto)
     module = Module()
-    module.metadata.update({"source": "onnx", "graph": graph.name, "opset": str(opsets[""]),
+    module.metadata.update({"source": "onnx", "graph": graph.name, "opset": str(opsets.get("", "")),
                             "producer": f"{proto.producer_name} {proto.producer_version}".strip()})
     b = Builder.new_function(module, "main", [TensorType(s.ir_dtype, s.shape) for s in inputs],
                              [sanitize(s.name) for s in inputs])

@@ -9,13 +9,17 @@ from __future__ import annotations
 from typing import Callable
 
 CONVERTERS: dict[str, Callable] = {}
+DOMAIN_CONVERTERS: dict[tuple, Callable] = {}  # (domain, op type) -> converter, for ai.onnx.ml, com.microsoft...
 FOLDERS: dict[str, Callable] = {}
 
 
-def converter(*op_types: str):
+def converter(*op_types: str, domain: str = ""):
     def register(fn):
         for op in op_types:
-            CONVERTERS[op] = fn
+            if domain:
+                DOMAIN_CONVERTERS[(domain, op)] = fn
+            else:
+                CONVERTERS[op] = fn
         return fn
     return register
 

@@ -96,6 +96,19 @@ def scan_programs() -> list:
     return programs([TensorType("f32", (n, 37)), TensorType("f32", (2, n, 8))], make)
 
 
+def tree_programs() -> list:
+    """A forest whose walks end at the table's last node and leaf (any overrun of the table is caught)."""
+    nodes = np.int64([[0, 1, -1, 8], [2, -2, 2, 3], [1, -3, -4, 5]])
+
+    def make(b):
+        (x,) = b.args
+        roots = np.int64([[0, 3], [1, 2], [-4, 0]])  # (first node, depth)
+        weights = np.float32([[1, 2], [3, 4], [5, 6], [7, 8]])
+        return [b.tree_ensemble(x, b.constant(nodes), b.constant(np.float32([0.1, -0.3, 0.5])), b.constant(roots),
+                                b.constant(weights))]
+    return programs([TensorType("f32", (sym("n"), 3))], make)
+
+
 def check(exe, m: Module, inputs) -> None:
     for g, w in zip(exe(*inputs), interpret(m, inputs)):
         np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=1e-2, atol=1e-2)
@@ -136,6 +149,12 @@ def main() -> int:
         for n in (0, 1, 6):
             check(exe, m, [rng.standard_normal((n, 37)).astype(np.float32),
                            rng.standard_normal((2, n, 8)).astype(np.float32)])
+    for m in tree_programs():
+        exe = compile_module(m)
+        for n in (0, 1, 70, 130):
+            x = rng.standard_normal((n, 3)).astype(np.float32)
+            x[::5] = np.nan
+            check(exe, m, [x])
     print("library asan programs ok")
     return 0
 
