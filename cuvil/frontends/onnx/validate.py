@@ -141,6 +141,10 @@ def _run_checker(light, opsets: dict) -> None:
     for v in (*graph.input, *graph.output, *graph.value_info):  # ORT takes declared values without a shape
         if v.type.WhichOneof("value") == "tensor_type" and not v.type.tensor_type.HasField("shape"):
             v.type.tensor_type.shape.SetInParent()
+    for values in (graph.output, graph.value_info):  # and outputs with no type at all (it infers them)
+        untyped = [v for v in values if not v.HasField("type")]
+        for v in untyped:
+            values.remove(v)
     try:
         checker.C.check_graph(graph.SerializeToString(), ctx, checker.C.LexicalScopeContext())
     except checker.ValidationError as e:
