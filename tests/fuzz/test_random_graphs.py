@@ -18,11 +18,8 @@ def test_random_graphs_match_onnxruntime(chunk, record_property):
     assert sum(r.outcome == "match" for r in results) >= len(results) // 2, [r.detail for r in results]
 
 
-@pytest.mark.xfail(strict=False, reason="known: conv/pool on symbolic inputs smaller than their window (the window-"
-                                        "check branch makes these a ShapeError); until it merges they run, crash "
-                                        "or differ from ORT")
 def test_sizes_below_a_window_are_refused(record_property):
     """Every call below some window: ONNX Runtime refuses it, so must Cuvil (with a Cuvil error)."""
     jobs = [{"kind": "graph", "args": {"seed": SEED, "index": i, "below": True}} for i in range(scaled(24))]
     fuzz("random graphs below a window", jobs, record_property,
-         failures=(*FAILURES, "cuvil-only", "known-window", "ort-crash"))
+         failures=(*FAILURES, "cuvil-only", "ort-crash"))

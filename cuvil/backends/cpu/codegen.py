@@ -108,7 +108,7 @@ class CodeGen:
         entry = ("int cuvil_main(void *const *args, void *const *outs, const int64_t *dims, uint8_t *arena,\n"
                  "               const void *const *consts)\n{\n" + unused + sym + offsets +
                  "\n".join(self.body) + "\n    return 0;\n}\n")
-        last_error = "const char *cuvil_last_error(void) { return cuvil_error_text; }\n\n"
+        last_error = "__attribute__((weak)) const char *cuvil_last_error(void) { return cuvil_error_text; }\n\n"
         return self._prepare() + size_fn + last_error + entry
 
     def _offsets(self) -> str:

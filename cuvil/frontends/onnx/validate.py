@@ -112,9 +112,11 @@ def _light_model(proto) -> onnx.ModelProto:
     _copy_fields(src, g, skip=("initializer",))
     declared = {v.name for v in src.input}
     for t in src.initializer:
-        if math.prod(t.dims) <= LIFT_ELEMENTS and t.data_location != TensorProto.EXTERNAL:
+        kept = math.prod(t.dims) <= LIFT_ELEMENTS and t.data_location != TensorProto.EXTERNAL
+        if kept:
             g.initializer.append(t)
-        elif t.name not in declared:
+        # IR versions before 4 want every initializer among the inputs; ONNX Runtime does not ask it
+        if t.name not in declared and (not kept or light.ir_version < 4):
             g.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
     return light
 

@@ -3,7 +3,3 @@
 #define CUVIL_ABI_VERSION 1
 
 int cuvil_abi_version(void) { return CUVIL_ABI_VERSION; }
-
-/* The message of this thread's last nonzero return. Weak: generated code that records its own errors (the
- * index-error channel) defines the real one, which replaces this at link time. */
-__attribute__((weak)) const char *cuvil_last_error(void) { return ""; }

@@ -169,7 +169,9 @@ CUVIL_RT_INLINE int64_t cuvil_imax(int64_t a, int64_t b) { return a > b ? a : b;
 /* The error channel of generated code: cuvil_main returns 0, or a nonzero code with a message for the failing
  * thread in cuvil_error_text, which the model library exports as `const char *cuvil_last_error(void)`. */
 #define CUVIL_ERROR_INDEX 1 /* an index input outside the axis it indexes */
-static _Thread_local char cuvil_error_text[512];
+/* Weak, not static: a library of several entries (one translation unit each) links one buffer and one
+ * cuvil_last_error, which every entry's failures write and read. */
+__attribute__((weak)) _Thread_local char cuvil_error_text[512];
 
 /* Returns from the enclosing function with `call`'s code when it is nonzero. */
 #define CUVIL_TRY(call) do { int cuvil_rc_ = (call); if (cuvil_rc_ != 0) return cuvil_rc_; } while (0)
