@@ -13,6 +13,7 @@ from pathlib import Path
 from ...progress import step as progress_step
 from ...ir.core import Module
 from . import codegen, kernels, library_rows, toolchain
+from .kernels import conv_block  # noqa: F401 (the passes and tests ask the backend)
 from .executable import CpuFunction
 from .library import EMITTERS
 from .loops import LOOP_OPS, REDUCE_OPS
@@ -29,12 +30,6 @@ def keeps_composite(op) -> bool:
     if op.name == "conv_nchwc":  # the kernel library's blocked conv has one block size: the host's vector
         return op.operands[1].type.shape[5] == conv_block()
     return op.name in NATIVE_COMPOSITES or library_rows.keeps(op)
-
-
-def conv_block() -> int:
-    """Channels per block of the blocked convolution kernel: one vector of f32 on the host."""
-    features = toolchain.cpu_features()
-    return 16 if "avx512f" in features else 8 if "avx2" in features or "avx" in features else 4
 
 
 SUPPORTED = LOOP_OPS | REDUCE_OPS | frozenset(EMITTERS) | {"constant", "cond", "while", "fused", "yield", "return"}

@@ -52,6 +52,12 @@ SIGNATURES = {
 }
 
 
+def conv_block() -> int:
+    """Channels per block of the blocked convolution kernel: one vector of f32 on the host."""
+    features = toolchain.cpu_features()
+    return 16 if "avx512f" in features else 8 if "avx2" in features or "avx" in features else 4
+
+
 def include_dir() -> Path:
     """The folder holding `cuvil_kernels.h` and `cuvil_simd.h`, for `-I` when compiling generated code."""
     return Path(str(resources.files(__package__) / "kernels"))

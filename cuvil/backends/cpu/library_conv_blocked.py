@@ -8,6 +8,7 @@ block must be the library's (one vector of f32 on the host), which the layout pa
 from __future__ import annotations
 
 from ...errors import UnsupportedError
+from .kernels import conv_block
 from .library_util import c_dim, open_block
 
 
@@ -20,7 +21,6 @@ def _conv_nchwc(gen, op, depth: int) -> None:
     d = open_block(gen, depth, op, names)
     a = op.attrs
     block = w.type.shape[5]
-    from .backend import conv_block  # the backend imports the emitters
 
     if block != conv_block():
         raise UnsupportedError(f"'conv_nchwc' packs {block} channels per block; this machine's kernel library "

@@ -118,10 +118,11 @@ class JitFunction:
 
     def inspect(self, *args, **kwargs) -> str:
         """The optimised IR text for these arguments (compiling them if needed)."""
-        from ... import inspect_ir
+        from ...ir.printer import print_module  # as cuvil.inspect_ir prints (the package is a layer above)
 
         compiled = self._compile_for(args, kwargs)[1]
-        return inspect_ir(compiled.executable if compiled is not _FALLBACK else self.lower(*args, **kwargs))
+        module = compiled.executable.module if compiled is not _FALLBACK else self.lower(*args, **kwargs)
+        return print_module(module, 16)
 
     def __repr__(self) -> str:
         return f"<cuvil.jit {self.__wrapped__.__qualname__}: {len(self.signatures)} signature(s)>"
