@@ -17,6 +17,7 @@ from ...interpreter import interpret
 from ...ir.builder import Builder
 from ...ir.core import Function, Location, Module
 from ...ir.symbolic import SymExpr
+from ...ops import registry as op_registry
 from . import (convert_contrib, convert_contrib_attention, convert_control, convert_elementwise,  # noqa: F401
                convert_ml, convert_movement, convert_nn, convert_norm, convert_quant, convert_reduce, convert_resize,
                convert_rnn, convert_sample, convert_shape, convert_signal, fold)
@@ -229,7 +230,22 @@ class GraphConverter:
 def _converter_of(node):
     if node.domain in DEFAULT_DOMAINS:
         return CONVERTERS.get(node.op_type)
-    return DOMAIN_CONVERTERS.get((node.domain, node.op_type))
+    found = DOMAIN_CONVERTERS.get((node.domain, node.op_type))
+    if found is None:
+        opdef = op_registry.bridged_op("onnx_op", f"{node.domain}::{node.op_type}")
+        return functools.partial(_bridged, opdef) if opdef is not None else None
+    return found
+
+
+def _bridged(opdef, ctx: NodeContext) -> list:
+    """A node of a custom domain as the op a user declared with `register_op(..., onnx_op="domain::OpType")`: its
+    inputs are the operands (broadcast together for an elementwise op), its attributes those of the same name."""
+    values = [ctx.x(i) for i in range(len(ctx.inputs)) if ctx.has(i)]
+    if "elementwise" in opdef.traits:
+        values = ctx.broadcast(*values)
+    attrs = {name: ctx.attr(name) for name in opdef.attrs if ctx.has_attr(name)}
+    out = ctx.b.emit(opdef.name, *values, **attrs)
+    return list(out) if isinstance(out, (list, tuple)) else [out]
 
 
 def _schema_elem(ctx: NodeContext, i: int):
