@@ -21,12 +21,7 @@ def mutant_job(seed_model: str, seed: int, index: int, compiled: bool = False, p
     """Interpreted: one call with symbolic sizes 2. Compiled: calls at sizes 4 then 1 (a smaller after a larger)."""
     rng = np.random.default_rng([seed, SEED_IDS[seed_model], index])
     kind, data = mutant(SEEDS[seed_model](), rng)
-    phase("ort")
-    session = ort_session(data)
-    phase("cuvil")
-    model, outcome, detail = load(data)
-    if model is not None and compiled:
-        model, outcome, detail = _optimized(model)
+    session, (model, outcome, detail) = _both_sessions(data, compiled, phase)
     ort_refuses = isinstance(session, Exception)
     specs = ort_specs(session) if not ort_refuses else _cuvil_specs(model) if model is not None else []
     results = []
@@ -51,12 +46,7 @@ def graph_job(seed: int, index: int, below: bool = False, compiled: bool = True,
     g = random_graph(rng)
     data = g.proto.SerializeToString()
     ops = " ".join(g.ops)
-    phase("ort")
-    session = ort_session(data)
-    phase("cuvil")
-    model, outcome, detail = load(data)
-    if model is not None and compiled:
-        model, outcome, detail = _optimized(model)
+    session, (model, outcome, detail) = _both_sessions(data, compiled, phase)
     if model is None:
         return outcome, f"[{ops}] {detail}"
     results = []
@@ -68,6 +58,17 @@ def graph_job(seed: int, index: int, below: bool = False, compiled: bool = True,
         outcome, detail = classify_call(lambda feeds=feeds: model(**feeds), want)
         results.append((outcome, f"[{ops}] at {batch}x{g.channels}x{h}x{w}: {detail}"))
     return worst(results) if results else ("match", f"[{ops}] no sizes")
+
+
+def _both_sessions(data: bytes, compiled: bool, phase) -> tuple:
+    """ONNX Runtime's session (or its error) and Cuvil's (model, outcome, detail), compiled if asked."""
+    phase("ort")
+    session = ort_session(data)
+    phase("cuvil")
+    loaded = load(data)
+    if loaded[0] is not None and compiled:
+        loaded = _optimized(loaded[0])
+    return session, loaded
 
 
 def _optimized(model) -> tuple:

@@ -9,7 +9,7 @@ import numpy as np
 
 from ...ir.dtypes import DType
 from . import convert_svm, convert_trees  # noqa: F401  (their converters register on import)
-from .convert_trees import ML, attr_floats, class_labels, ml_input, post_transform
+from .convert_trees import ML, attr_floats, class_labels, int_labels, ml_input, post_transform
 from .registry import converter
 
 
@@ -43,9 +43,7 @@ def linear_regressor(ctx):
 
 @converter("LinearClassifier", domain=ML)
 def linear_classifier(ctx):
-    labels = ctx.attr("classlabels_ints")
-    if not labels:
-        raise ctx.unsupported("has string class labels; Cuvil computes numeric tensors only")
+    labels = int_labels(ctx, "classlabels_ints")
     x = _rows(ctx)
     scores = ctx.cast(_plus(ctx, _matrix(ctx, x, "coefficients"), attr_floats(ctx, "intercepts")), DType.f32)
     if scores.type.shape[1] == 1 and len(labels) == 2:  # one score s for two classes: [-s, s]

@@ -21,6 +21,14 @@ def attr_floats(ctx, name: str, default=()) -> np.ndarray:
     return np.asarray(t if t is not None else ctx.attr(name, list(default)), np.float64).reshape(-1)
 
 
+def int_labels(ctx, name: str) -> list:
+    """A classifier's integer class labels (attribute `name`); string labels are refused."""
+    labels = ctx.attr(name)
+    if not labels:
+        raise ctx.unsupported("has string class labels; Cuvil computes numeric tensors only")
+    return labels
+
+
 def ml_input(ctx):
     """Input 0 as a float tensor (ML ops take int64 and int32 too, computing in float)."""
     x = ctx.x(0)
@@ -175,9 +183,7 @@ def tree_regressor(ctx):
 
 @converter("TreeEnsembleClassifier", domain=ML)
 def tree_classifier(ctx):
-    labels = ctx.attr("classlabels_int64s")
-    if not labels:
-        raise ctx.unsupported("has string class labels; Cuvil computes numeric tensors only")
+    labels = int_labels(ctx, "classlabels_int64s")
     x = ml_input(ctx)
     raw, _, class_ids, weights = _legacy_forest(ctx, x, "class", len(labels), np.float32)
     scores = _aggregate(ctx, raw, 0, "SUM", attr_floats(ctx, "base_values"))
