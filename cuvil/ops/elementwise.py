@@ -79,6 +79,13 @@ unary("erf", lambda x, a: erf64(x))
 unary("sin", lambda x, a: np.sin(x))
 unary("cos", lambda x, a: np.cos(x))
 unary("tan", lambda x, a: np.tan(x))
+# inverse trigonometric and hyperbolic functions, and libm's accurate forms near 0 and 1
+_erfc = np.frompyfunc(math.erfc, 1, 1)
+for _name, _fn64 in {"asin": np.arcsin, "acos": np.arccos, "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh,
+                     "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh, "expm1": np.expm1,
+                     "log1p": np.log1p, "log2": np.log2, "log10": np.log10, "exp2": np.exp2, "trunc": np.trunc,
+                     "erfc": lambda x: _erfc(x).astype(np.float64)}.items():
+    unary(_name, lambda x, a, f=_fn64: f(x))
 unary("floor", lambda x, a: np.floor(x))
 unary("ceil", lambda x, a: np.ceil(x))
 unary("round", lambda x, a: np.round(x), doc="round half to even, as ONNX and NumPy do")
@@ -261,6 +268,12 @@ binary("pow", _ref_pow)
 binary("max", _in_type(np.maximum), traits={"commutative"})
 binary("min", _in_type(np.minimum), traits={"commutative"})
 binary("mod", _ref_mod, attrs={"fmod": Attr("bool", False)})
+binary("atan2", _in_f64_binary(np.arctan2), is_float)  # atan2(y, x): the angle of the point (x, y)
+binary("hypot", _in_f64_binary(np.hypot), is_float, traits={"commutative"})
+binary("copysign", _in_f64_binary(np.copysign), is_float)
+binary("fmax", _in_type(np.fmax), is_float, traits={"commutative"})  # max that ignores a NaN operand
+binary("fmin", _in_type(np.fmin), is_float, traits={"commutative"})
+binary("nextafter", _in_type(np.nextafter), is_float)  # in the operands' own type: float32 steps are float32's
 binary("and", _in_type(np.logical_and), is_integral, traits={"commutative"})
 binary("or", _in_type(np.logical_or), is_integral, traits={"commutative"})
 binary("xor", _in_type(np.logical_xor), is_integral, traits={"commutative"})

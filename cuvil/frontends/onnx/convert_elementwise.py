@@ -16,7 +16,8 @@ from .tensors import Tensor, ir_dtype
 UNARY = {"Abs": "abs", "Neg": "neg", "Exp": "exp", "Log": "log", "Sqrt": "sqrt", "Reciprocal": "reciprocal",
          "Tanh": "tanh", "Sigmoid": "sigmoid", "Relu": "relu", "Erf": "erf", "Sin": "sin", "Cos": "cos", "Tan": "tan",
          "Floor": "floor", "Ceil": "ceil", "Round": "round", "Sign": "sign", "Not": "not", "IsNaN": "isnan",
-         "Softplus": "softplus", "HardSwish": "hardswish"}
+         "Softplus": "softplus", "HardSwish": "hardswish", "Sinh": "sinh", "Cosh": "cosh", "Asinh": "asinh",
+         "Acosh": "acosh", "Atanh": "atanh", "Atan": "atan", "Asin": "asin", "Acos": "acos"}
 # ONNX op -> (IR op, {ONNX attribute: (IR attribute, ONNX default)}).
 UNARY_ATTRS = {"Elu": ("elu", {"alpha": ("alpha", 1.0)}),
                "LeakyRelu": ("leaky_relu", {"alpha": ("alpha", 0.01)}),
@@ -137,81 +138,9 @@ def is_inf(ctx):
     return [inf]
 
 
-# -- hyperbolic and inverse functions through exp, log and sqrt -------------------------------------------------
 def _f64(ctx, x):
     """Compute in float64 (then round once), as the IR's own float references do."""
     return ctx.cast(x, DType.f64)
-
-
-def _exp_pair(ctx, x):
-    return ctx.b.exp(x), ctx.b.exp(ctx.b.neg(x))
-
-
-def _sinh(ctx, x):
-    p, n = _exp_pair(ctx, x)
-    return ctx.b.mul(ctx.b.sub(p, n), ctx.scalar_like(0.5, x))
-
-
-def _cosh(ctx, x):
-    p, n = _exp_pair(ctx, x)
-    return ctx.b.mul(ctx.b.add(p, n), ctx.scalar_like(0.5, x))
-
-
-def _asinh(ctx, x):
-    """Odd: sign(x) * asinh(|x|), so x + sqrt(x^2 + 1) never cancels (large negative x, -inf)."""
-    b = ctx.b
-    ax = b.abs(x)
-    return b.mul(b.sign(x), b.log(b.add(ax, b.sqrt(b.add(b.mul(ax, ax), ctx.scalar_like(1, x))))))
-
-
-def _acosh(ctx, x):
-    b = ctx.b
-    return b.log(b.add(x, b.sqrt(b.sub(b.mul(x, x), ctx.scalar_like(1, x)))))
-
-
-def _atanh(ctx, x):
-    b = ctx.b
-    ratio = b.div(b.add(ctx.scalar_like(1, x), x), b.sub(ctx.scalar_like(1, x), x))
-    return b.mul(b.log(ratio), ctx.scalar_like(0.5, x))
-
-
-def _atan(ctx, x):
-    """atan by argument halving (twice: |x| <= tan(pi/8) after one, then a short odd series) and reflection
-    for |x| > 1, accurate to float64 rounding in the reduced range."""
-    b = ctx.b
-    big = b.gt(b.abs(x), ctx.scalar_like(1, x))
-    safe = b.where(big, x, ctx.scalar_like(1, x))
-    t = b.where(big, b.reciprocal(safe), x)
-    for _ in range(3):  # atan(t) = 2 atan(t / (1 + sqrt(1 + t^2)))
-        t = b.div(t, b.add(ctx.scalar_like(1, t), b.sqrt(b.add(ctx.scalar_like(1, t), b.mul(t, t)))))
-    t2, term, total = b.mul(t, t), t, t
-    for k in range(1, 12):
-        term = b.mul(b.neg(term), t2)
-        total = b.add(total, b.div(term, ctx.scalar_like(2 * k + 1, t)))
-    small = b.mul(total, ctx.scalar_like(8, t))
-    reflected = b.sub(b.mul(b.sign(x), ctx.scalar_like(math.pi / 2, x)), small)
-    return b.where(big, reflected, small)
-
-
-def _asin(ctx, x):
-    b = ctx.b
-    return _atan(ctx, b.div(x, b.sqrt(b.sub(ctx.scalar_like(1, x), b.mul(x, x)))))
-
-
-def _acos(ctx, x):
-    return ctx.b.sub(ctx.scalar_like(math.pi / 2, x), _asin(ctx, x))
-
-
-def _via_f64(fn):
-    def convert(ctx):
-        x = ctx.x(0)
-        return [ctx.cast(fn(ctx, _f64(ctx, x)), x.type.dtype)]
-    return convert
-
-
-for _onnx, _fn in {"Sinh": _sinh, "Cosh": _cosh, "Asinh": _asinh, "Acosh": _acosh, "Atanh": _atanh,
-                   "Atan": _atan, "Asin": _asin, "Acos": _acos}.items():
-    converter(_onnx)(_via_f64(_fn))
 
 
 # -- binary ops with their own rules ------------------------------------------------------------------------

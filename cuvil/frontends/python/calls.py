@@ -51,22 +51,6 @@ def square(cx, x):
     return E.binary(cx, "mul", "multiply", x, x)
 
 
-def log_base(base: float):
-    def conv(cx, x):
-        return E.binary(cx, "div", "true_divide", E.unary(cx, "log", "log", x), math.log(base))
-    return conv
-
-
-def log1p(cx, x):
-    """log(1 + x): less precise than a fused log1p for |x| near the rounding error of 1."""
-    return E.unary(cx, "log", "log1p", E.binary(cx, "add", "add", x, 1))
-
-
-def expm1(cx, x):
-    """exp(x) - 1: less precise than a fused expm1 near 0."""
-    return E.binary(cx, "sub", "subtract", E.unary(cx, "exp", "expm1", x), 1)
-
-
 def clip(cx, fname: str, x, lo, hi) -> TV:
     """Python bounds become the `clip` op's attributes; tensor bounds become max/min."""
     dtype = result_dtype(cx.mode, fname, x, lo, hi)
@@ -235,11 +219,14 @@ def np_full(cx, shape, fill_value, dtype=None):
 
 NUMPY_FUNCS = {
     **{n: unary(op, n) for n, op in [("exp", "exp"), ("log", "log"), ("sqrt", "sqrt"), ("tanh", "tanh"),
-                                     ("sin", "sin"), ("cos", "cos"), ("tan", "tan")]},
+                                     ("sin", "sin"), ("cos", "cos"), ("tan", "tan"), ("arcsin", "asin"),
+                                     ("arccos", "acos"), ("arctan", "atan"), ("sinh", "sinh"), ("cosh", "cosh"),
+                                     ("arcsinh", "asinh"), ("arccosh", "acosh"), ("arctanh", "atanh"),
+                                     ("log2", "log2"), ("log10", "log10"), ("log1p", "log1p"), ("expm1", "expm1"),
+                                     ("exp2", "exp2")]},
     **{n: unary_any(op, n) for n, op in [("abs", "abs"), ("absolute", "abs"), ("negative", "neg"),
                                          ("sign", "sign"), ("floor", "floor"), ("ceil", "ceil")]},
-    "reciprocal": unary("reciprocal", "reciprocal"), "square": square, "log2": log_base(2), "log10": log_base(10),
-    "log1p": log1p, "expm1": expm1, "round": np_round, "around": np_round,
+    "reciprocal": unary("reciprocal", "reciprocal"), "square": square, "round": np_round, "around": np_round,
     **{n: binary(op, n) for n, op in [
         ("add", "add"), ("subtract", "sub"), ("multiply", "mul"), ("divide", "div"), ("true_divide", "div"),
         ("floor_divide", "floordiv"), ("mod", "mod"), ("remainder", "mod"), ("power", "pow"), ("maximum", "max"),
@@ -361,7 +348,9 @@ def _numpy_table() -> dict:
 
 
 _MATH = {"sqrt": "sqrt", "exp": "exp", "log": "log", "tanh": "tanh", "sin": "sin", "cos": "cos", "tan": "tan",
-         "erf": "erf"}
+         "erf": "erf", "erfc": "erfc", "asin": "asin", "acos": "acos", "atan": "atan", "sinh": "sinh", "cosh": "cosh",
+         "asinh": "asinh", "acosh": "acosh", "atanh": "atanh", "log2": "log2", "log10": "log10", "log1p": "log1p",
+         "expm1": "expm1"}
 
 
 def _math_table() -> dict:

@@ -14,7 +14,7 @@ from ...errors import UnsupportedError
 from ...ir.dtypes import DType
 from . import calls_more as M
 from . import emit as E
-from .calls import (binary, clip, copy, dtype_arg, einsum, expm1, full_of, item, like, log1p, log_base, predicate,
+from .calls import (binary, clip, copy, dtype_arg, einsum, full_of, item, like, predicate,
                     split, square, tile, triangle, unary, unary_any)
 from .emit import tensor
 from .values import TV, result_dtype, to_dtype, user_dtype
@@ -147,11 +147,12 @@ def t_clamp(cx, input, min=None, max=None):  # noqa: A002 (torch's names)
 
 _ELEMENTWISE = {
     **{n: unary(n, n) for n in ("exp", "log", "sqrt", "rsqrt", "tanh", "sin", "cos", "tan", "sigmoid", "erf",
-                                "reciprocal")},
+                                "reciprocal", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh",
+                                "erfc", "log2", "log10", "log1p", "expm1", "exp2")},
     **{n: unary_any(op, n) for n, op in [("abs", "abs"), ("neg", "neg"), ("negative", "neg"), ("sign", "sign"),
                                          ("floor", "floor"), ("ceil", "ceil"), ("round", "round"),
                                          ("relu", "relu")]},
-    "square": square, "log2": log_base(2), "log10": log_base(10), "log1p": log1p, "expm1": expm1,
+    "square": square,
     "add": t_add("add", "add"), "sub": t_add("sub", "sub"), "subtract": t_add("sub", "sub"),
     "mul": binary("mul", "mul"), "multiply": binary("mul", "mul"), "div": t_div, "divide": t_div,
     "true_divide": binary("div", "true_divide"), "floor_divide": binary("floordiv", "floor_divide"),

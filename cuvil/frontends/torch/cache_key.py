@@ -2,8 +2,8 @@
 
 What decides the exported program, and so the key:
 - the code: for every submodule's class, its qualified name and the source file of the class's module, plus
-  the versions of torch and of the package the class comes from (transformers, say), and the default arguments
-  and closure values of its `forward`;
+  the versions of torch and of the package the class comes from (transformers, say), and the default arguments,
+  closure values and the module globals named by its `forward`;
 - the state: every submodule's plain attributes (sizes, flags, configs; `training` is left out since export
   runs in eval mode) and the bytes, dtype and shape of every parameter and buffer;
 - the call: the example inputs' structure, dtypes and shapes, `dynamic_shapes`, and the options.
@@ -60,6 +60,7 @@ def _add_code(key: Key, module: torch.nn.Module) -> None:
     for cls in sorted({type(m) for m in module.modules()}, key=lambda c: (c.__module__, c.__qualname__)):
         key.add("class", f"{cls.__module__}.{cls.__qualname__}").add("source", _source_digest(cls))
         key.add("forward", _describe(_bound_values(cls.forward)))
+        key.add("globals", _describe(_global_values(cls.forward)))
         top = sys.modules.get(cls.__module__.partition(".")[0])
         key.add("version", getattr(top, "__version__", ""))
 
@@ -78,6 +79,36 @@ def _bound_values(fn, depth: int = 0) -> list:
             v = [f"{v.__module__}.{v.__qualname__}", _bound_values(v, depth + 1) if depth < 4 else None]
         cells.append(v)
     return [getattr(fn, "__defaults__", None), getattr(fn, "__kwdefaults__", None), cells]
+
+
+def _global_values(fn) -> list:
+    """The module globals that `forward`'s code names (`ACT = torch.relu` or `SCALE = 0.5` set per run, a global
+    `nn.Linear`): functions, classes and modules by their qualified names (their code is keyed with its file or
+    package), modules' weights by their bytes, values by their text. An object without a stable text counts by its
+    type only, as the code it reaches is not covered (see the module docstring)."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return []
+    names, stack = set(), [code]
+    while stack:  # the function's own names and those of the lambdas and comprehensions inside it
+        c = stack.pop()
+        names.update(c.co_names)
+        stack.extend(k for k in c.co_consts if inspect.iscode(k))
+    scope = fn.__globals__
+    return [(n, _global_value(scope[n])) for n in sorted(names) if n in scope]
+
+
+def _global_value(v) -> str:
+    if inspect.ismodule(v):
+        return f"module {v.__name__}"
+    if isinstance(v, torch.nn.Module):
+        return _describe([f"module {type(v).__qualname__}", [(n, _tensor(t)) for n, t in v.state_dict().items()]])
+    if callable(v) and hasattr(v, "__qualname__"):
+        return f"{getattr(v, '__module__', '')}.{v.__qualname__}"
+    try:
+        return _describe(v)
+    except Uncacheable:
+        return f"object {type(v).__module__}.{type(v).__qualname__}"
 
 
 @functools.lru_cache(maxsize=None)

@@ -15,12 +15,21 @@ from .context import aten
 _UNARY = {"abs": "abs", "neg": "neg", "exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt",
           "reciprocal": "reciprocal", "tanh": "tanh", "sigmoid": "sigmoid", "relu": "relu", "erf": "erf",
           "sin": "sin", "cos": "cos", "tan": "tan", "floor": "floor", "ceil": "ceil", "sign": "sign",
-          "silu": "silu", "hardswish": "hardswish"}
+          "silu": "silu", "hardswish": "hardswish", "asin": "asin", "acos": "acos", "atan": "atan", "sinh": "sinh",
+          "cosh": "cosh", "asinh": "asinh", "acosh": "acosh", "atanh": "atanh", "trunc": "trunc", "fix": "trunc",
+          "erfc": "erfc", "expm1": "expm1", "log1p": "log1p", "log2": "log2", "log10": "log10", "exp2": "exp2"}
 # ATen op -> IR op for binary arithmetic, computed in the result dtype.
-_ARITH = {"mul": "mul", "maximum": "max", "minimum": "min", "floor_divide": "floordiv", "remainder": "mod"}
+_ARITH = {"mul": "mul", "maximum": "max", "minimum": "min", "floor_divide": "floordiv", "remainder": "mod",
+          "atan2": "atan2", "arctan2": "atan2", "hypot": "hypot", "copysign": "copysign", "fmax": "fmax",
+          "fmin": "fmin", "nextafter": "nextafter"}
 _COMPARE = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge"}
 _LOGIC = {"logical_and": "and", "logical_or": "or", "logical_xor": "xor"}
-_BITWISE = {"bitwise_and": "and", "bitwise_or": "or", "bitwise_xor": "xor"}
+# ATen op -> (IR op on bool tensors, IR op on integer tensors).
+_BITWISE = {"bitwise_and": ("and", "bitwise_and"), "__and__": ("and", "bitwise_and"),
+            "bitwise_or": ("or", "bitwise_or"), "__or__": ("or", "bitwise_or"),
+            "bitwise_xor": ("xor", "bitwise_xor"), "__xor__": ("xor", "bitwise_xor"),
+            "bitwise_left_shift": (None, "shift_left"), "__lshift__": (None, "shift_left"),
+            "bitwise_right_shift": (None, "shift_right"), "__rshift__": (None, "shift_right")}
 # Ops that are the identity for inference (copies, aliases, layout changes, dropout in eval mode).
 _IDENTITY = ("clone", "contiguous", "alias", "detach", "lift_fresh_copy", "dropout", "feature_dropout",
              "alpha_dropout", "lift_fresh")
@@ -50,11 +59,13 @@ def _logic(op):
     return convert
 
 
-def _bitwise(op):
+def _bitwise(ops):
     def convert(cx, x, y):
-        if cx.out_dtype() is not DType.bool:
-            raise cx.error("bitwise ops on integers are not supported (only on bool tensors)")
-        return cx.b.emit(op, *cx.operands([x, y], DType.bool))
+        dtype = cx.out_dtype()
+        op = ops[0] if dtype is DType.bool else None if dtype.is_float else ops[1]
+        if op is None:
+            raise cx.error(f"{cx.op_name} is not defined for {dtype} tensors")
+        return cx.b.emit(op, *cx.operands([x, y], dtype))
     return convert
 
 
@@ -151,9 +162,7 @@ def logical_not(cx, x):
 def bitwise_not(cx, x):
     if x.type.dtype is DType.bool:
         return cx.b.emit("not", x)
-    if not x.type.dtype.is_signed:
-        raise cx.error(f"bitwise_not of {x.type.dtype} is not supported")
-    return cx.b.sub(cx.b.neg(x), cx.tensor(1, x.type.dtype, x.type.shape))  # ~x == -x - 1 in two's complement
+    return cx.b.emit("bitwise_not", x)
 
 
 @aten("where")
@@ -253,21 +262,6 @@ def softplus(cx, x, beta=1.0, threshold=20.0):
 @aten("mish")
 def mish(cx, x):
     return cx.b.mul(x, cx.b.tanh(cx.b.softplus(x)))
-
-
-@aten("log1p", "expm1", "log2", "log10", "exp2")
-def log_family(cx, x):
-    x = cx.tensor(x, cx.out_dtype())
-    t, name = x.type, cx.op_name
-    one = cx.tensor(1, t.dtype, t.shape)
-    if name == "log1p":
-        return cx.b.log(cx.b.add(x, one))
-    if name == "expm1":
-        return cx.b.sub(cx.b.exp(x), one)
-    if name == "exp2":
-        return cx.b.exp(cx.b.mul(x, cx.tensor(math.log(2), t.dtype, t.shape)))
-    base = 2 if name == "log2" else 10
-    return cx.b.div(cx.b.log(x), cx.tensor(math.log(base), t.dtype, t.shape))
 
 
 @aten("_to_copy", "to", "type_as", "_to_dim_order_copy")

@@ -113,6 +113,12 @@ def elementwise(x):
             np.power(p, 1.5), np.reciprocal(p), np.abs(x).round(1), np.isnan(x), np.logical_not(x > 0))
 
 
+def inverse_and_hyperbolic(x):
+    u = np.clip(x, -0.9, 0.9)
+    return (np.arcsin(u), np.arccos(u), np.arctan(x), np.sinh(x), np.cosh(x), np.arcsinh(x), np.arccosh(np.abs(x) + 1),
+            np.arctanh(u), np.log10(np.abs(x) + 1), np.exp2(x), np.log1p(x * 1e-6) * 1e6, np.expm1(x * 1e-6) * 1e6)
+
+
 def creation(x):
     return np.zeros((2, 3)), np.ones(3, np.float32), np.full((2,), 7), np.zeros_like(x), np.ones_like(x),
     np.full_like(x, 2.5), np.arange(5) * 2, np.array([1.0, 2.0], np.float32) + x[0, :2], np.float32(2.0) * x
@@ -139,7 +145,7 @@ def rounding_counting_norms(x):
 
 @pytest.mark.parametrize("fn,args", [
     (reductions, (X,)), (int_reductions, (I,)), (movement, (X, B3)), (elementwise, (X,)), (creation, (X,)),
-    (split_parts, (X,)), (flips_rolls_pads, (X,)), (rounding_counting_norms, (X,)),
+    (inverse_and_hyperbolic, (X,)), (split_parts, (X,)), (flips_rolls_pads, (X,)), (rounding_counting_norms, (X,)),
 ], ids=lambda v: getattr(v, "__name__", ""))
 def test_methods_and_functions(fn, args):
     check(fn, *args)

@@ -54,3 +54,37 @@ def test_a_compiled_lstm_is_found_in_the_cache(tmp_path, monkeypatch):
     ref, (h_ref, c_ref) = model(x)
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(h, h_ref, rtol=1e-5, atol=1e-5)
+
+
+ACTIVATION = torch.relu
+SCALE = 2.0
+SHARED = torch.nn.Linear(4, 4)
+
+
+class UsesGlobals(torch.nn.Module):
+    def forward(self, x):
+        return SHARED(ACTIVATION(x) * SCALE)
+
+
+@pytest.mark.parametrize("name, value", [("ACTIVATION", torch.tanh), ("SCALE", 3.0), ("SHARED", torch.nn.Linear(4, 4))])
+def test_the_globals_that_forward_names_are_part_of_the_key(name, value, monkeypatch):
+    """One class and source, another global function, constant or module: another exported program, another key
+    (before, a second compile in the same process hit the first one's artifact and answered with its function)."""
+    x = torch.ones(2, 4)
+    before = module_key(UsesGlobals(), (x,), {})
+    monkeypatch.setitem(globals(), name, value)
+    assert before is not None and module_key(UsesGlobals(), (x,), {}) not in (None, before)
+
+
+def test_a_changed_global_compiles_anew(tmp_path, monkeypatch):
+    import cuvil
+
+    monkeypatch.setenv("CUVIL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("CUVIL_ARTIFACT_CACHE", "1")
+    x = torch.randn(2, 4)
+    first = cuvil.compile(UsesGlobals(), (x,))
+    monkeypatch.setitem(globals(), "ACTIVATION", torch.sigmoid)
+    second = cuvil.compile(UsesGlobals(), (x,))
+    assert second.executable.cache == "miss"
+    torch.testing.assert_close(first(x), SHARED(torch.relu(x) * SCALE))
+    torch.testing.assert_close(second(x), SHARED(torch.sigmoid(x) * SCALE))
