@@ -41,8 +41,14 @@ def _unary(op):
     return convert
 
 
+# PyTorch's arithmetic on bool tensors is logic: True * False is False, True + True is True.
+_BOOL_ARITH = {"mul": "and", "add": "or", "max": "or", "min": "and"}
+
+
 def _arith(op, **attrs):
     def convert(cx, x, y, *rest):
+        if cx.out_dtype() is DType.bool and op in _BOOL_ARITH:
+            return cx.b.emit(_BOOL_ARITH[op], *cx.operands([x, y], DType.bool))
         return cx.b.emit(op, *cx.operands([x, y], cx.out_dtype()), **attrs)
     return convert
 
@@ -94,6 +100,8 @@ def _scaled(cx, y, alpha):
 
 @aten("add")
 def add(cx, x, y, alpha=1):
+    if cx.out_dtype() is DType.bool:
+        return _arith("add")(cx, x, y)
     x, y = cx.operands([x, y], cx.out_dtype())
     return cx.b.add(x, _scaled(cx, y, alpha))
 
