@@ -119,11 +119,16 @@ def batch_norm(cx, x, w, b, *args):
         y = batch_norm_inference(cx, x, w, b, mean, var, 0.0, eps)[0]
     if cx.op_name == "batch_norm":
         return y
+    saved = (None, None)  # the batch's mean and 1 / std, [C], in training mode (PyTorch's are empty otherwise)
+    if training or mean is None:
+        c = x.type.shape[1]
+        inv = cx.b.rsqrt(cx.b.add(batch_var, cx.tensor(float(eps), x.type.dtype, batch_var.type.shape)))
+        saved = (cx.b.reshape(batch_mean, shape=(c,)), cx.b.reshape(inv, shape=(c,)))
     if cx.op_name.endswith("_functional"):  # running statistics: their updates are outputs too
         updates = _running_updates(cx, x, mean, var, batch_mean, batch_var, float(args[3])) if training \
             else (mean, var)
-        return (y, None, None, *updates)
-    return y, None, None
+        return (y, *saved, *updates)
+    return (y, *saved)
 
 
 def _running_updates(cx, x, mean, var, batch_mean, batch_var, momentum):
@@ -161,7 +166,9 @@ def layer_norm(cx, x, shape, w=None, b=None, eps=1e-5, *rest):
     params = x.type.shape[axis:]
     w = w if w is not None else cx.b.full(1, params, x.type.dtype)
     y = cx.b.layer_norm(x, w, *([b] if b is not None else []), axis=axis, epsilon=float(eps))
-    return y if cx.op_name == "layer_norm" else (y, None, None)
+    if cx.op_name == "layer_norm":
+        return y
+    return (y, *_mean_rstd(cx, x, list(range(axis, x.type.rank)), float(eps)))  # unused ones are dead code
 
 
 @aten("group_norm", "native_group_norm")
@@ -173,7 +180,19 @@ def group_norm(cx, x, *args):
     c, dtype = x.type.shape[1], x.type.dtype
     y = cx.b.group_norm(x, _param(cx, w, 1, c, dtype), _param(cx, b, 0, c, dtype), num_groups=groups,
                         epsilon=float(eps))
-    return y if cx.op_name == "group_norm" else (y, None, None)
+    if cx.op_name == "group_norm":
+        return y
+    n = x.type.shape[0]
+    grouped = cx.b.reshape(x, shape=(n, groups, x.type.numel // (n * groups)))  # mean and rstd are [N, groups]
+    return (y, *[cx.b.reshape(s, shape=(n, groups)) for s in _mean_rstd(cx, grouped, [2], float(eps))])
+
+
+def _mean_rstd(cx, x, axes, eps):
+    """The mean and 1 / sqrt(biased variance + eps) over `axes`, kept as size-1 axes: native norms' extra outputs."""
+    mean = cx.b.reduce_mean(x, axes=axes, keepdims=True)
+    dev = cx.b.sub(x, cx.broadcast(mean, x.type.shape))
+    var = cx.b.reduce_mean(cx.b.mul(dev, dev), axes=axes, keepdims=True)
+    return mean, cx.b.rsqrt(cx.b.add(var, cx.tensor(eps, x.type.dtype, var.type.shape)))
 
 
 @aten("_softmax", "softmax", "_log_softmax", "log_softmax")
