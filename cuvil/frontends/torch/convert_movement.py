@@ -89,6 +89,23 @@ def split(cx, x, _sizes, dim=0):
     return list(cx.b.split(x, axis=axis, sizes=sizes))
 
 
+@aten("diagonal", "diagonal_copy")
+def diagonal(cx, x, offset=0, dim1=0, dim2=1):
+    """x's diagonal over dim1 and dim2 (moved last): the two axes flattened, then every (m + 1)-th element."""
+    rank = x.type.rank
+    d1, d2 = norm_axis(dim1, rank, "diagonal"), norm_axis(dim2, rank, "diagonal")
+    n, m = x.type.shape[d1], x.type.shape[d2]
+    if not (isinstance(n, int) and isinstance(m, int)):
+        raise cx.error("diagonal over axes of symbolic size is not supported")
+    rest = [a for a in range(rank) if a not in (d1, d2)]
+    length = max(0, min(n, m - offset) if offset >= 0 else min(n + offset, m))
+    x = cx.b.reshape(cx.b.transpose(x, perm=rest + [d1, d2]), shape=[x.type.shape[a] for a in rest] + [n * m])
+    start = offset if offset >= 0 else -offset * m
+    if not length:
+        return cx.b.slice(x, starts=[0], ends=[0], axes=[len(rest)])
+    return cx.b.slice(x, starts=[start], ends=[start + (length - 1) * (m + 1) + 1], axes=[len(rest)], steps=[m + 1])
+
+
 @aten("unbind", "unbind_copy")
 def unbind(cx, x, dim=0):
     axis = norm_axis(dim, x.type.rank, "unbind")
