@@ -175,26 +175,34 @@ register_op("argmin", shape=_arg_shape("argmin"), reference=_arg_ref(np.argmin),
             normalize=_norm_axis("argmin"), doc="index of the first (or last) smallest value along axis, as i64")
 
 
-def _cumsum_shape(ctx, types, a):
-    _axis_operand(ctx, types[0], "cumsum")
-    return [types[0]]
+def _scan_shape(name):
+    def shape(ctx, types, a):
+        _axis_operand(ctx, types[0], name)
+        return [types[0]]
+    return shape
 
 
-def _ref_cumsum(xs, a):
-    x, axis = xs[0], a["axis"]
-    w = np.flip(_wide(x), axis) if a["reverse"] else _wide(x)
-    if a["exclusive"]:  # a zero in front, and the last running sum dropped: out[i] = sum of w[:i]
-        pad = [(0, 0)] * w.ndim
-        pad[axis] = (1, 0)
-        out = np.take(np.cumsum(np.pad(w, pad), axis=axis), np.arange(x.shape[axis]), axis=axis)
-    else:
-        out = np.cumsum(w, axis=axis)
-    return (np.flip(out, axis) if a["reverse"] else out).astype(x.dtype)
+def _scan_ref(scan, identity):
+    def ref(xs, a):
+        x, axis = xs[0], a["axis"]
+        w = np.flip(_wide(x), axis) if a["reverse"] else _wide(x)
+        if a["exclusive"]:  # the identity in front, the last running value dropped: out[i] combines w[:i]
+            pad = [(0, 0)] * w.ndim
+            pad[axis] = (1, 0)
+            out = np.take(scan(np.pad(w, pad, constant_values=identity), axis=axis), np.arange(x.shape[axis]),
+                          axis=axis)
+        else:
+            out = scan(w, axis=axis)
+        return (np.flip(out, axis) if a["reverse"] else out).astype(x.dtype)
+    return ref
 
 
-register_op("cumsum", shape=_cumsum_shape, reference=_ref_cumsum, normalize=_norm_axis("cumsum"),
-            attrs={"axis": Attr("int"), "exclusive": Attr("bool", False), "reverse": Attr("bool", False)},
+_SCAN_ATTRS = {"axis": Attr("int"), "exclusive": Attr("bool", False), "reverse": Attr("bool", False)}
+register_op("cumsum", shape=_scan_shape("cumsum"), reference=_scan_ref(np.cumsum, 0), normalize=_norm_axis("cumsum"),
+            attrs=_SCAN_ATTRS,
             doc="running sum along axis (ONNX CumSum: exclusive skips the current element, reverse runs backwards)")
+register_op("cumprod", shape=_scan_shape("cumprod"), reference=_scan_ref(np.cumprod, 1),
+            normalize=_norm_axis("cumprod"), attrs=_SCAN_ATTRS, doc="running product along axis (as cumsum)")
 
 
 def _topk_shape(ctx, types, a):

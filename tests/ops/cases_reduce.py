@@ -37,6 +37,22 @@ def cumsum_case(x, attrs, id="", dims=None):
                 expected=lambda xs: onnx_node("CumSum", [xs[0], np.array(attrs["axis"], np.int64)], onnx_attrs))
 
 
+def cumprod_case(x, attrs, id=""):
+    """Oracle: a running product written as a loop over the axis."""
+    def expected(xs):
+        v = np.moveaxis(xs[0].astype(np.float64), attrs["axis"], 0)
+        order = range(len(v) - 1, -1, -1) if attrs.get("reverse") else range(len(v))
+        out, acc = np.empty_like(v), np.ones_like(v[0]) if len(v) else None
+        for i in order:
+            if attrs.get("exclusive"):
+                out[i], acc = acc, acc * v[i]
+            else:
+                acc = acc * v[i]
+                out[i] = acc
+        return [np.moveaxis(out, 0, attrs["axis"]).astype(xs[0].dtype)]
+    return Case("cumprod", [x], attrs, id=id, expected=expected)
+
+
 def topk_case(x, attrs, id="", dims=None):
     onnx_attrs = {k: int(v) for k, v in attrs.items() if k != "k"}
     return Case("topk", [x], attrs, id=id, dims=dims,
@@ -97,6 +113,9 @@ CASES = [
     cumsum_case(I32, {"axis": 1, "exclusive": True}, id="i32"),
     cumsum_case(X.astype(np.float64), {"axis": 0}, id="symbolic", dims=SYM),
     cumsum_case(np.zeros((0, 3), np.float32), {"axis": 0, "exclusive": True}, id="empty"),
+    cumprod_case(rand(2, 70, 3, low=0.5, high=1.5), {"axis": 1}),
+    cumprod_case(X, {"axis": 2, "exclusive": True, "reverse": True}, id="exclusive-reverse"),
+    cumprod_case(rand(3, 4, dtype="int64", low=-3, high=3), {"axis": 0, "reverse": True}, id="i64"),
     topk_case(X, {"k": 3}),
     topk_case(X, {"k": 2, "axis": 0, "largest": False}, id="smallest"),
     topk_case(TIES, {"k": 3, "axis": 1}, id="ties"),

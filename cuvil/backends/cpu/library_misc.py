@@ -1,4 +1,4 @@
-"""Library emitters for index and scan ops: gather_elements, scatter_elements, argmax, argmin, cumsum, topk.
+"""Library emitters for index and scan ops: gather_elements, scatter_elements, argmax, argmin, cumsum, cumprod, topk.
 
 Data-dependent indices never leave their tensor: before an op reads through them, every index is checked to lie in
 [-size, size) of its axis (cuvil_check_indices); the first that does not stops the call with the interpreter's
@@ -133,12 +133,13 @@ def _arg(cmp: str):
     return emit
 
 
-# -- cumsum --------------------------------------------------------------------------------------------
+# -- cumsum, cumprod -----------------------------------------------------------------------------------------
 CUMSUM_BLOCK = 64  # columns summed side by side: contiguous rows of a block, accumulators in registers
 
 
-def _cumsum_helper(name: str, dt: DType) -> str:
+def _scan_helper(name: str, dt: DType, product: bool) -> str:
     s, w = storage(dt), wide(dt)
+    init, combine = ("1", "*=") if product else ("0", "+=")
     total = store_value(dt, "acc[c]") if dt.is_float else f"({s})acc[c]"
     return f"""static void {name}(const {s} *x, {s} *y, int64_t outer, int64_t n, int64_t inner, int exclusive,
                       int reverse)
@@ -148,14 +149,15 @@ def _cumsum_helper(name: str, dt: DType) -> str:
     for (int64_t o = 0; o < outer; o++)
         for (int64_t b = 0; b < blocks; b++) {{
             int64_t c0 = b * {CUMSUM_BLOCK}, w = CUVIL_MIN(inner - c0, (int64_t){CUMSUM_BLOCK});
-            {w} acc[{CUMSUM_BLOCK}] = {{0}};
+            {w} acc[{CUMSUM_BLOCK}];
+            for (int64_t c = 0; c < w; c++) acc[c] = {init};
             for (int64_t step = 0; step < n; step++) {{
                 int64_t at = (o * n + (reverse ? n - 1 - step : step)) * inner + c0;
                 for (int64_t c = 0; c < w; c++) {{
                     {w} v = ({w}){load(dt, "x", "at + c")};
-                    if (!exclusive) acc[c] += v;
+                    if (!exclusive) acc[c] {combine} v;
                     y[at + c] = {total};
-                    if (exclusive) acc[c] += v;
+                    if (exclusive) acc[c] {combine} v;
                 }}
             }}
         }}
@@ -163,10 +165,10 @@ def _cumsum_helper(name: str, dt: DType) -> str:
 """
 
 
-def _cumsum(gen, op, depth: int) -> None:
+def _scan(gen, op, depth: int) -> None:
     x, out = op.operands[0], op.results[0]
-    name = f"cumsum_{tag(x.type.dtype)}"
-    gen.helpers[name] = _cumsum_helper(name, x.type.dtype)
+    name = f"{op.name}_{tag(x.type.dtype)}"
+    gen.helpers[name] = _scan_helper(name, x.type.dtype, product=op.name == "cumprod")
     outer, n, inner = axis_split(x.type.shape, op.attrs["axis"])
     px, py = gen.args_of([x, out])
     gen.line(depth, f"{name}({px}, {py}, {outer}, {n}, {inner}, {int(op.attrs['exclusive'])}, "
@@ -248,4 +250,4 @@ def _topk(gen, op, depth: int) -> None:
 
 
 EMITTERS = {"gather_elements": _gather_elements, "scatter_elements": _scatter_elements, "argmax": _arg(">"),
-            "argmin": _arg("<"), "cumsum": _cumsum, "topk": _topk}
+            "argmin": _arg("<"), "cumsum": _scan, "cumprod": _scan, "topk": _topk}

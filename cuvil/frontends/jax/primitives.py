@@ -252,6 +252,6 @@ def argmax(cx, x, axes, index_dtype):
     return cx.tensor(idx, DType.from_numpy(index_dtype))
 
 
-@primitive("cumsum")
+@primitive("cumsum", "cumprod")
 def cumsum(cx, x, axis, reverse=False):
-    return cx.b.cumsum(x, axis=axis, reverse=bool(reverse))
+    return cx.b.emit(cx.eqn.primitive.name, x, axis=axis, reverse=bool(reverse))

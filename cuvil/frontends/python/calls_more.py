@@ -250,8 +250,7 @@ def cumprod(cx, x, axis, dtype=None) -> TV:
     t = E.to(cx, t, d)
     if t.rank == 0:
         return t
-    ax = _static_axis(t, axis, "cumprod")
-    return scan(cx, [t], ax, lambda e, c: [E.binary(cx, "mul", "multiply", e[0], c[0])], [1])[0]
+    return TV(cx.b.cumprod(t.value, axis=_static_axis(t, axis, "cumprod")))
 
 
 def cumulative_extreme(cx, x, dim, largest: bool) -> SortResult:

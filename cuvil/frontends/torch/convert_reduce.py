@@ -126,9 +126,9 @@ def argmax(cx, x, dim=None, keepdim=False):
     return cx.b.emit(cx.op_name, x, axis=dim, keepdims=bool(keepdim))
 
 
-@aten("cumsum")
+@aten("cumsum", "cumprod")
 def cumsum(cx, x, dim, dtype=None):
-    return cx.b.cumsum(cx.tensor(x, cx.out_dtype()), axis=dim)
+    return cx.b.emit(cx.op_name, cx.tensor(x, cx.out_dtype()), axis=dim)
 
 
 @aten("topk")

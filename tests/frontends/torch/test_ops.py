@@ -178,6 +178,8 @@ CASES = {
     "opinfo_unbatched_adaptive_pools": (lambda x: (F.adaptive_avg_pool2d(x, (3, 2)), F.adaptive_max_pool2d(x, (2, 3)),
                                                    F.adaptive_avg_pool1d(x[0], 3), F.adaptive_avg_pool2d(x, 1),
                                                    F.adaptive_avg_pool3d(x[None], (1, 2, 2))), (r(8, 5, 7),)),
+    "cumprod": (lambda x, i: (torch.cumprod(x, 1), torch.cumprod(i, 0), x.cumprod(dim=-1, dtype=torch.float64)),
+                (r(3, 40), ints(4, 3, hi=3) - 1)),
     "diagonals": (lambda x: (torch.diagonal(x), torch.diagonal(x, 1, 1, 2), torch.diagonal(x, -2, 2, 0),
                              torch.trace(x[0]), torch.diagonal(x, 7, 1, 2), torch.diag(x[0], 1)), (r(3, 4, 5),)),
     "native_norms_statistics": (lambda x, w: (torch.native_layer_norm(x, [5, 4], None, None, 1e-5),
