@@ -1,5 +1,9 @@
 """cuvil.ray's batch shaping without a cluster: columns by input name, casts, padding of short and ragged rows,
 buckets for symbolic sizes, fixed batch sizes split and padded, and the errors for batches that cannot fit."""
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -63,3 +67,8 @@ def test_empty_batches_and_bad_batches():
     two = BatchPlan([Param("a", "f32", ("n",)), Param("b", "f32", ("n",))], [])
     with pytest.raises(ShapeError, match="different row counts"):
         list(two.calls(two.arrays({"a": np.ones(2, np.float32), "b": np.ones(3, np.float32)})))
+
+
+def test_import_cuvil_does_not_import_ray():
+    code = "import sys, cuvil, cuvil.runtime; assert 'ray' not in sys.modules, 'import cuvil imported ray'"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[2])
