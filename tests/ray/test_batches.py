@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 
 from cuvil.errors import ShapeError
-from cuvil.ray import BatchPlan
 from cuvil.runtime import Param
+
+pytest.importorskip("ray")  # cuvil.ray imports it (BatchPlan itself needs NumPy only)
+from cuvil.ray import BatchPlan  # noqa: E402
 
 
 def _plan(shape, out_shape=None, dtype="f32", **kw) -> BatchPlan:
