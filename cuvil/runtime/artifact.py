@@ -125,7 +125,8 @@ class Artifact:
 
 
 def load(path) -> Artifact:
-    """Open a `.cuv` file, or its bytes (docs/artifact.md): every check before its native code is mapped;
+    """Open a `.cuv` file, or its bytes (bytes, a memoryview or a uint8 array, used in place where 64-byte aligned,
+    else copied; docs/artifact.md): every check before its native code is mapped;
     `cuvil.ArtifactError` names the one that failed (a file that cannot be opened raises its OSError)."""
     container, meta, native = _checked(path)
     verified = _Verification(container, [n for n in ("consts", "prepared", "ir", "csrc") if n in container.rows])
@@ -147,8 +148,8 @@ def check(path) -> dict:
 
 def _checked(path) -> tuple:
     """Checks 1-4: (container, meta, the native section to load)."""
-    is_bytes = isinstance(path, (bytes, bytearray, memoryview))
-    container = Container.from_buffer(memoryview(path).toreadonly()) if is_bytes else Container.open(path)
+    is_bytes = isinstance(path, (bytes, bytearray, memoryview, np.ndarray))
+    container = Container.from_buffer(_aligned(path)) if is_bytes else Container.open(path)
     meta = _meta(container)
     native = _choose_native(container)
     container.check(native)
@@ -159,6 +160,19 @@ def _checked(path) -> tuple:
         raise ArtifactError(f"{container.path}: the native code needs CPU features this machine lacks: "
                             f"{', '.join(host.names(missing))}")
     return container, meta, native
+
+
+def _aligned(data) -> memoryview:
+    """The caller's bytes, read-only and in place where they start on a 64-byte boundary (constants and saved
+    prepared buffers are views of them and must be aligned), else a copy that does: as cuvil_open_memory."""
+    view = memoryview(data).cast("B")
+    if np.frombuffer(view, np.uint8).ctypes.data % 64:
+        from ..backends.cpu.kernels import aligned_empty
+
+        copy = aligned_empty(view.nbytes, np.uint8)
+        copy[:] = view
+        view = memoryview(copy)
+    return view.toreadonly()
 
 
 def _meta(container: Container) -> dict:
