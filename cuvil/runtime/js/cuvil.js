@@ -336,8 +336,12 @@ function wasiStub(name, memory) {
   }
 }
 
+let subtle = globalThis.crypto?.subtle;
+
 async function sha256(bytes) {
-  return new Uint8Array(await globalThis.crypto.subtle.digest("SHA-256", bytes));
+  if (!subtle && typeof process !== "undefined") subtle = (await import("node:crypto")).webcrypto.subtle; // Node 18
+  if (!subtle) throw new CuvilError("artifact", "checking a .cuv needs WebCrypto's SHA-256: serve the page over https or from localhost");
+  return new Uint8Array(await subtle.digest("SHA-256", bytes));
 }
 
 const CRC_TABLE = Array.from({ length: 256 }, (_, n) => {
