@@ -25,6 +25,8 @@ class _Entry:
 
     def __init__(self, exe, route: dict, keep_prepared: bool = True):
         run = exe._run
+        if hasattr(run, "resolve"):  # a warm artifact-cache hit (cache/store.py): the CpuFunction its first call makes
+            run = run.resolve()
         program = run.program
         if getattr(program, "source", None) is None:  # loaded from a file: generate its C again from the IR
             program = codegen.generate(exe.module)

@@ -1,5 +1,6 @@
 """wasm32 `.cuv` files (cuvil.export(..., "wasm32")) run under wasmtime from Python and under Node.js with cuvil.js:
 the outputs equal the native x86-64 ones within fp32 tolerances, bad inputs and corrupt files fail clearly."""
+import contextlib
 import json
 import subprocess
 
@@ -170,3 +171,32 @@ def test_the_kernel_library_compiles_to_simd128(tmp_path, lanes, ops):
     text = (tmp_path / "k.s").read_text()
     for op in ops:
         assert text.count(op) > 10, op
+
+
+@pytest.mark.parametrize("target", ["cpu", "wasm32"])
+def test_a_model_from_the_artifact_cache_exports(tmp_path, monkeypatch, target):
+    """A second compile of the same model is an artifact-cache hit whose code loads at its first call; export
+    used to fail on it with a bare AttributeError."""
+    require("ziglang")
+    from cuvil.backends.cpu import toolchain
+
+    compiled = toolchain.cache_dir()
+    (tmp_path / "cache").mkdir()
+    for kind in ("cpu", "wasm"):  # the compiled code stays shared; the artifact cache is this test's own
+        (compiled / kind).mkdir(parents=True, exist_ok=True)
+        (tmp_path / "cache" / kind).symlink_to(compiled / kind)
+    monkeypatch.setenv("CUVIL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("CUVIL_ARTIFACT_CACHE", "1")
+    models.build("cnn")
+    m = models.build("cnn")
+    assert m.obj.executable.cache == "hit"
+    cuvil.export(m.obj, tmp_path / "again.cuv", target)
+    with cuvil.load(tmp_path / "again.cuv") if target == "cpu" else _wasm_load(tmp_path / "again.cuv") as art:
+        _close(_tuple(art(*m.calls[0])), _tuple(m.obj(*m.calls[0])))
+
+
+def _wasm_load(path):
+    require("wasmtime")
+    from cuvil.runtime import wasm
+
+    return contextlib.nullcontext(wasm.load(path))
