@@ -28,6 +28,7 @@ import cuvil
 from bench.workloads import Built, matmul_workload, mlp_workload
 
 HERE = Path(__file__).resolve().parent
+WARM_UP_CALLS = 30
 TOLERANCE = 2e-3  # max |peer - torch| / max |torch|, as bench/harness.py
 
 
@@ -113,8 +114,10 @@ def measure(key: str, rounds: int, calls: int) -> dict:
             if bad:
                 raise AssertionError(f"{name}: outputs differ from PyTorch's: {bad}")
             times = {"native": [], "cuvil_wasm": [], "ort_web": []}
-            native_round(native, data["x"], calls)  # warm-up
-            node.ask(f"round {calls}")
+            # warm-up: V8 runs a module's functions in its baseline compiler first and moves the hot ones to
+            # TurboFan in the background, which for the large unrolled kernels takes a few hundred calls' time
+            native_round(native, data["x"], max(calls, WARM_UP_CALLS))
+            node.ask(f"round {max(calls, WARM_UP_CALLS)}")
             for _ in range(rounds):
                 times["native"] += native_round(native, data["x"], calls)
                 answer = node.ask(f"round {calls}")
