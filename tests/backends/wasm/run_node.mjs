@@ -2,8 +2,7 @@
 // SPEC.json`, where SPEC is {cuv, entry, inputs: [{file, shape}], out}; writes each output's raw bytes to
 // OUT.<k>.bin and {outputs: [{dtype, shape}]} (or {error: {kind, message}}) to OUT.json.
 import { readFileSync, writeFileSync } from "node:fs";
-import { load, CuvilError } from "../../../cuvil/runtime/js/cuvil.js";
-import { DTYPES } from "../../../cuvil/runtime/js/cuvil.js";
+import { CuvilError, DTYPES, load } from "../../../cuvil/runtime/js/cuvil.js";
 
 const spec = JSON.parse(readFileSync(process.argv[2], "utf8"));
 let result;

@@ -200,3 +200,23 @@ def _wasm_load(path):
     from cuvil.runtime import wasm
 
     return contextlib.nullcontext(wasm.load(path))
+
+
+def test_entries_that_disagree_with_meta_are_refused(exported, tmp_path):
+    """A well-formed file (every checksum right) whose `entries` text says other sizes than `meta`."""
+    require("wasmtime")
+    require("node")
+    from cuvil.runtime import container, wasm
+
+    _, path, _ = exported("mlp")
+    c = container.Container.open(path)
+    sections = [container.Section(name, [bytes(c.data(name))], row.flags, row.features)
+                for name, row in sorted(c.rows.items(), key=lambda kv: kv[1].offset)]
+    entries = next(s for s in sections if s.name == "entries")
+    entries.parts = [entries.parts[0].replace(b"input x f32 2", b"input x f32 3")]
+    bad = tmp_path / "disagree.cuv"
+    container.write(bad, sections, c.triple, c.required_features)
+    with pytest.raises(ArtifactError, match="disagrees with meta"):
+        wasm.load(bad)
+    result = node.run(bad, [np.ones((4, 64), np.float32)], tmp_path)
+    assert result["error"]["kind"] == "artifact" and "disagrees with meta" in result["error"]["message"]
