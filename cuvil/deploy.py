@@ -18,6 +18,8 @@ import os
 from .compiler import Executable
 from .errors import UnsupportedError
 
+TARGETS = ("cpu", "wasm32")  # "wasm32": a WebAssembly module (SIMD128) that cuvil.js and cuvil.runtime.wasm run
+
 
 def export(obj, path, target: str = "cpu", *, entry: str = "main", example_inputs=None,
            include_c: bool = False) -> None:
@@ -25,8 +27,8 @@ def export(obj, path, target: str = "cpu", *, entry: str = "main", example_input
     `example_inputs`: a tuple of arguments, or a list of such tuples), a `cuvil.compile`d torch module, an optimised
     ONNX model (`load_onnx(p).optimize()`), a `cuvil.Executable`, or `{entry name: obj}` for several entry points.
     `include_c` adds the generated C (`cuvil inspect --c` prints it)."""
-    if target != "cpu":
-        raise UnsupportedError(f"cuvil.export: target {target!r} is not supported yet (only 'cpu')")
+    if target not in TARGETS:
+        raise UnsupportedError(f"cuvil.export: target {target!r} is not supported (targets: {', '.join(TARGETS)})")
     from .backends.cpu import export as cpu_export
 
     named = obj if isinstance(obj, dict) else {entry: obj}
@@ -37,7 +39,7 @@ def export(obj, path, target: str = "cpu", *, entry: str = "main", example_input
             if exe.target != "cpu":
                 raise UnsupportedError(f"cuvil.export: {name!r} was compiled for {exe.target!r}, not 'cpu'")
             executables[name if k == 0 else f"{name}__{k}"] = (exe, {**route, **({"variant_of": name} if k else {})})
-    cpu_export.write(os.fspath(path), executables, include_c=include_c)
+    cpu_export.write(os.fspath(path), executables, include_c=include_c, target=target)
 
 
 def _executables(obj, example_inputs) -> list:

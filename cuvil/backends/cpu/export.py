@@ -17,21 +17,23 @@ from ...ir.core import Module
 from ...ir import serialize
 from ...runtime import container, entries, host
 from ...version import __version__
-from . import codegen, fastcall, standalone
+from . import codegen, fastcall, standalone, wasm
 
 
 class _Entry:
     """One executable taken apart: its generated C, constants, saved prepared buffers and signature."""
 
-    def __init__(self, exe, route: dict):
+    def __init__(self, exe, route: dict, keep_prepared: bool = True):
         run = exe._run
+        if hasattr(run, "resolve"):  # a warm artifact-cache hit (cache/store.py): the CpuFunction its first call makes
+            run = run.resolve()
         program = run.program
         if getattr(program, "source", None) is None:  # loaded from a file: generate its C again from the IR
             program = codegen.generate(exe.module)
         self.exe, self.route, self.run, self.program = exe, route, run, program
         self.consts = run._consts[:len(program.constants)]
         self.prepared = {j: run.prepared[j] for j, keep in enumerate(program.prepared_saved)
-                         if keep and j < len(run.prepared)}
+                         if keep and keep_prepared and j < len(run.prepared)}
 
     def meta(self, prefix: str, layout: dict) -> dict:
         run, program = self.run, self.program
@@ -59,9 +61,11 @@ class _Entry:
         return print_module(view, elide_constants_over=serialize._INLINE_MAX_ELEMENTS)
 
 
-def write(path, executables: dict, include_c: bool = False) -> None:
-    """Write `{entry name: (Executable, route data)}` into one `.cuv` at `path` (atomically)."""
-    parts = {name: _Entry(exe, route) for name, (exe, route) in executables.items()}
+def write(path, executables: dict, include_c: bool = False, target: str = "cpu") -> None:
+    """Write `{entry name: (Executable, route data)}` into one `.cuv` at `path` (atomically), with native code for
+    `target`: "cpu" (this host) or "wasm32" (a WebAssembly module, whose loader prepares the packed weights itself:
+    their layout is the kernel library's of the target)."""
+    parts = {name: _Entry(exe, route, keep_prepared=target == "cpu") for name, (exe, route) in executables.items()}
     for name in parts:
         if not entries.NAME.match(name):
             raise ValueError(f"entry name {name!r} must match [A-Za-z_][A-Za-z0-9_]* (at most 63 characters)")
@@ -69,14 +73,14 @@ def write(path, executables: dict, include_c: bool = False) -> None:
     prepared, prep_layout = _pack([a for p in parts.values() for a in p.prepared.values()])
     layout = {"consts": const_layout, "prepared": prep_layout}
     metas = {name: p.meta(standalone.entry_prefix(k), layout) for k, (name, p) in enumerate(parts.items())}
-    features = host.feature_bits()  # code built with -march=native needs what this CPU has
-    meta = {"format": 1, "cuvil_version": __version__, "target": "cpu", "triple": host.triple(),
+    sources = [p.program.source for p in parts.values()]
+    native, triple, features = _native(target, sources, parts.values())
+    meta = {"format": 1, "cuvil_version": __version__, "target": target, "triple": triple,
             "features": host.names(features), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "entries": metas}
-    sources = [p.program.source for p in parts.values()]
     sections = [container.Section("meta", [json.dumps(meta).encode()]),
                 container.Section("entries", [entries.format_entries(metas).encode()]),
-                container.Section("native", [standalone.build(sources)], features=features)]
+                container.Section("native", [native], features=features)]
     if consts:
         sections.append(container.Section("consts", consts))
     if prepared:
@@ -87,7 +91,17 @@ def write(path, executables: dict, include_c: bool = False) -> None:
         csrc = {name: standalone.prefixed(src, standalone.entry_prefix(k))  # the C as compiled
                 for k, (name, src) in enumerate(zip(parts, sources))}
         sections.append(container.Section("csrc", [zlib.compress(json.dumps(csrc).encode())], container.ZLIB))
-    container.write(path, sections, host.triple(), features)
+    container.write(path, sections, triple, features)
+
+
+def _native(target: str, sources: list, parts) -> tuple:
+    """(the native section's bytes, the target triple, the feature bits the code needs)."""
+    if target == "wasm32":
+        blocks = {op.operands[1].type.shape[5] for p in parts for op in p.exe.module.main.walk()
+                  if op.name == "conv_nchwc"}
+        return wasm.build(sources, max(blocks, default=None)), wasm.TARGET["triple"], host.bits(wasm.TARGET["features"])
+    features = host.feature_bits()  # code built with -march=native needs what this CPU has
+    return standalone.build(sources), host.triple(), features
 
 
 def _pack(arrays: list) -> tuple:

@@ -11,7 +11,11 @@
 
 #include <stdint.h>
 
-#if defined(__AVX512F__)
+#if defined(__wasm_simd128__) && defined(CUVIL_WASM_VL)
+/* wasm32 (backends/cpu/wasm.py): 4 lanes, one v128; or the blocked layout's width of the host the IR was laid out
+ * for (its weights come in blocks of that many channels), a vector of several v128. */
+#define CUVIL_VL CUVIL_WASM_VL
+#elif defined(__AVX512F__)
 #define CUVIL_VL 16
 #elif defined(__AVX__)
 #define CUVIL_VL 8
@@ -40,8 +44,15 @@ CUVIL_INLINE cuvil_vf cuvil_select(cuvil_vi mask, cuvil_vf a, cuvil_vf b)
 {
     return (cuvil_vf)(((cuvil_vi)a & mask) | ((cuvil_vi)b & ~mask));
 }
+#if defined(__wasm_simd128__) && CUVIL_VL == 4
+#include <wasm_simd128.h>
+/* SIMD128's pseudo-min/max are these selects in one instruction: pmax(b, a) = b < a ? a : b, NaN as below. */
+CUVIL_INLINE cuvil_vf cuvil_max(cuvil_vf a, cuvil_vf b) { return (cuvil_vf)wasm_f32x4_pmax((v128_t)b, (v128_t)a); }
+CUVIL_INLINE cuvil_vf cuvil_min(cuvil_vf a, cuvil_vf b) { return (cuvil_vf)wasm_f32x4_pmin((v128_t)b, (v128_t)a); }
+#else
 CUVIL_INLINE cuvil_vf cuvil_max(cuvil_vf a, cuvil_vf b) { return cuvil_select(a > b, a, b); }
 CUVIL_INLINE cuvil_vf cuvil_min(cuvil_vf a, cuvil_vf b) { return cuvil_select(a < b, a, b); }
+#endif
 CUVIL_INLINE cuvil_vf cuvil_abs(cuvil_vf a) { return (cuvil_vf)((cuvil_vi)a & 0x7fffffff); }
 /* Copy the sign of s onto the magnitude of m (m >= 0). */
 CUVIL_INLINE cuvil_vf cuvil_with_sign(cuvil_vf m, cuvil_vf s)

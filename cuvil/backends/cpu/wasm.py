@@ -1,0 +1,112 @@
+"""The wasm32 target of the C backend: the model's generated C and the kernel library compiled with SIMD128 into one
+WebAssembly module (docs/artifact.md, "The wasm32 module's ABI"; docs/targets.md, "wasm32").
+
+`TARGET` is this target's row in the shape of the targets table (`targets.py`): triple, vector width, intrinsics,
+toolchain and flags, features. The toolchain is the clang inside the `ziglang` wheel (`python -m ziglang cc`): one
+`pip install`, no system package, and it ships wasi-libc. Objects are cached like native libraries (by source,
+headers, flags and the toolchain's version), under `CUVIL_CACHE_DIR/wasm`.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from ...errors import CuvilError
+from . import backend, kernels, standalone, toolchain
+
+TARGET = {
+    "name": "wasm32", "triple": "wasm32-wasi", "vector_bits": 128, "intrinsics": "wasm_simd128.h",
+    "toolchain": "ziglang", "compiler": (sys.executable, "-m", "ziglang", "cc"),
+    "flags": ("-target", "wasm32-wasi", "-msimd128", "-std=gnu11", "-fno-math-errno"),
+    "features": ("simd128",), "openmp": False,
+}
+# The GEMM's register block per conv block (the vector type's lanes, see `vector_lanes`): 8 accumulating v128 each,
+# so that a JIT with 16 vector registers (V8 and wasmtime on x86-64) keeps the block, the B row and A's broadcast.
+GEMM_BLOCK = {4: ("CUVIL_MR=4", "CUVIL_NV=2"), 8: ("CUVIL_MR=4", "CUVIL_NV=1"), 16: ("CUVIL_MR=2", "CUVIL_NV=1")}
+STACK_BYTES = 1 << 20
+MODULE_SYMBOLS = ("cuvil_alloc", "cuvil_free")  # wasm_abi.c: the host's way to place inputs in linear memory
+
+
+class WasmToolchainError(CuvilError):
+    """The wasm32 toolchain (the `ziglang` pip package) is missing or failed."""
+
+
+def include_dir() -> Path:
+    """The wasm-only headers: a one-thread `omp.h` (OpenMP is off on wasm32) and the module ABI's C."""
+    return Path(__file__).with_name("wasm_include")
+
+
+@functools.lru_cache(maxsize=1)
+def compiler_version() -> str:
+    """`zig version`, or a WasmToolchainError naming what to install."""
+    if importlib.util.find_spec("ziglang") is None:
+        raise WasmToolchainError("target 'wasm32' needs the ziglang package (a clang for wasm32-wasi): "
+                                 "pip install ziglang  (or pip install 'cuvil[wasm]')")
+    done = subprocess.run([sys.executable, "-m", "ziglang", "version"], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise WasmToolchainError(f"`python -m ziglang version` failed: {done.stderr.strip()}")
+    return done.stdout.strip()
+
+
+def vector_lanes(block: int | None) -> int:
+    """Lanes of the kernels' vector type: SIMD128's 4, or the blocked layout's width when the IR was laid out for
+    a wider host (its weights are packed in blocks of that many channels; 16 lanes are four v128 each)."""
+    return block or 4
+
+
+def build(sources: list, block: int | None = None, opt_level: int | None = None) -> bytes:
+    """The `.wasm` module for the generated C `sources` (entry k gets `standalone.entry_prefix(k)`)."""
+    level = backend.opt_level() if opt_level is None else opt_level
+    lanes = vector_lanes(block)
+    defines = (f"CUVIL_WASM_VL={lanes}", *GEMM_BLOCK[lanes])
+    objects = [_object(standalone.prefixed(src, standalone.entry_prefix(k)), level, defines)
+               for k, src in enumerate(sources)]
+    kernel_src = "".join(f'#include "{name}"\n' for name in kernels.SOURCES)
+    objects.append(_object(kernel_src, level, defines))
+    abi_src = (backend.runtime_dir() / "cuvil_export.c").read_text() + '#include "wasm_abi.c"\n'
+    objects.append(_object(abi_src, level, defines))
+    return _link(objects, [standalone.entry_prefix(k) for k in range(len(sources))])
+
+
+def _object(source: str, opt_level: int, defines: tuple) -> Path:
+    """A wasm32 object compiled from `source`, from the cache when its key is there."""
+    flags = (f"-O{opt_level}", *TARGET["flags"], *(f"-D{d}" for d in defines),
+             *(f"-I{d}" for d in (include_dir(), backend.runtime_dir(), kernels.include_dir())))
+    headers = sorted(p for d in (include_dir(), backend.runtime_dir(), kernels.include_dir()) for p in d.iterdir()
+                     if p.suffix in (".h", ".c"))
+    key = hashlib.sha256("\0".join([source, *flags, compiler_version(), *(p.read_text() for p in headers)])
+                         .encode()).hexdigest()[:32]
+    path = toolchain.cache_dir() / "wasm" / f"obj-{key}.o"
+    if path.exists():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="cuvil-wasm-") as tmp:
+        (Path(tmp) / "source.c").write_text(source)
+        _run([*TARGET["compiler"], *flags, "-c", "source.c", "-o", "out.o"], tmp, "compiling for wasm32")
+        os.replace(Path(tmp) / "out.o", path)
+    return path
+
+
+def _link(objects: list, prefixes: list) -> bytes:
+    """Link a WASI reactor that exports its memory, the entries and the module ABI, and nothing else."""
+    exported = [f"{p}{s}" for p in prefixes for s in standalone.ENTRY_SYMBOLS]
+    exported += [*standalone.LIBRARY_SYMBOLS, *MODULE_SYMBOLS]
+    with tempfile.TemporaryDirectory(prefix="cuvil-wasm-link-") as tmp:
+        cmd = [*TARGET["compiler"], "-target", "wasm32-wasi", "-mexec-model=reactor", "-o", "model.wasm",
+               *map(str, objects), "-lm", "-s", f"-Wl,-z,stack-size={STACK_BYTES}",
+               *(f"-Wl,--export={s}" for s in exported)]
+        _run(cmd, tmp, "linking the wasm32 module")
+        return (Path(tmp) / "model.wasm").read_bytes()
+
+
+def _run(cmd: list, cwd: str, what: str) -> None:
+    compiler_version()
+    done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise toolchain.CompileError(f"{what} failed (exit {done.returncode}): {' '.join(cmd)}\n{done.stderr.strip()}")
