@@ -24,7 +24,8 @@ from . import toolchain
 
 ACTIVATIONS = {"none": 0, "relu": 1, "gelu_tanh": 2, "gelu_erf": 3, "sigmoid": 4, "tanh": 5, "relu6": 6}
 ABI_VERSION = 1
-SOURCES = ("gemm.c", "dwconv.c", "conv_nchwc.c", "winograd.c")  # one unit: the convs use gemm.c's threads and allocator
+# One unit: every kernel runs on cuvil_pool.c's threads; the convs use gemm.c's allocator.
+SOURCES = ("cuvil_pool.c", "gemm.c", "dwconv.c", "conv_nchwc.c", "winograd.c")
 HEADERS = ("cuvil_kernels.h", "cuvil_simd.h")
 
 _i64, _f32, _int, _ptr = ctypes.c_int64, ctypes.c_float, ctypes.c_int, ctypes.c_void_p
@@ -35,6 +36,9 @@ SIGNATURES = {
     "cuvil_kernels_config": ([], ctypes.c_char_p),
     "cuvil_set_num_threads": ([_int], None),
     "cuvil_get_num_threads": ([], _int),
+    "cuvil_swap_call_threads": ([_int], _int),
+    "cuvil_threads_for": ([_i64], _int),
+    "cuvil_last_team": ([], _int),
     "cuvil_sgemm": (_SGEMM_ARGS, None),
     "cuvil_sgemm_row_bias": (_SGEMM_ARGS, None),
     "cuvil_sgemm_packed_size": ([_i64, _i64], _i64),
