@@ -273,12 +273,13 @@ class LoopKernel:
         return out
 
     # -- the C function ----------------------------------------------------------------------------
-    def emit(self) -> str:
+    def emit(self, attributes: str = "") -> str:
+        """The kernel's C (after the struct and range function of a loop on the pool), `attributes` on its head."""
         params = [(f"const {STORAGE[a.type.dtype]} *restrict", f"in{i}") for i, a in enumerate(self.args)]
         params += [(f"{STORAGE[v.type.dtype]} *restrict", f"out{i}") for i, v in enumerate(self.outputs)]
         params += [("int64_t", f"s_{s}") for s in self.symbols]
         ret = "int" if self.checks else "void"
-        head = f"static {ret} {self.name}({', '.join(f'{t} {n}' for t, n in params) or 'void'})"
+        head = f"{attributes}static {ret} {self.name}({', '.join(f'{t} {n}' for t, n in params) or 'void'})"
         if self.checks and not self.diagnose:
             self._line(1, "int bad = 0;")
             for o in self.op.regions[0].ops:  # an empty axis has no element to read instead: diagnose at once
