@@ -66,7 +66,7 @@ def build_library(module: Module, instrument: bool = False) -> tuple[codegen.CPr
     progress_step("C compilation", f"{program.source.count('static void k')} kernels")
     kernels.load(opt_level())  # RTLD_GLOBAL: the model library resolves the kernel ABI against it
     folders = [runtime_dir(), kernels.include_dir()]
-    depends = [runtime_dir() / "cuvil_rt.h", kernels.include_dir() / "cuvil_kernels.h"]
+    depends = [runtime_dir() / "cuvil_rt.h"] + [folders[1] / h for h in ("cuvil_kernels.h", "cuvil_math.inc")]
     lib = toolchain.load_library(program.source, name="model", opt_level=opt_level(), include_dirs=folders,
                                  depends=depends, extra_flags=model_flags(), mode=ctypes.RTLD_LOCAL)
     log.debug("compiled %s: %d kernels, arena %s", module.main.name, program.source.count("static void k"),

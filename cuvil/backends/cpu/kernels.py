@@ -26,7 +26,7 @@ ACTIVATIONS = {"none": 0, "relu": 1, "gelu_tanh": 2, "gelu_erf": 3, "sigmoid": 4
 ABI_VERSION = 1
 # One unit: every kernel runs on cuvil_pool.c's threads; the convs use gemm.c's allocator.
 SOURCES = ("cuvil_pool.c", "gemm.c", "dwconv.c", "conv_nchwc.c", "winograd.c")
-HEADERS = ("cuvil_kernels.h", "cuvil_simd.h")
+HEADERS = ("cuvil_kernels.h", "cuvil_simd.h", "cuvil_math.inc")
 
 _i64, _f32, _int, _ptr = ctypes.c_int64, ctypes.c_float, ctypes.c_int, ctypes.c_void_p
 _SGEMM_ARGS = [_i64, _i64, _i64, _f32, _ptr, _i64, _i64, _ptr, _i64, _i64, _f32, _ptr, _i64, _ptr, _int]

@@ -238,10 +238,10 @@ static void activate_tile(float *c, int64_t ldc, int mr, int act)
 {
     switch (act) {
         ACT_CASE(CUVIL_ACT_RELU, relu)
-        ACT_CASE(CUVIL_ACT_GELU_TANH, cuvil_gelu_tanh)
-        ACT_CASE(CUVIL_ACT_GELU_ERF, cuvil_gelu_erf)
-        ACT_CASE(CUVIL_ACT_SIGMOID, cuvil_sigmoid)
-        ACT_CASE(CUVIL_ACT_TANH, cuvil_tanh)
+        ACT_CASE(CUVIL_ACT_GELU_TANH, cuvil_v_gelu_tanh)
+        ACT_CASE(CUVIL_ACT_GELU_ERF, cuvil_v_gelu_erf)
+        ACT_CASE(CUVIL_ACT_SIGMOID, cuvil_v_sigmoid)
+        ACT_CASE(CUVIL_ACT_TANH, cuvil_v_tanh)
         ACT_CASE(CUVIL_ACT_RELU6, relu6)
     default: break;
     }
