@@ -22,7 +22,8 @@ import numpy as np
 from ...errors import ShapeError
 from . import toolchain
 
-ACTIVATIONS = {"none": 0, "relu": 1, "gelu_tanh": 2, "gelu_erf": 3, "sigmoid": 4, "tanh": 5, "relu6": 6}
+ACTIVATIONS = {"none": 0, "relu": 1, "gelu_tanh": 2, "gelu_erf": 3, "sigmoid": 4, "tanh": 5, "relu6": 6, "silu": 7,
+               "hardswish": 8}
 ABI_VERSION = 1
 # One unit: every kernel runs on cuvil_pool.c's threads; the convs use gemm.c's allocator.
 SOURCES = ("cuvil_pool.c", "gemm.c", "dwconv.c", "conv_nchwc.c", "winograd.c")
@@ -54,6 +55,13 @@ SIGNATURES = {
     "cuvil_conv_winograd": ([_ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _int], None),
     "cuvil_activation": ([_int, _i64, _ptr, _ptr], None),
 }
+
+
+def activation_code(op) -> int:
+    """The epilogue code (ACTIVATIONS) of an activation op: relu, gelu (either form), sigmoid, tanh, silu, hardswish."""
+    if op.name == "gelu":
+        return ACTIVATIONS["gelu_tanh" if op.attrs["approximate"] == "tanh" else "gelu_erf"]
+    return ACTIVATIONS[op.name]
 
 
 def conv_block() -> int:

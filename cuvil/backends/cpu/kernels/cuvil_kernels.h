@@ -31,7 +31,9 @@ enum { /* relu and relu6 keep NaN */
     CUVIL_ACT_SIGMOID = 4,
     CUVIL_ACT_TANH = 5,
     CUVIL_ACT_RELU6 = 6, /* clip(x, 0, 6) */
-    CUVIL_ACT_COUNT = 7
+    CUVIL_ACT_SILU = 7,      /* x sigmoid(x) */
+    CUVIL_ACT_HARDSWISH = 8, /* x clip(x / 6 + 1/2, 0, 1) */
+    CUVIL_ACT_COUNT = 9
 };
 
 int cuvil_kernels_abi_version(void);

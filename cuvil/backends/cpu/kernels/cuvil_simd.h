@@ -81,6 +81,8 @@ CUVIL_INLINE cuvil_vf cuvil_activate(cuvil_vf x, int act)
     case 3: return cuvil_v_gelu_erf(x);
     case 4: return cuvil_v_sigmoid(x);
     case 5: return cuvil_v_tanh(x);
+    case 7: return cuvil_v_silu(x);
+    case 8: return cuvil_v_hardswish(x);
     case 6: return cuvil_select(x > cuvil_splat(6.0f), cuvil_splat(6.0f), cuvil_select(x < cuvil_splat(0.0f), cuvil_splat(0.0f), x));
     default: return x;
     }

@@ -243,6 +243,8 @@ static void activate_tile(float *c, int64_t ldc, int mr, int act)
         ACT_CASE(CUVIL_ACT_SIGMOID, cuvil_v_sigmoid)
         ACT_CASE(CUVIL_ACT_TANH, cuvil_v_tanh)
         ACT_CASE(CUVIL_ACT_RELU6, relu6)
+        ACT_CASE(CUVIL_ACT_SILU, cuvil_v_silu)
+        ACT_CASE(CUVIL_ACT_HARDSWISH, cuvil_v_hardswish)
     default: break;
     }
 }
