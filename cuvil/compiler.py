@@ -12,7 +12,7 @@ from typing import Iterable, Optional
 
 import numpy as np
 
-from .errors import VerificationError
+from .errors import UnsupportedError, VerificationError
 from .interpreter import interpret
 from .ir.core import Module
 from .ir.verifier import verify
@@ -54,6 +54,14 @@ class Executable:
     def __call__(self, *inputs: np.ndarray) -> list[np.ndarray]:
         return self._run(list(inputs))
 
+    def set_num_threads(self, n: int) -> None:
+        """Run this executable's kernels on `n` threads (0: the process's count, CUVIL_NUM_THREADS or the cores)."""
+        run = self._run.resolve() if hasattr(self._run, "resolve") else self._run  # an artifact cache hit: load it
+        setter = getattr(run, "set_num_threads", None)
+        if setter is None:
+            raise UnsupportedError(f"the {self.target} target has no thread count")
+        setter(n)
+
     def __repr__(self) -> str:
         ins = ", ".join(str(t) for t in self.input_types)
         outs = ", ".join(str(t) for t in self.output_types)
@@ -61,12 +69,13 @@ class Executable:
 
 
 def compile_module(module: Module, target: str = "cpu", passes: Iterable = (), level: int = 2,
-                   copy_module: bool = True, enable_fusion: Optional[bool] = None) -> Executable:
+                   copy_module: bool = True, enable_fusion: Optional[bool] = None,
+                   num_threads: Optional[int] = None) -> Executable:
     """Optimise `module` with the default pipeline (plus user `passes`) and build it for `target`.
 
     The module is copied first unless `copy_module=False`, so the caller's IR stays as it was.
     `enable_fusion=False` gives every op a kernel of its own (default: on, or the module's
-    `enable_fusion` metadata).
+    `enable_fusion` metadata). `num_threads` sets this executable's thread count (default: the process's).
     """
     from .passes import default_pipeline, run_pipeline
 
@@ -85,7 +94,10 @@ def compile_module(module: Module, target: str = "cpu", passes: Iterable = (), l
         from .backends.cpu.executable import CpuFunction
 
         program, lib = build_library(module)
-        return Executable(module, target, CpuFunction(program, lib, module.constants), dict(manager.timings))
+        exe = Executable(module, target, CpuFunction(program, lib, module.constants), dict(manager.timings))
+        if num_threads is not None:
+            exe.set_num_threads(num_threads)
+        return exe
     return Executable(module, target, lambda inputs: interpret(module, inputs), dict(manager.timings))
 
 

@@ -243,7 +243,7 @@ def _outline(g: _Group, members: list, users: dict):
     return fused, outputs
 
 
-GEMM_ACTIVATIONS = {"relu", "gelu", "sigmoid", "tanh"}
+GEMM_ACTIVATIONS = {"relu", "gelu", "sigmoid", "tanh", "silu", "hardswish"}  # the kernel library's epilogues
 
 
 class FuseLibraryEpilogue(Pass):
@@ -252,7 +252,8 @@ class FuseLibraryEpilogue(Pass):
       registers;
     - depthwise f32 conv -> clamps (relu, clip, max/min with a constant): `cuvil_dwconv2d` clamps on its way
       out; other f32 convs -> relu or relu6: their GEMM's epilogue. The chain becomes one `clip` in the body,
-      so a bound broadcast only for it is never materialised."""
+      so a bound broadcast only for it is never materialised;
+    - other f32 convs -> sigmoid, tanh, gelu, silu or hardswish: the GEMM's epilogue too."""
 
     name = "fuse-library-epilogue"
 
@@ -288,12 +289,24 @@ def _conv_clamp(fn: Function, region: Region, conv: Op, users: dict) -> bool:
     if y.dtype.value != "f32" or (depthwise and w.rank > 4):
         return False
     chain, lo, hi = _clamp_chain(conv.results[0], users, fn.module)
+    act = _only_user(conv.results[0], users)
+    if not chain and not depthwise and act is not None and act.name in GEMM_ACTIVATIONS:
+        _fuse_conv(fn, region, conv, [act], act.name, act.attrs)
+        return True
     if not chain or (not depthwise and (lo, hi) not in CONV_GEMM_CLAMPS):
         return False
+    _fuse_conv(fn, region, conv, chain, "clip", {"min": lo, "max": hi})
+    return True
+
+
+def _fuse_conv(fn: Function, region: Region, conv: Op, chain: list, epilogue: str, attrs: dict) -> None:
+    """Replaces conv and the `chain` after it with one `fused` library op: conv, then the op `epilogue` (`attrs`)
+    on its result."""
+    y = conv.results[0].type
     body = Region([v.type for v in conv.operands])
     inner = body.append(Op("conv", body.args, conv.attrs, [y], (), conv.loc))
-    clip = body.append(Op("clip", inner.results, {"min": lo, "max": hi}, [y], (), chain[-1].loc))
-    body.append(Op("yield", clip.results, {}, [], (), chain[-1].loc))
+    epilogue = body.append(Op(epilogue, inner.results, attrs, [y], (), chain[-1].loc))
+    body.append(Op("yield", epilogue.results, {}, [], (), chain[-1].loc))
     members = [conv] + chain
     name = "_".join(dict.fromkeys(o.name for o in members))
     fused = Op("fused", list(conv.operands), {"kind": "library", "name": name}, [y], [body], conv.loc)
@@ -306,7 +319,6 @@ def _conv_clamp(fn: Function, region: Region, conv: Op, users: dict) -> bool:
         o.parent = None
     fn.replace_uses({id(chain[-1].results[0]): fused.results[0]})
     _drop_unused(region, bounds)
-    return True
 
 
 def _clamp_chain(v, users: dict, module) -> tuple:

@@ -74,10 +74,28 @@ def winograd_pays(op: Op, block: int) -> bool:
         and tiles >= WINOGRAD_MIN_TILES
 
 
+def _padded(channels: int, block: int) -> int:
+    return -(-channels // block) * block
+
+
+def fills_blocks(op: Op, block: int) -> bool:
+    """Whether a convolution's output channels fill at least half of their blocks: 2 or 3 channels padded to 16
+    lanes (a UNet's last layer) would compute 5-8 times the results, and every op after them in the layout too."""
+    channels = op.operands[1].type.shape[0]
+    return _padded(channels, block) <= 2 * channels
+
+
+def _pad_factor(op: Op, block: int) -> float:
+    """The blocked convolution's work over the plain one's: output channels padded to whole blocks, and input
+    channels too unless they are one narrow block (a first layer's 3)."""
+    outs, ins = op.operands[1].type.shape[:2]
+    return _padded(outs, block) / outs * (_padded(ins, block) / ins if ins > block else 1.0)
+
+
 def _saving(op: Op, block: int) -> float:
     a = op.attrs
     pointwise = op.operands[1].type.shape[2:] == (1, 1) and set(a["strides"]) == {1} and not any(a["pads"])
-    blocked = _conv_seconds(op, "winograd" if winograd_pays(op, block) else "blocked")
+    blocked = _conv_seconds(op, "winograd" if winograd_pays(op, block) else "blocked") * _pad_factor(op, block)
     return _conv_seconds(op, "nchw-pointwise" if pointwise else "nchw-im2col") - blocked
 
 
@@ -108,6 +126,8 @@ class _Chains:
         if len(op.results) != 1:
             return None
         if blockable_conv(op):
+            if not fills_blocks(op, self.block):
+                return None
             return [produced[id(op.operands[0])]] if id(op.operands[0]) in produced else []
         if (op.name in UNARY or _blockable_pool(op)) and id(op.operands[0]) in produced:
             return [produced[id(op.operands[0])]]
@@ -138,16 +158,26 @@ class _Chains:
         return list(out.values())
 
     def worth_blocking(self, chain: list) -> bool:
-        """The chain's estimated saving exceeds the cost of its conversions in and out."""
+        """The chain's estimated saving exceeds the cost of its conversions in and out and of the padding channels
+        its other ops compute (each padded element costs about what converting one does: a pass over memory)."""
         ids = {id(op) for op in chain}
         saving = sum(_saving(op, self.block) for op in chain if op.name == "conv")
+        saving -= sum(_padding_elements(op, self.block) for op in chain if op.name != "conv") * COST["convert"]
         made = {id(op.results[0]) for op in chain}
         inputs = {id(v): v for op in chain for v in (op.operands[:1] if op.name == "conv" else op.operands)
                   if id(v) not in made and splat_value(v, self.module) is None}
         outputs = [op.results[0] for op in chain if any(id(u) not in ids or "terminator" in _traits(u)
                                                         for u in self.users.get(id(op.results[0]), []))]
         converted = sum(_static(v.type.numel) for v in [*inputs.values(), *outputs])
+        converted += sum(_padding_elements(v.owner, self.block) for v in outputs)  # unblocking reads the padding
         return saving > converted * COST["convert"]
+
+
+def _padding_elements(op: Op, block: int) -> float:
+    """The padding elements a chain member's blocked result holds beyond its plain one."""
+    t = op.results[0].type
+    channels = t.shape[1] if t.rank > 1 and isinstance(t.shape[1], int) else 1
+    return _static(t.numel) * (_padded(channels, block) / channels - 1)
 
 
 def _traits(op: Op):

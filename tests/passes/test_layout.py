@@ -35,8 +35,8 @@ def free_conversions(monkeypatch):
 def _chain(shape=(1, 3, 6, 6)):
     m = Module()
     b = Builder.new_function(m, "main", [TensorType("f32", shape)], ["x"])
-    y = b.relu(b.conv(b.args[0], _const(b, 10, shape[1], 3, 3), _const(b, 10), pads=(1, 1, 1, 1)))
-    z = b.conv(y, _const(b, 10, 10, 3, 3), strides=(2, 2), pads=(1, 1, 1, 1))
+    y = b.relu(b.conv(b.args[0], _const(b, 12, shape[1], 3, 3), _const(b, 12), pads=(1, 1, 1, 1)))
+    z = b.conv(y, _const(b, 12, 12, 3, 3), strides=(2, 2), pads=(1, 1, 1, 1))
     b.ret(b.avg_pool(b.relu(z), kernel=(2, 2)))  # not blocked: the last conv writes the plain layout
     return m
 
@@ -46,7 +46,7 @@ def test_conv_relu_conv_stays_blocked(free_conversions):
     ops = [line.split(" = ")[1].split()[0] for line in got.splitlines() if " = " in line]
     assert [o for o in ops if o != "constant"] == ["reshape", "transpose", "conv_nchwc", "conv_nchwc", "avg_pool"]
     assert got.count('activation = "relu"') == 2  # both relus became epilogues
-    assert "f32[1,10,3,3] = conv_nchwc" in got and "channels = 10" in got  # the last conv writes the plain layout
+    assert "f32[1,12,3,3] = conv_nchwc" in got and "channels = 12" in got  # the last conv writes the plain layout
     assert "f32[1,1,6,6,3] = transpose" in got  # 3 input channels: one block of 3, not padded to 8
 
 
@@ -146,3 +146,22 @@ def test_max_pool_stays_blocked(free_conversions):
     ops = [line.split(" = ")[1].split()[0] for line in got.splitlines() if " = " in line]
     assert [o for o in ops if o != "constant"] == ["reshape", "transpose", "conv_nchwc", "max_pool", "conv_nchwc"]
     assert "f32[1,1,4,4,8] = max_pool" in got and "kernel = [3, 3, 1]" in got and "pads = [1, 1, 0, 1, 1, 0]" in got
+
+
+def test_narrow_outputs_are_not_padded_to_a_block(free_conversions):
+    """A UNet's last conv (8 -> 2 channels) and its sigmoid stay plain: a 16-lane block would compute 8x the results
+    and unblock them after; the conv before it, whose 16 channels fill a block, stays blocked."""
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", (1, 16, 8, 8))], ["x"])
+    y = b.relu(b.conv(b.args[0], _const(b, 16, 16, 3, 3), _const(b, 16), pads=(1, 1, 1, 1)))
+    b.ret(b.sigmoid(b.conv(y, _const(b, 2, 16, 3, 3), _const(b, 2), pads=(1, 1, 1, 1))))
+    got = _run(m, RNG.standard_normal((1, 16, 8, 8)).astype(np.float32), block=16)
+    assert got.count("conv_nchwc") == 1 and "f32[1,2,8,8] = conv " in got, got
+
+
+def test_padding_counts_in_the_cost():
+    conv = Builder.new_function(Module(), "main", [TensorType("f32", (1, 20, 8, 8))], ["x"])
+    op = conv.conv(conv.args[0], _const(conv, 10, 20, 3, 3)).owner
+    assert layout._pad_factor(op, 8) == pytest.approx(16 / 10 * 24 / 20)  # outputs and wide inputs padded
+    assert layout._pad_factor(op, 32) == pytest.approx(32 / 10)  # 20 inputs: one narrow block
+    assert layout.fills_blocks(op, 16) and not layout.fills_blocks(op, 32)

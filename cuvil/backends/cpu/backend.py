@@ -7,12 +7,13 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import threading
 from importlib import resources
 from pathlib import Path
 
 from ...progress import step as progress_step
 from ...ir.core import Module
-from . import codegen, kernels, library_rows, toolchain
+from . import codegen, fastcall, kernels, library_rows, toolchain
 from .kernels import conv_block  # noqa: F401 (the passes and tests ask the backend)
 from .executable import CpuFunction
 from .library import EMITTERS
@@ -60,15 +61,35 @@ def build(module: Module, instrument: bool = False) -> CpuFunction:
     return CpuFunction(program, lib, module.constants)
 
 
+def _quietly(fn) -> None:
+    """Runs a build whose failure the caller meets again when it asks for the result (in its own thread)."""
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001 (reported by the caller's own call)
+        log.debug("background build failed: %s", e)
+
+
 def build_library(module: Module, instrument: bool = False) -> tuple[codegen.CProgram, ctypes.CDLL]:
     """The generated program and its loaded library (the profiler reads an instrumented one's timers)."""
     program = codegen.generate(module, instrument=instrument)
     progress_step("C compilation", f"{program.source.count('static void k')} kernels")
-    kernels.load(opt_level())  # RTLD_GLOBAL: the model library resolves the kernel ABI against it
     folders = [runtime_dir(), kernels.include_dir()]
-    depends = [runtime_dir() / "cuvil_rt.h", kernels.include_dir() / "cuvil_kernels.h"]
-    lib = toolchain.load_library(program.source, name="model", opt_level=opt_level(), include_dirs=folders,
-                                 depends=depends, extra_flags=model_flags(), mode=ctypes.RTLD_LOCAL)
+    depends = [runtime_dir() / "cuvil_rt.h"] + [folders[1] / h for h in ("cuvil_kernels.h", "cuvil_math.inc")]
+    options = dict(name="model", opt_level=opt_level(), include_dirs=folders, depends=depends,
+                   extra_flags=model_flags())
+    # On a new machine three compilations wait: the kernel library, this model and the C call path; they run at once
+    # (the compiler is a subprocess), and the model loads after the kernel library, whose ABI it resolves (RTLD_GLOBAL).
+    builds = [threading.Thread(target=_quietly, args=(fn,), daemon=True)
+              for fn in (lambda: kernels.load(opt_level()), fastcall.extension)]
+    for t in builds:
+        t.start()
+    try:
+        toolchain.build_library(program.source, **options)
+    finally:
+        for t in builds:
+            t.join()
+    kernels.load(opt_level())  # loaded by now, or raises the error its thread met
+    lib = toolchain.load_library(program.source, mode=ctypes.RTLD_LOCAL, **options)
     log.debug("compiled %s: %d kernels, arena %s", module.main.name, program.source.count("static void k"),
               program.plan.slots)
     return program, lib

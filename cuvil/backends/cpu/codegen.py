@@ -21,6 +21,7 @@ from ...ir.core import Function, Module, Op, Region, Value
 from ...passes.memory import MemoryPlan, plan_memory
 from . import instrument, library
 from .c_exprs import STORAGE, c_dim, index_check
+from .library_util import pooled_helper
 from .loops import LoopKernel
 
 PRELUDE = """#include <stdint.h>
@@ -93,7 +94,8 @@ class CodeGen:
             self.ptr[id(v)] = f"(({STORAGE[v.type.dtype]} *)outs[{i}])"
         self.region(self.fn.body, 1)
         source = PRELUDE + (instrument.prelude(len(self.timed)) if self.instrument else "")
-        source += f"#define CUVIL_NCONST {len(self.constants)}\n\n" + "\n".join(self.helpers.values())
+        helpers = "\n".join(map(pooled_helper, self.helpers.values()))  # threaded loops on Cuvil's pool
+        source += f"#define CUVIL_NCONST {len(self.constants)}\n\n" + helpers
         source += "\n" + "\n".join(self.kernels) + "\n"
         source += self._entry()
         return CProgram(source, self.fn, self.symbols, self.constants, self.plan, dict(self.direct), self.timed,
@@ -219,7 +221,7 @@ class CodeGen:
     def _kernel(self, op: Op, depth: int) -> None:
         fresh = f"k{len(self.kernels)}_{op.attrs['name']}"
         kernel = LoopKernel(op, fresh)
-        text = kernel.emit()
+        text = kernel.emit("__attribute__((noinline)) ")
         if kernel.checks:  # its diagnosing copy names the ops and locations, so it is part of what must be equal
             text += "\n__attribute__((noinline, cold)) " + LoopKernel(op, fresh + "_diagnose", diagnose=True).emit()
         # A kernel identical to an earlier one (the same layer repeated: BERT-base's 88 loop kernels are 10
@@ -231,7 +233,7 @@ class CodeGen:
             locs = sorted({str(o.loc) for o in op.regions[0].ops if str(o.loc)})
             comment = f"/* {', '.join(o.name for o in op.regions[0].ops[:-1])}" + (
                 f" at {', '.join(locs[:4])}" if locs else "") + " */\n"
-            self.kernels.append(comment + "__attribute__((noinline)) " + text)
+            self.kernels.append(comment + text)
         for gather in (o for o in op.regions[0].ops if id(o) in kernel.prechecked):
             indices = op.operands[kernel.prechecked[id(gather)]]
             data = gather.operands[0].type

@@ -60,6 +60,17 @@ def _plain_symbol(d):
     return None
 
 
+def _swap_threads(lib: ctypes.CDLL):
+    """The pool's cuvil_swap_call_threads that `lib`'s kernels use: an exported library's own copy, else the loaded
+    kernel library's (in the process's global scope, where the model library found it); None if neither has it."""
+    for where in (lib, ctypes.CDLL(None)):
+        fn = getattr(where, "cuvil_swap_call_threads", None)
+        if fn is not None:
+            fn.argtypes, fn.restype = [ctypes.c_int], ctypes.c_int
+            return fn
+    return None
+
+
 class CpuFunction:
     """The callable behind an Executable on the CPU target: NumPy arrays in, NumPy arrays out."""
 
@@ -98,6 +109,18 @@ class CpuFunction:
         self.call_exact = fastcall.caller(lib, self._const_ptrs, self.arg_types, self.out_types,
                                           self.program.symbols, self._binders, self._constraints, self._failure,
                                           prefix)
+        self._swap_threads = _swap_threads(lib)
+        self.num_threads = 0  # this function's thread count; 0: the process's (CUVIL_NUM_THREADS, the cores)
+
+    def set_num_threads(self, n: int) -> None:
+        """Run this function's kernels on `n` threads (0: the process's count), whatever other functions use."""
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise ValueError(f"num_threads must be a non-negative int, got {n!r}")
+        if self._swap_threads is None:
+            raise CuvilError("this compiled library has no per-function thread count (built before Cuvil had one)")
+        self.num_threads = n
+        if self.call_exact is not None:
+            self.call_exact.set_threads(n, ctypes.cast(self._swap_threads, ctypes.c_void_p).value)
 
     @staticmethod
     def _prepared_buffers(packed_count, packed_bytes, saved: dict) -> list:
@@ -194,7 +217,14 @@ class CpuFunction:
             out_ptrs[k] = _address(o)
         if dims:
             state.dims[:len(dims)] = dims
-        rc = self._entry(args, out_ptrs, state.dims, arena, self._const_ptrs)
+        if self.num_threads:
+            before = self._swap_threads(self.num_threads)
+            try:
+                rc = self._entry(args, out_ptrs, state.dims, arena, self._const_ptrs)
+            finally:
+                self._swap_threads(before)
+        else:
+            rc = self._entry(args, out_ptrs, state.dims, arena, self._const_ptrs)
         if rc != 0:
             raise self._failure(rc)
 

@@ -23,6 +23,7 @@
 
 typedef int (*entry_fn)(void *const *, void *const *, const int64_t *, uint8_t *, const void *const *);
 typedef int64_t (*arena_fn)(const int64_t *);
+typedef int (*swap_threads_fn)(int);
 
 #define POOL 2
 
@@ -44,6 +45,8 @@ typedef struct {
     uint8_t *arena;
     int64_t arena_size;
     int arena_busy;              /* another thread is running with the cached arena */
+    int threads;                 /* this function's thread count, or 0: the process's (set_threads) */
+    swap_threads_fn swap_threads; /* the library's cuvil_swap_call_threads, with threads */
 } Caller;
 
 static int64_t input_dim(const void *args, int64_t i, int64_t axis)
@@ -146,8 +149,12 @@ static PyObject *Caller_call(PyObject *self, PyObject *args, PyObject *kwargs)
     int owned, rc;
     uint8_t *arena = arena_take(s, s->arena_bytes(sym), &owned);
     if (arena == NULL) { Py_DECREF(result); return PyErr_NoMemory(); }
+    int threads = s->threads;
+    swap_threads_fn swap = threads > 0 ? s->swap_threads : NULL;
     Py_BEGIN_ALLOW_THREADS
+    int before = swap ? swap(threads) : 0;
     rc = s->entry(ins, outs, sym, arena, s->consts);
+    if (swap) swap(before);
     Py_END_ALLOW_THREADS
     arena_give(s, arena, owned);
     if (rc != 0) { /* the exception `failure(rc)` makes, from the library's message for this thread */
@@ -161,6 +168,23 @@ static PyObject *Caller_call(PyObject *self, PyObject *args, PyObject *kwargs)
     }
     return result;
 }
+
+/* set_threads(n, swap): run with n threads (0: the process's count) through the library's cuvil_swap_call_threads. */
+static PyObject *Caller_set_threads(PyObject *self, PyObject *args)
+{
+    Caller *s = (Caller *)self;
+    int n;
+    unsigned long long swap;
+    if (!PyArg_ParseTuple(args, "iK", &n, &swap)) return NULL;
+    s->swap_threads = (swap_threads_fn)(uintptr_t)swap;
+    s->threads = n > 0 && swap ? n : 0;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef Caller_methods[] = {
+    {"set_threads", Caller_set_threads, METH_VARARGS, "set_threads(n, swap_address): this function's thread count"},
+    {NULL, NULL, 0, NULL},
+};
 
 static void Caller_dealloc(PyObject *self)
 {
@@ -231,6 +255,7 @@ static PyTypeObject CallerType = {
     .tp_init = Caller_init,
     .tp_dealloc = Caller_dealloc,
     .tp_call = Caller_call,
+    .tp_methods = Caller_methods,
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, .m_name = "cuvil_fastcall", .m_size = -1};

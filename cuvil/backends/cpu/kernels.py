@@ -22,10 +22,12 @@ import numpy as np
 from ...errors import ShapeError
 from . import toolchain
 
-ACTIVATIONS = {"none": 0, "relu": 1, "gelu_tanh": 2, "gelu_erf": 3, "sigmoid": 4, "tanh": 5, "relu6": 6}
+ACTIVATIONS = {"none": 0, "relu": 1, "gelu_tanh": 2, "gelu_erf": 3, "sigmoid": 4, "tanh": 5, "relu6": 6, "silu": 7,
+               "hardswish": 8}
 ABI_VERSION = 1
-SOURCES = ("gemm.c", "dwconv.c", "conv_nchwc.c", "winograd.c")  # one unit: the convs use gemm.c's threads and allocator
-HEADERS = ("cuvil_kernels.h", "cuvil_simd.h")
+# One unit: every kernel runs on cuvil_pool.c's threads; the convs use gemm.c's allocator.
+SOURCES = ("cuvil_pool.c", "gemm.c", "dwconv.c", "conv_nchwc.c", "winograd.c")
+HEADERS = ("cuvil_kernels.h", "cuvil_simd.h", "cuvil_math.inc")
 
 _i64, _f32, _int, _ptr = ctypes.c_int64, ctypes.c_float, ctypes.c_int, ctypes.c_void_p
 _SGEMM_ARGS = [_i64, _i64, _i64, _f32, _ptr, _i64, _i64, _ptr, _i64, _i64, _f32, _ptr, _i64, _ptr, _int]
@@ -35,6 +37,9 @@ SIGNATURES = {
     "cuvil_kernels_config": ([], ctypes.c_char_p),
     "cuvil_set_num_threads": ([_int], None),
     "cuvil_get_num_threads": ([], _int),
+    "cuvil_swap_call_threads": ([_int], _int),
+    "cuvil_threads_for": ([_i64], _int),
+    "cuvil_last_team": ([], _int),
     "cuvil_sgemm": (_SGEMM_ARGS, None),
     "cuvil_sgemm_row_bias": (_SGEMM_ARGS, None),
     "cuvil_sgemm_packed_size": ([_i64, _i64], _i64),
@@ -50,6 +55,13 @@ SIGNATURES = {
     "cuvil_conv_winograd": ([_ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _int], None),
     "cuvil_activation": ([_int, _i64, _ptr, _ptr], None),
 }
+
+
+def activation_code(op) -> int:
+    """The epilogue code (ACTIVATIONS) of an activation op: relu, gelu (either form), sigmoid, tanh, silu, hardswish."""
+    if op.name == "gelu":
+        return ACTIVATIONS["gelu_tanh" if op.attrs["approximate"] == "tanh" else "gelu_erf"]
+    return ACTIVATIONS[op.name]
 
 
 def conv_block() -> int:

@@ -5,11 +5,12 @@ Each emitter gets the code generator, the op and the indentation depth, and appe
 from __future__ import annotations
 
 from ...ir.dtypes import DType
+from ...passes.fuse import GEMM_ACTIVATIONS
 from . import library_rows
 from .c_exprs import STORAGE, CType, c_dim
+from .kernels import activation_code
 
 
-ACTIVATION_CODES = {"relu": 1, "gelu-tanh": 2, "gelu-none": 3, "sigmoid": 4, "tanh": 5}
 
 
 def emit_fused(gen, op, depth: int) -> None:
@@ -27,8 +28,8 @@ def _fused_gemm(gen, op, depth: int) -> None:
     for inner in body:
         if inner.name == "broadcast_to":
             bias = source[id(inner.operands[0])]
-        elif inner.name in ("relu", "gelu", "sigmoid", "tanh"):
-            act = ACTIVATION_CODES[inner.name if inner.name != "gelu" else f"gelu-{inner.attrs['approximate']}"]
+        elif inner.name in GEMM_ACTIVATIONS:
+            act = activation_code(inner)
     mm = next(o for o in body if o.name == "matmul")
     a, b = ((transposed[id(v)], True) if id(v) in transposed else (source[id(v)], False) for v in mm.operands)
     _gemm(gen, a, b, op.results[0], bias, act, depth)

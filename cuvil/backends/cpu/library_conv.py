@@ -19,7 +19,7 @@ from ...ir.core import Op
 from ...ir.dtypes import DType
 from ...passes.fuse import CONV_GEMM_CLAMPS
 from .c_exprs import CType, load, store_value
-from .kernels import ACTIVATIONS
+from .kernels import ACTIVATIONS, activation_code
 from .library_util import c_dim, compute, open_block, par_if, prod, scratch_parts, storage, tag
 
 WIN_STRUCT = """/* Window geometry over three spatial dims: in/out sizes, kernel, stride, dilation, begin/end pads. */
@@ -509,12 +509,15 @@ def _dwconv2d(gen, cv, lo: str = "-INFINITY", hi: str = "INFINITY") -> None:
 
 
 def emit_fused_conv(gen, op, depth: int) -> None:
-    """A `fused` op of kind "library" (passes/fuse.py): an f32 conv and the clip applied on its way out, by
-    `cuvil_dwconv2d` (depthwise) or the GEMM's relu / relu6 epilogue (the others)."""
+    """A `fused` op of kind "library" (passes/fuse.py): an f32 conv and the clip or activation applied on its way
+    out, by `cuvil_dwconv2d` (depthwise clips) or the GEMM's epilogue (the others)."""
     conv, clip = op.regions[0].ops[:2]
     source = dict(zip((id(a) for a in op.regions[0].args), op.operands))
     view = Op("conv", [source[id(v)] for v in conv.operands], conv.attrs, [], (), conv.loc)
     view.results = op.results  # the conv writes the fused op's buffer
+    if clip.name != "clip":  # sigmoid, tanh, gelu, silu, hardswish
+        _conv(gen, view, depth, act=activation_code(clip))
+        return
     bounds = (clip.attrs["min"], clip.attrs["max"])
     if not depthwise_on_library(view):
         _conv(gen, view, depth, act=ACTIVATIONS[CONV_GEMM_CLAMPS[bounds]])

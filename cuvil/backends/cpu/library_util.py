@@ -2,6 +2,8 @@
 outer/axis/inner split of ops along one axis, loop nests, and how each dtype is accumulated."""
 from __future__ import annotations
 
+import re
+
 from ...ir.dtypes import DType
 from .c_exprs import STORAGE, CType, c_dim
 from .loops import parallel_clause
@@ -93,3 +95,42 @@ def scratch_parts(gen, depth: int, parts: list) -> None:
     for (name, ctype, _), size in zip(parts, sizes):
         gen.line(depth, f"{ctype} *restrict {name} = ({ctype} *)scratch;")
         gen.line(depth, f"scratch += {size};")
+
+
+_HELPER_HEAD = re.compile(r"static void (\w+)\(([^)]*)\)\n\{\n", re.S)
+_POOLED_PRAGMA = re.compile(r"^    #pragma omp parallel for if\(\((.*)\) >= \d+\) "
+                            r"num_threads\(cuvil_get_num_threads\(\)\) schedule\(static\)$")
+_POOLED_LOOP = re.compile(r"^    for \(int64_t (\w+) = 0; \1 < (.*); \1\+\+\) \{$")
+
+
+def pooled_helper(text: str) -> str:
+    """A library helper whose one threaded loop (`#pragma omp parallel for` + parallel_clause over `for (int64_t v = 0;
+    v < n; v++)` at the function's top level) runs on Cuvil's pool instead: the loop moves into `NAME_range(args, lo_,
+    hi_)`, which recomputes the helper's prologue (side-effect-free locals) and runs iterations [lo_, hi_). Helpers
+    of any other shape come back unchanged (OpenMP)."""
+    head = _HELPER_HEAD.match(text)
+    lines = text[head.end():].split("\n") if head else []
+    marks = [k for k, line in enumerate(lines) if "omp parallel" in line]
+    if len(marks) != 1 or not _POOLED_PRAGMA.match(lines[marks[0]]) or marks[0] + 1 >= len(lines):
+        return text
+    at = marks[0]
+    total, loop = _POOLED_PRAGMA.match(lines[at]).group(1), _POOLED_LOOP.match(lines[at + 1])
+    end = next((k for k in range(at + 2, len(lines)) if lines[k] == "    }"), None)
+    if loop is None or end is None:
+        return text
+    name, var, bound = head.group(1), loop.group(1), loop.group(2)
+    params = [p.strip() for p in head.group(2).replace("\n", " ").split(",")]
+    names = [re.search(r"(\w+)$", p).group(1) for p in params]
+    fields = "".join(f" {p.replace('restrict ', '')};" for p in params)
+    unpack = "".join(f"    {p} = a_->{n};\n" for p, n in zip(params, names))
+    prologue, body, rest = lines[:at], lines[at + 2:end + 1], lines[end + 1:]
+    unused = "    (void)" + ", (void)".join(names) + ";\n"
+    return (f"typedef struct {{{fields} }} {name}_args;\n"
+            f"static int {name}_range(void *p_, int64_t lo_, int64_t hi_)\n{{\n"
+            f"    const {name}_args *a_ = p_;\n{unpack}{unused}" + "\n".join(prologue) + "\n"
+            f"    for (int64_t {var} = lo_; {var} < hi_; {var}++) {{\n" + "\n".join(body) + "\n    return 0;\n}\n"
+            f"static void {name}({head.group(2)})\n{{\n" + "\n".join(prologue) + "\n"
+            f"    {name}_args a_ = {{{', '.join(names)}}};\n"
+            f"    const int64_t items_ = {bound};\n"
+            f"    cuvil_parallel_for(items_, items_ > 0 ? ({total}) / items_ : 0, {name}_range, &a_);\n"
+            + "\n".join(rest))

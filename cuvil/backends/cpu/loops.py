@@ -24,12 +24,23 @@ from .c_exprs import ELEMENTWISE, STORAGE, CType, c_dim, c_string, elementwise_e
     store_value
 
 PARALLEL_MIN_ELEMENTS = 1 << 15  # below this a kernel runs on one thread: forking costs more than it saves
+FLAT_CHUNK = 1024  # elements per item of a flat loop on the pool: whole vectors and cache lines per chunk
 
 
 def parallel_clause(work: str) -> str:
     """OpenMP clauses for a threaded loop over `work` elements: the team size is CUVIL_NUM_THREADS (as the
     kernel library's), and small loops stay on one thread."""
     return f"if(({work}) >= {PARALLEL_MIN_ELEMENTS}) num_threads(cuvil_get_num_threads()) schedule(static)"
+
+
+@dataclass
+class PoolRange:
+    """A kernel's threaded loop run on Cuvil's pool (cuvil_parallel_for): `items` iterations of `work` elements each,
+    its lines from `start` in the kernel's body moved into a range function over [lo_, hi_)."""
+
+    items: str
+    work: str
+    start: int
 INDEX_OPS = {"broadcast_to", "transpose", "slice", "pad", "concat", "gather", "iota"}
 REDUCE_INIT = {"reduce_sum": "0", "reduce_prod": "1", "reduce_max": "-INFINITY", "reduce_min": "INFINITY"}
 OMP_REDUCTION = {"reduce_sum": "+", "reduce_prod": "*", "reduce_max": "max", "reduce_min": "min"}
@@ -85,6 +96,11 @@ class Idx:
     def groups(self) -> Optional[list]:
         """The factors that make up each axis, when every axis is made of whole factors."""
         return None if self.factors is None else _group_items(self.shape, self.factors, lambda f: f[1])
+
+
+def _product(sizes) -> str:
+    """The C product of loop extents (1 for none)."""
+    return " * ".join(f"({c_dim(d)})" for d in sizes) or "1"
 
 
 def _lane_chunks(loops: list) -> bool:
@@ -239,6 +255,7 @@ class LoopKernel:
         self.lines: list[str] = []
         self.memo: list[dict] = [{}]
         self.counter = 0
+        self.pool: Optional[PoolRange] = None  # set by the threaded loop, if it runs on the pool
         self.reduce_op = next((o for o in region.ops if o.name in REDUCE_INIT), None) if op.attrs["kind"] == "reduce" \
             else None
         types = [a.type for a in self.args] + [v.type for v in self.outputs]
@@ -256,11 +273,13 @@ class LoopKernel:
         return out
 
     # -- the C function ----------------------------------------------------------------------------
-    def emit(self) -> str:
-        params = [f"const {STORAGE[a.type.dtype]} *restrict in{i}" for i, a in enumerate(self.args)]
-        params += [f"{STORAGE[v.type.dtype]} *restrict out{i}" for i, v in enumerate(self.outputs)]
-        params += [f"int64_t s_{s}" for s in self.symbols]
-        head = f"static {'int' if self.checks else 'void'} {self.name}({', '.join(params) or 'void'})"
+    def emit(self, attributes: str = "") -> str:
+        """The kernel's C (after the struct and range function of a loop on the pool), `attributes` on its head."""
+        params = [(f"const {STORAGE[a.type.dtype]} *restrict", f"in{i}") for i, a in enumerate(self.args)]
+        params += [(f"{STORAGE[v.type.dtype]} *restrict", f"out{i}") for i, v in enumerate(self.outputs)]
+        params += [("int64_t", f"s_{s}") for s in self.symbols]
+        ret = "int" if self.checks else "void"
+        head = f"{attributes}static {ret} {self.name}({', '.join(f'{t} {n}' for t, n in params) or 'void'})"
         if self.checks and not self.diagnose:
             self._line(1, "int bad = 0;")
             for o in self.op.regions[0].ops:  # an empty axis has no element to read instead: diagnose at once
@@ -271,9 +290,50 @@ class LoopKernel:
             self._emit_reduce()
         else:
             self._emit_pointwise()
+        prefix = ""
+        if self.pool is not None:
+            prefix = self._range_function(params)
         if self.checks:
             self._line(1, "return 0;" if self.diagnose else "return bad;")
-        return head + "\n{\n" + "\n".join(self.lines) + "\n}\n"
+        return prefix + head + "\n{\n" + "\n".join(self.lines) + "\n}\n"
+
+    def _range_function(self, params: list) -> str:
+        """Moves the threaded loop into `NAME_range(args, lo_, hi_)` and calls it through the pool, which runs small
+        loops on the calling thread; returns the struct of arguments and the range function."""
+        r, name = self.pool, self.name
+        body, self.lines = self.lines[r.start:], self.lines[:r.start]
+        fields = "".join(f" {t.replace(' *restrict', ' *')} {n};" for t, n in params)  # an output at least
+        unpack = "".join(f"    {t} {n} = a_->{n};\n" for t, n in params)
+        bad = "    int bad = 0;\n" if self.checks else ""
+        out = (f"typedef struct {{{fields} }} {name}_args;\n"
+               f"static int {name}_range(void *p_, int64_t lo_, int64_t hi_)\n{{\n"
+               f"    const {name}_args *a_ = p_;\n{unpack}{bad}" + "\n".join(body) +
+               f"\n    return {'bad' if self.checks else '0'};\n}}\n")
+        args = ", ".join(n for _, n in params)
+        self._line(1, f"{name}_args a_ = {{{args}}};")
+        call = f"cuvil_parallel_for({r.items}, {r.work}, {name}_range, &a_)"
+        self._line(1, f"bad |= {call};" if self.checks else f"(void){call};")
+        return out
+
+    def _open_threaded(self, depth: int, joined: list, work: str) -> int:
+        """The outer loops of a nest, threaded: one loop, or two as one (OpenMP's collapse(2)), run on the pool over
+        [lo_, hi_) of their iterations, each of `work` elements; a kernel's diagnosing copy keeps plain loops."""
+        if self.diagnose or depth != 1:
+            for var, size in joined:
+                self._line(depth, f"for (int64_t {var} = 0; {var} < {c_dim(size)}; {var}++) {{")
+                depth += 1
+            return depth
+        items = " * ".join(f"({c_dim(size)})" for _, size in joined)
+        self.pool = PoolRange(items, work, len(self.lines))
+        if len(joined) == 1:
+            self._line(depth, f"for (int64_t {joined[0][0]} = lo_; {joined[0][0]} < hi_; {joined[0][0]}++) {{")
+            return depth + 1
+        (v0, _), (v1, n1) = joined  # the chunk's rows of v0, each over its part of v1: one division per chunk
+        n1 = f"(int64_t)({c_dim(n1)})"
+        self._line(depth, f"for (int64_t {v0} = lo_ / {n1}; {v0} * {n1} < hi_; {v0}++) {{")
+        self._line(depth + 1, f"for (int64_t {v1} = CUVIL_MAX(lo_ - {v0} * {n1}, (int64_t)0); "
+                              f"{v1} < CUVIL_MIN(hi_ - {v0} * {n1}, {n1}); {v1}++) {{")
+        return depth + 2
 
     def checked_index(self, op: Op, raw: str, axis: int, size: str, depth: int) -> str:
         """Index `raw` of `op` into an axis of `size`, negative ones counted from the end: a C expression inside the
@@ -309,10 +369,8 @@ class LoopKernel:
     def _emit_pointwise(self) -> None:
         shape = self.outputs[0].type.shape
         numel = c_dim(self.outputs[0].type.numel)
-        par = parallel_clause(numel)
         if not self._needs_axes() or len(shape) <= 1:
-            self._pragma(1, f"omp parallel for simd {par}")
-            self._line(1, f"for (int64_t i = 0; i < {numel}; i++) {{")
+            self._flat_loop(numel)
             idx = Idx(shape, ("i",) if len(shape) == 1 else None, "i")
             self._store_outputs(idx, 2)
             self._line(1, "}")
@@ -320,20 +378,33 @@ class LoopKernel:
         sizes = DomainRefiner(self.outputs, self.arg_index).factor_sizes()
         if sizes:
             factors = tuple((f"i{k}", size) for k, size in enumerate(sizes))
-            depth = self._open_nest(tuple(v for v, _ in factors), sizes, par, outer_threaded=True)
+            depth = self._open_nest(tuple(v for v, _ in factors), sizes)
             self._store_outputs(Idx(shape, factors=factors), depth)
         else:
             axes = tuple(f"i{k}" for k in range(len(shape)))
-            depth = self._open_nest(axes, shape, par, outer_threaded=True)
+            depth = self._open_nest(axes, shape)
             self._store_outputs(Idx(shape, axes), depth)
         self._close(depth)
 
-    def _open_nest(self, axes, shape, par: str, outer_threaded: bool, depth: int = 1) -> int:
-        for k, (a, size) in enumerate(zip(axes, shape)):
-            if k == 0 and outer_threaded:
-                collapse = " collapse(2)" if len(axes) > 2 else ""
-                self._pragma(depth, f"omp parallel for{collapse} {par}")
-            elif k == len(axes) - 1:
+    def _flat_loop(self, numel: str) -> None:
+        """`for i` over all elements, in chunks of FLAT_CHUNK on the pool (the diagnosing copy: one plain loop)."""
+        if self.diagnose:
+            self._line(1, f"for (int64_t i = 0; i < {numel}; i++) {{")
+            return
+        items = f"(({numel}) + {FLAT_CHUNK - 1}) / {FLAT_CHUNK}"
+        self.pool = PoolRange(items, str(FLAT_CHUNK), len(self.lines))
+        self._line(1, f"const int64_t end_ = CUVIL_MIN(hi_ * {FLAT_CHUNK}, (int64_t)({numel}));")
+        self._pragma(1, "omp simd")
+        self._line(1, f"for (int64_t i = lo_ * {FLAT_CHUNK}; i < end_; i++) {{")
+
+    def _open_nest(self, axes, shape, depth: int = 1) -> int:
+        """A nest over `shape`, its outer loops threaded, its innermost `omp simd`."""
+        loops = list(zip(axes, shape))
+        joined = 2 if len(loops) > 2 else 1
+        depth = self._open_threaded(depth, loops[:joined], _product(size for _, size in loops[joined:]))
+        for k in range(joined, len(loops)):
+            a, size = loops[k]
+            if k == len(loops) - 1:
                 self._pragma(depth, "omp simd")
             self._line(depth, f"for (int64_t {a} = 0; {a} < {c_dim(size)}; {a}++) {{")
             depth += 1
@@ -365,11 +436,10 @@ class LoopKernel:
         if not red.attrs["keepdims"]:
             out_axes = tuple(a for k, a in enumerate(out_axes) if k not in reduced)
         par = parallel_clause(c_dim(src.numel))
-        depth = 1
-        for n, (var, size) in enumerate(kept_loops):
-            if n == 0:
-                collapse = " collapse(2)" if len(kept_loops) > 1 else ""
-                self._pragma(depth, f"omp parallel for{collapse} {par}")
+        joined = min(2, len(kept_loops))
+        rest = _product(size for _, size in kept_loops[joined:] + reduced_loops)
+        depth = self._open_threaded(1, kept_loops[:joined], rest) if kept_loops else 1
+        for var, size in kept_loops[joined:]:
             self._line(depth, f"for (int64_t {var} = 0; {var} < {c_dim(size)}; {var}++) {{")
             depth += 1
         ct = CType(out_t.dtype)

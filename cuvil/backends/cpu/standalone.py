@@ -1,6 +1,7 @@
 """The self-contained shared object of a `.cuv` (docs/artifact.md, "The native code's ABI"): every entry's
 generated C with its own prefix, the kernel library compiled -fPIC into the same link, and a version script
-that exports only the entries, `cuvil_abi_version`, `cuvil_last_error` and `cuvil_set_num_threads`.
+that exports only the entries, `cuvil_abi_version`, `cuvil_last_error`, `cuvil_set_num_threads` and
+`cuvil_swap_call_threads` (a thread count for one call).
 
 In-process compilation does not go through here (it links the model against the loaded kernel library, see
 backend.py); export and the artifact cache do. Every object file is cached by the toolchain like a library.
@@ -14,7 +15,7 @@ from pathlib import Path
 from . import backend, kernels, toolchain
 
 ENTRY_SYMBOLS = ("main", "arena_bytes", "packed_count", "packed_bytes", "prepare")
-LIBRARY_SYMBOLS = ("cuvil_abi_version", "cuvil_last_error", "cuvil_set_num_threads")
+LIBRARY_SYMBOLS = ("cuvil_abi_version", "cuvil_last_error", "cuvil_set_num_threads", "cuvil_swap_call_threads")
 
 
 def entry_prefix(k: int) -> str:
@@ -60,7 +61,7 @@ def _link(objects: list, prefixes: list) -> bytes:
     with tempfile.TemporaryDirectory(prefix="cuvil-link-") as tmp:
         script, out = Path(tmp) / "exports.map", Path(tmp) / "model.so"
         script.write_text(f"{{ global: {exported} local: *; }};\n")
-        cmd = [compiler.path, "-shared", "-fopenmp", "-o", str(out), *map(str, objects), "-lm",
+        cmd = [compiler.path, "-shared", "-fopenmp", "-pthread", "-o", str(out), *map(str, objects), "-lm",
                f"-Wl,--version-script={script}", "-Wl,--no-undefined", "-Wl,-z,noexecstack", "-Wl,--as-needed"]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:

@@ -33,7 +33,8 @@ Semantics worth knowing:
 
 Options: `target` ("cpu"), `enable_fusion`, `dynamic` (all sizes but 0 and 1 symbolic), `dynamic_dims`
 (`{"x": {0: "batch"}}`), `fallback` ("python": run the original with a warning when compilation fails),
-`passes` (extra passes for `compile_module`), `runtime_args`, `unroll`, `level`.
+`passes` (extra passes for `compile_module`), `runtime_args`, `unroll`, `level`, `num_threads` (this function's thread
+count; default: the process's, `CUVIL_NUM_THREADS` or the physical cores).
 """
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ log = logging.getLogger("cuvil.frontends.python")
 
 OPTIONS = {
     "target": "cpu", "enable_fusion": True, "dynamic": False, "dynamic_dims": None, "fallback": None,
-    "passes": (), "runtime_args": (), "unroll": 16, "level": 2,
+    "passes": (), "runtime_args": (), "unroll": 16, "level": 2, "num_threads": None,
 }
 
 
@@ -219,7 +219,7 @@ class JitFunction:
             self._cache[spec.key] = _FALLBACK  # if this compilation fails, later calls go straight to Python
         module, structure, static = self._translate(spec)
         executable = compile_module(module, target=self.options["target"], passes=self.options["passes"],
-                                    level=self.options["level"])
+                                    level=self.options["level"], num_threads=self.options["num_threads"])
         self.compile_count += 1
         self._last = self._cache[spec.key] = Compiled(module, executable, structure, static, spec.mode)
         log.debug("compiled %s for %s", self.__wrapped__.__qualname__, spec.key)

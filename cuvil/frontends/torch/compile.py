@@ -22,7 +22,7 @@ from ...ir.core import Module
 from .signature import Signature, signature_from_json, signature_json, tensor_to_numpy
 
 log = logging.getLogger("cuvil.frontends.torch")
-_OPTIONS = ("dynamic_shapes", "dynamic", "passes", "target", "level", "cache")
+_OPTIONS = ("dynamic_shapes", "dynamic", "passes", "target", "level", "cache", "num_threads")
 
 
 class CompiledModule:
@@ -118,18 +118,21 @@ def compile_module(obj, example_inputs, **options) -> CompiledModule:
     model fixes: `Dim.AUTO` on every axis, symbols named `x_0` for input x's axis 0), `passes` (extra IR passes),
     `target` ("cpu" or "interpreter"), `level` (0-2), `cache` (default True: look in the artifact cache first, keyed
     by the module's code, attributes and weights, and save what is compiled; a hit runs neither `torch.export` nor a
-    pass; see `cache_key.py`).
+    pass; see `cache_key.py`), `num_threads` (this module's thread count; default: the process's).
     """
     unknown = sorted(set(options) - set(_OPTIONS))
     if unknown:
         raise TypeError(f"cuvil.compile got unknown options {unknown}; it takes {', '.join(_OPTIONS)}")
     if example_inputs is None:
         raise TypeError("cuvil.compile of a PyTorch module needs example_inputs (a tensor, tuple or dict)")
+    threads = options.pop("num_threads", None)  # not part of the cache key: the same code runs on any count
     key = _cache_key(obj, example_inputs, options)
     hit = store.load(key, rebuild=lambda: _compile(obj, example_inputs, options, key).executable) if key else None
-    if hit is not None:
-        return CompiledModule(hit[0], signature_from_json(hit[1]))
-    return _compile(obj, example_inputs, options, key)
+    compiled = CompiledModule(hit[0], signature_from_json(hit[1])) if hit is not None else \
+        _compile(obj, example_inputs, options, key)
+    if threads is not None:
+        compiled.executable.set_num_threads(threads)
+    return compiled
 
 
 def _compile(obj, example_inputs, options: dict, key) -> CompiledModule:

@@ -83,3 +83,35 @@ def test_relu_and_relu6_after_a_gemm_conv_become_its_epilogue(name, geometry):
     kinds = [op.attrs["kind"] for op in exe.module.functions["main"].walk() if op.name == "fused"]
     assert ("library" in kinds) == DENSE_EPILOGUES[name]
     np.testing.assert_allclose(exe(x, t)[0], interpret(m, [x, t])[0], rtol=1e-5, atol=1e-5)
+
+
+ACTIVATIONS = {"sigmoid": {}, "tanh": {}, "gelu": {"approximate": "none"}, "gelu-tanh": {"approximate": "tanh"},
+               "silu": {}, "hardswish": {}}
+
+
+@pytest.mark.parametrize("geometry", sorted(DENSE))
+@pytest.mark.parametrize("name", sorted(ACTIVATIONS))
+def test_activations_after_a_gemm_conv_become_its_epilogue(name, geometry):
+    """One kernel, not two: the activation is applied to the GEMM's output tile while it is in registers."""
+    x_shape, w_shape, attrs, y_shape = DENSE[geometry]
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType(DType.f32, x_shape)])
+    w, bias = b.constant(rand(*w_shape, seed=1), "w"), b.constant(rand(w_shape[0], seed=2), "bias")
+    b.ret(b.emit(name.split("-")[0], b.emit("conv", b.args[0], w, bias, **attrs), **ACTIVATIONS[name]))
+    x = rand(*x_shape) * 4
+    x.flat[::41] = np.nan
+    exe = compile_module(m)
+    fused = [op for op in exe.module.functions["main"].walk() if op.name == "fused"]
+    assert [op.attrs["kind"] for op in fused] == ["library"], exe.module
+    np.testing.assert_allclose(exe(x)[0], interpret(m, [x])[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["silu", "hardswish"])
+def test_silu_and_hardswish_after_a_matmul_become_its_epilogue(name):
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType(DType.f32, (13, 40))])
+    b.ret(b.emit(name, b.matmul(b.args[0], b.constant(rand(40, 70, seed=1), "w"))))
+    x = rand(13, 40) * 3
+    exe = compile_module(m)
+    assert [op.attrs["kind"] for op in exe.module.functions["main"].walk() if op.name == "fused"] == ["library"]
+    np.testing.assert_allclose(exe(x)[0], interpret(m, [x])[0], rtol=1e-5, atol=1e-5)

@@ -160,6 +160,34 @@ static float *thread_scratch(int slot, int64_t floats)
     return set->data[slot];
 }
 
+typedef struct {
+    const float *x;
+    float *xp;
+    const nchwc_geom *g;
+    int64_t hp, wp;
+} pad_job_t;
+
+/* Planes [p0, p1) of x copied into the zero-bordered buffer. */
+static int pad_planes(void *job, int64_t p0, int64_t p1)
+{
+    const pad_job_t *j = job;
+    const nchwc_geom *g = j->g;
+    const int64_t hp = j->hp, wp = j->wp, row = g->w * g->c;
+    for (int64_t p = p0; p < p1; p++)
+        for (int64_t yy = 0; yy < hp; yy++) {
+            float *dst = j->xp + (p * hp + yy) * wp * g->c;
+            const int64_t y = yy - g->ph;
+            if (y < 0 || y >= g->h) {
+                memset(dst, 0, sizeof(float) * wp * g->c);
+                continue;
+            }
+            memset(dst, 0, sizeof(float) * g->pw * g->c);
+            memcpy(dst + g->pw * g->c, j->x + (p * g->h + y) * row, sizeof(float) * row);
+            memset(dst + g->pw * g->c + row, 0, sizeof(float) * (wp - g->pw - g->w) * g->c);
+        }
+    return 0;
+}
+
 /* x with its pads made explicit, [n, cb, hp, wp, c] with zeros around, and the geometry that reads it unpadded.
  * Returns x itself when the convolution has no pads. */
 static const float *nchwc_unpadded(const float *x, const nchwc_geom *g, nchwc_geom *pg)
@@ -169,22 +197,37 @@ static const float *nchwc_unpadded(const float *x, const nchwc_geom *g, nchwc_ge
     const int64_t wp = max64(g->pw + g->w, (g->ow - 1) * g->sw + (g->kw - 1) * g->dw + 1);
     if (!g->ph && !g->pw && hp == g->h && wp == g->w) return x;
     float *xp = thread_scratch(SCRATCH_PADDED, g->n * g->cb * hp * wp * g->c);
-    const int64_t planes = g->n * g->cb, row = g->w * g->c;
-#pragma omp parallel for num_threads((int)min64(threads_for(planes * hp * wp * g->c * 8), planes)) schedule(static)
-    for (int64_t p = 0; p < planes; p++)
-        for (int64_t yy = 0; yy < hp; yy++) {
-            float *dst = xp + (p * hp + yy) * wp * g->c;
-            const int64_t y = yy - g->ph;
-            if (y < 0 || y >= g->h) {
-                memset(dst, 0, sizeof(float) * wp * g->c);
-                continue;
-            }
-            memset(dst, 0, sizeof(float) * g->pw * g->c);
-            memcpy(dst + g->pw * g->c, x + (p * g->h + y) * row, sizeof(float) * row);
-            memset(dst + g->pw * g->c + row, 0, sizeof(float) * (wp - g->pw - g->w) * g->c);
-        }
+    pad_job_t job = {x, xp, g, hp, wp};
+    const int64_t planes = g->n * g->cb;
+    cuvil_parallel_team(planes, (int)min64(threads_for(planes * hp * wp * g->c * 8), planes), pad_planes, &job);
     pg->h = hp, pg->w = wp, pg->ph = pg->pw = 0;
     return xp;
+}
+
+typedef struct {
+    const float *x, *w, *bias, *res;
+    float *y;
+    const nchwc_geom *g;
+    int act;
+} nchwc_job_t;
+
+/* Output rows [p0, p1), numbered (image, pair of output blocks, row). */
+static int nchwc_rows(void *job, int64_t p0, int64_t p1)
+{
+    const nchwc_job_t *j = job;
+    const nchwc_geom *g = j->g;
+    const int64_t pairs = (g->ob + 1) / 2, ws = g->cb * g->kh * g->kw * g->c * CUVIL_VL, ys = g->oh * g->ow * CUVIL_VL;
+    for (int64_t p = p0; p < p1; p++) {
+        const int64_t oh = p % g->oh, o = p / g->oh % pairs * 2, n = p / g->oh / pairs;
+        const int64_t row = (n * g->ob + o) * g->oh + oh;
+        const float *xn = j->x + n * g->cb * g->h * g->w * g->c, *wo = j->w + o * ws, *bo = j->bias + o * CUVIL_VL;
+        const float *rr = j->res ? j->res + row * g->ow * CUVIL_VL : NULL;
+        float *yr = g->oc ? j->y + (n * g->oc + o * CUVIL_VL) * g->oh * g->ow + oh * g->ow
+                          : j->y + row * g->ow * CUVIL_VL;
+        const int64_t left = g->oc - o * CUVIL_VL, px = g->oc ? 1 : CUVIL_VL; /* plain output: channels left, step */
+        nchwc_row(xn, wo, ws, bo, rr, yr, ys, left, g, oh * g->sh, 0, j->act, o + 1 < g->ob ? 2 : 1, px);
+    }
+    return 0;
 }
 
 int cuvil_conv_nchwc_block(void) { return CUVIL_VL; }
@@ -201,14 +244,6 @@ void cuvil_conv_nchwc(const float *x, const float *w, const float *bias, const f
     const int64_t ys = g->oh * g->ow * CUVIL_VL, rows = g->n * pairs * g->oh;
     const int nt = (int)min64(threads_for(rows * 2 * g->ow * ws), rows);
     /* Threads split (image, pair of output blocks, output row); an odd last block runs alone. */
-#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
-    for (int64_t p = 0; p < rows; p++) {
-        const int64_t oh = p % g->oh, o = p / g->oh % pairs * 2, n = p / g->oh / pairs;
-        const int64_t row = (n * g->ob + o) * g->oh + oh;
-        const float *xn = x + n * g->cb * g->h * g->w * g->c, *wo = w + o * ws, *bo = bias + o * CUVIL_VL;
-        const float *rr = res ? res + row * g->ow * CUVIL_VL : NULL;
-        float *yr = g->oc ? y + (n * g->oc + o * CUVIL_VL) * g->oh * g->ow + oh * g->ow : y + row * g->ow * CUVIL_VL;
-        const int64_t left = g->oc - o * CUVIL_VL, px = g->oc ? 1 : CUVIL_VL; /* plain output: channels left, step */
-        nchwc_row(xn, wo, ws, bo, rr, yr, ys, left, g, oh * g->sh, 0, act, o + 1 < g->ob ? 2 : 1, px);
-    }
+    nchwc_job_t job = {x, w, bias, res, y, g, act};
+    cuvil_parallel_team(rows, nt, nchwc_rows, &job);
 }

@@ -8,8 +8,8 @@
  *     C[i,j] = act(alpha * sum_k A[i,k] * B[k,j] + bias[j] + beta * C[i,j])
  * bias may be NULL (no bias); beta == 0 never reads C (it may hold garbage or NaN). Any size may be 0.
  * Operands need no alignment; 64-byte alignment is the fast case. A, B and C must not overlap.
- * Threads: an OpenMP team of cuvil_get_num_threads() threads (CUVIL_NUM_THREADS, else the processor count;
- * the Python loader sets the physical core count), fewer for small problems.
+ * Threads: cuvil_get_num_threads() threads of Cuvil's pool (CUVIL_NUM_THREADS, else the processor count; the Python
+ * loader sets the physical core count), fewer for small problems.
  */
 #ifndef CUVIL_KERNELS_H
 #define CUVIL_KERNELS_H
@@ -31,14 +31,31 @@ enum { /* relu and relu6 keep NaN */
     CUVIL_ACT_SIGMOID = 4,
     CUVIL_ACT_TANH = 5,
     CUVIL_ACT_RELU6 = 6, /* clip(x, 0, 6) */
-    CUVIL_ACT_COUNT = 7
+    CUVIL_ACT_SILU = 7,      /* x sigmoid(x) */
+    CUVIL_ACT_HARDSWISH = 8, /* x clip(x / 6 + 1/2, 0, 1) */
+    CUVIL_ACT_COUNT = 9
 };
 
 int cuvil_kernels_abi_version(void);
 /* A static string describing the compiled configuration, e.g. "vl=16 mr=6 nr=4x16 kc=256 nc=512". */
 const char *cuvil_kernels_config(void);
 void cuvil_set_num_threads(int n);
+/* The calling thread's count for the function it runs (cuvil_swap_call_threads), else the process's. */
 int cuvil_get_num_threads(void);
+
+/* The thread pool (cuvil_pool.c). cuvil_parallel_for runs fn(ctx, lo, hi) over chunks of [0, n) that together cover
+ * it once, on up to cuvil_threads_for(n * work) threads (work: the elements one of the n items touches), the calling
+ * thread among them, and returns the OR of fn's results. */
+#define CUVIL_MIN_WORK (1 << 14) /* elements of work per thread below which one more thread costs more than it saves */
+typedef int (*cuvil_range_fn)(void *ctx, int64_t lo, int64_t hi);
+int cuvil_parallel_for(int64_t n, int64_t work, cuvil_range_fn fn, void *ctx);
+/* The same on a team of `team` threads (at most n). */
+int cuvil_parallel_team(int64_t n, int team, cuvil_range_fn fn, void *ctx);
+int cuvil_threads_for(int64_t work);
+/* Sets this thread's count for the compiled function it is about to run (0: the process's); returns the old one. */
+int cuvil_swap_call_threads(int n);
+/* The team size of this thread's last parallel loop (1: it ran on this thread alone), for tests and benchmarks. */
+int cuvil_last_team(void);
 
 void cuvil_sgemm(int64_t M, int64_t N, int64_t K, float alpha,
                  const float *A, int64_t rsa, int64_t csa,

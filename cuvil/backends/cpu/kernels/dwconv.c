@@ -141,24 +141,37 @@ static int dw_sizes_ok(int64_t batch, int64_t C, int64_t O, const int64_t *p)
     return 1;
 }
 
+typedef struct {
+    const dw_geom *g;
+    int64_t C, O;
+    const float *x, *w, *bias;
+    float *y;
+    float lo, hi;
+} dw_job_t;
+
+/* Planes [q0, q1) of batch x O, through this thread's scratch (pads, and slack that junk lanes read, zeroed). */
+static int dw_planes(void *job, int64_t q0, int64_t q1)
+{
+    const dw_job_t *j = job;
+    const dw_geom *g = j->g;
+    const int64_t mult = j->O / j->C, in_plane = g->H * g->W, out_plane = g->OH * g->OW, taps = g->kh * g->kw;
+    float *buf = dw_scratch(g->sh * g->sw * g->phase);
+    memset(buf, 0, sizeof(float) * g->sh * g->sw * g->phase);
+    for (int64_t q = q0; q < q1; q++) {
+        const int64_t o = q % j->O;
+        dw_plane(g, j->x + (q / j->O * j->C + o / mult) * in_plane, j->w + o * taps, j->bias ? j->bias[o] : 0.0f,
+                 j->y + q * out_plane, j->lo, j->hi, buf);
+    }
+    return 0;
+}
+
 void cuvil_dwconv2d(int64_t batch, int64_t C, int64_t O, const float *x, const float *w, const float *bias,
                     float *y, const int64_t *geom, float lo, float hi)
 {
     if (!dw_sizes_ok(batch, C, O, geom)) return;
     dw_geom g = dw_plan(geom);
-    const int64_t mult = O / C, in_plane = g.H * g.W, out_plane = g.OH * g.OW, taps = g.kh * g.kw;
-    int nt = (int)min64(threads_for(batch * O * out_plane * taps), batch * O);
-    const int64_t chunk = ceil_div(batch * O, 8 * (int64_t)nt); /* 8 per thread: a preempted thread delays little */
-#pragma omp parallel num_threads(nt) if (nt > 1)
-    {
-        float *buf = dw_scratch(g.sh * g.sw * g.phase);
-        memset(buf, 0, sizeof(float) * g.sh * g.sw * g.phase); /* pads, and slack that junk lanes read */
-#pragma omp for schedule(dynamic, chunk)
-        for (int64_t q = 0; q < batch * O; q++) {
-            const int64_t o = q % O;
-            dw_plane(&g, x + (q / O * C + o / mult) * in_plane, w + o * taps, bias ? bias[o] : 0.0f,
-                     y + q * out_plane, lo, hi, buf);
-        }
-    }
+    const int64_t out_plane = g.OH * g.OW, taps = g.kh * g.kw;
+    dw_job_t job = {&g, C, O, x, w, bias, y, lo, hi};
+    cuvil_parallel_team(batch * O, threads_for(batch * O * out_plane * taps), dw_planes, &job);
     free(g.off);
 }

@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <stdio.h>
-#include <omp.h>
 #include <pthread.h>
 
 #include "cuvil_kernels.h"
@@ -107,25 +106,9 @@ static inline int64_t split_at(int64_t n, int64_t parts, int64_t p)
 
 /* ---- threads and buffers ---- */
 
-static int num_threads;
-
-void cuvil_set_num_threads(int n) { num_threads = n > 0 ? n : 1; }
-
-int cuvil_get_num_threads(void)
-{
-    if (num_threads <= 0) {
-        const char *env = getenv("CUVIL_NUM_THREADS");
-        int n = env ? atoi(env) : 0;
-        num_threads = n > 0 ? n : omp_get_num_procs();
-    }
-    return num_threads;
-}
-
 static int threads_for(int64_t multiply_adds)
 {
-    int64_t n = multiply_adds / MIN_WORK_PER_THREAD;
-    int limit = cuvil_get_num_threads();
-    return n < 1 ? 1 : (n < limit ? (int)n : limit);
+    return cuvil_threads_for(multiply_adds / (MIN_WORK_PER_THREAD / CUVIL_MIN_WORK));
 }
 
 static void *alloc_or_die(size_t bytes)
@@ -255,11 +238,13 @@ static void activate_tile(float *c, int64_t ldc, int mr, int act)
 {
     switch (act) {
         ACT_CASE(CUVIL_ACT_RELU, relu)
-        ACT_CASE(CUVIL_ACT_GELU_TANH, cuvil_gelu_tanh)
-        ACT_CASE(CUVIL_ACT_GELU_ERF, cuvil_gelu_erf)
-        ACT_CASE(CUVIL_ACT_SIGMOID, cuvil_sigmoid)
-        ACT_CASE(CUVIL_ACT_TANH, cuvil_tanh)
+        ACT_CASE(CUVIL_ACT_GELU_TANH, cuvil_v_gelu_tanh)
+        ACT_CASE(CUVIL_ACT_GELU_ERF, cuvil_v_gelu_erf)
+        ACT_CASE(CUVIL_ACT_SIGMOID, cuvil_v_sigmoid)
+        ACT_CASE(CUVIL_ACT_TANH, cuvil_v_tanh)
         ACT_CASE(CUVIL_ACT_RELU6, relu6)
+        ACT_CASE(CUVIL_ACT_SILU, cuvil_v_silu)
+        ACT_CASE(CUVIL_ACT_HARDSWISH, cuvil_v_hardswish)
     default: break;
     }
 }
@@ -331,16 +316,29 @@ int64_t cuvil_sgemm_packed_size(int64_t K, int64_t N) { return K > 0 && N > 0 ? 
 
 /* Layout: K blocks (near-equal, <= KC rows) one after the other; within one, the NR-wide panels of
  * all N columns, each kc x NR row-major. Block kb starts at k0 * padded_n(N). */
+typedef struct {
+    int64_t K, N, rsb, csb, nk, panels;
+    const float *B;
+    float *packed;
+} pack_job_t;
+
+/* Panels [lo, hi) of all K blocks, numbered block-major. */
+static int pack_panels(void *job, int64_t lo, int64_t hi)
+{
+    const pack_job_t *j = job;
+    for (int64_t w = lo; w < hi; w++) {
+        int64_t kb = w / j->panels, p = w % j->panels;
+        int64_t k0 = split_at(j->K, j->nk, kb), kc = split_at(j->K, j->nk, kb + 1) - k0;
+        pack_panel(j->B, j->rsb, j->csb, k0, kc, p * NR, (int)min64(NR, j->N - p * NR),
+                   j->packed + k0 * padded_n(j->N) + p * kc * NR);
+    }
+    return 0;
+}
+
 void cuvil_sgemm_pack_b(int64_t K, int64_t N, const float *B, int64_t rsb, int64_t csb, float *packed)
 {
-    int64_t nk = ceil_div(K, KC), panels = ceil_div(N, NR);
-#pragma omp parallel for collapse(2) schedule(static) num_threads(threads_for(K * N / 8))
-    for (int64_t kb = 0; kb < nk; kb++)
-        for (int64_t p = 0; p < panels; p++) {
-            int64_t k0 = split_at(K, nk, kb), kc = split_at(K, nk, kb + 1) - k0;
-            pack_panel(B, rsb, csb, k0, kc, p * NR, (int)min64(NR, N - p * NR),
-                       packed + k0 * padded_n(N) + p * kc * NR);
-        }
+    pack_job_t job = {K, N, rsb, csb, ceil_div(K, KC), ceil_div(N, NR), B, packed};
+    cuvil_parallel_team(job.nk * job.panels, threads_for(K * N / 8), pack_panels, &job);
 }
 
 /* ---- one thread's rectangle: rows [m0, m1) x panels [p0, p1) ---- */
@@ -502,31 +500,45 @@ static void plan_items(const gemm_t *g, int nt, int64_t *row_groups, int64_t *co
     *row_groups = groups, *col_chunks = chunks;
 }
 
+typedef struct {
+    const gemm_t *g;
+    int64_t groups, chunks, panels;
+} items_t;
+
+/* Work items [lo, hi): row group w / chunks x column chunk w % chunks. */
+static int gemm_items(void *job, int64_t lo, int64_t hi)
+{
+    const items_t *it = job;
+    for (int64_t w = lo; w < hi; w++) {
+        int64_t r = w / it->chunks, c = w % it->chunks, M = it->g->M;
+        gemm_rect(it->g, split_at(M, it->groups, r), split_at(M, it->groups, r + 1),
+                  split_at(it->panels, it->chunks, c), split_at(it->panels, it->chunks, c + 1));
+    }
+    return 0;
+}
+
+/* Whole cache lines [lo, hi) of C on the M = 1 path. */
+static int gemv_lines(void *job, int64_t lo, int64_t hi)
+{
+    const gemm_t *g = job;
+    int64_t j0 = min64(g->N, lo * 16), j1 = min64(g->N, hi * 16);
+    if (g->csb == 1) gemv_cols(g, j0, j1);
+    else gemv_t_cols(g, j0, j1);
+    return 0;
+}
+
 static void gemm_run(const gemm_t *g, int max_threads)
 {
     int64_t M = g->M, N = g->N;
     int nt = threads_for(M * N * g->K);
     nt = nt < max_threads ? nt : max_threads;
     if (M == 1 && !g->packed && (g->csb == 1 || g->rsb == 1)) {
-        int64_t lines = ceil_div(N, 16); /* whole cache lines of C per thread */
-        nt = (int)min64(nt, lines);
-#pragma omp parallel num_threads(nt) if (nt > 1)
-        {
-            int t = omp_get_thread_num(), team = omp_get_num_threads();
-            int64_t j0 = min64(N, split_at(lines, team, t) * 16), j1 = min64(N, split_at(lines, team, t + 1) * 16);
-            if (g->csb == 1) gemv_cols(g, j0, j1);
-            else gemv_t_cols(g, j0, j1);
-        }
+        cuvil_parallel_team(ceil_div(N, 16), nt, gemv_lines, (void *)g);
         return;
     }
-    int64_t groups, chunks, panels = ceil_div(N, NR);
-    plan_items(g, nt, &groups, &chunks);
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1)
-    for (int64_t w = 0; w < groups * chunks; w++) {
-        int64_t r = w / chunks, c = w % chunks;
-        gemm_rect(g, split_at(M, groups, r), split_at(M, groups, r + 1), split_at(panels, chunks, c),
-                  split_at(panels, chunks, c + 1));
-    }
+    items_t it = {g, 0, 0, ceil_div(N, NR)};
+    plan_items(g, nt, &it.groups, &it.chunks);
+    cuvil_parallel_team(it.groups * it.chunks, nt, gemm_items, &it);
 }
 
 /* K = 0: only the epilogue, C = act(bias + beta C). */
@@ -580,20 +592,32 @@ void cuvil_sgemm_packed(int64_t M, int64_t N, int64_t K, float alpha, const floa
     gemm_dispatch(g, csa, cuvil_get_num_threads());
 }
 
+typedef struct {
+    gemm_t g; /* item 0 */
+    int64_t csa, sa, sb, sc;
+    int per_item;
+} batched_t;
+
+static int batched_items(void *job, int64_t lo, int64_t hi)
+{
+    const batched_t *b = job;
+    for (int64_t t = lo; t < hi; t++) {
+        gemm_t g = b->g;
+        g.A += t * b->sa, g.B += t * b->sb, g.C += t * b->sc;
+        gemm_dispatch(g, b->csa, b->per_item);
+    }
+    return 0;
+}
+
 void cuvil_sgemm_batched(int64_t batch, int64_t M, int64_t N, int64_t K, float alpha,
                          const float *A, int64_t rsa, int64_t csa, int64_t sa,
                          const float *B, int64_t rsb, int64_t csb, int64_t sb,
                          float beta, float *C, int64_t ldc, int64_t sc, const float *bias, int act)
 {
+    batched_t job = {{M, N, K, alpha, beta, A, rsa, B, rsb, csb, NULL, C, ldc, bias, NULL, act}, csa, sa, sb, sc};
     int nt = cuvil_get_num_threads();
-    int per_item = batch >= nt ? 1 : nt; /* enough items: one thread each; else threads inside each */
-    int team = per_item == 1 ? threads_for(batch * M * N * K) : 1;
-#pragma omp parallel for schedule(static) num_threads(team) if (team > 1)
-    for (int64_t t = 0; t < batch; t++) {
-        gemm_t g = {M, N, K, alpha, beta, A + t * sa, rsa, B + t * sb, rsb, csb, NULL, C + t * sc, ldc, bias, NULL,
-                    act};
-        gemm_dispatch(g, csa, per_item);
-    }
+    job.per_item = batch >= nt ? 1 : nt; /* enough items: one thread each; else threads inside each */
+    cuvil_parallel_team(batch, job.per_item == 1 ? threads_for(batch * M * N * K) : 1, batched_items, &job);
 }
 
 void cuvil_activation(int act, int64_t n, const float *x, float *y)

@@ -30,23 +30,38 @@ int64_t cuvil_winograd_weight_size(int64_t ob, int64_t cb) { return WINO_POS * o
 
 /* w packed [ob, cb, 3, 3, B, B] (conv_nchwc's weight) -> u [36, ob, cb * B, B]. Runs when a model loads (every
  * warm start): vectorised over the B output channels, about 1 ms for ResNet-18. */
+typedef struct {
+    const float *w;
+    int64_t ob, cb;
+    float *u;
+} wino_weight_job_t;
+
+/* Pairs (output block, input channel) [lo, hi). */
+static int wino_weight_part(void *job, int64_t lo, int64_t hi)
+{
+    const wino_weight_job_t *j = job;
+    const int64_t cb = j->cb, ob = j->ob, C = cb * CUVIL_VL;
+    for (int64_t q = lo; q < hi; q++) {
+        const int64_t o = q / C, c = q % C;
+        const float *g = j->w + ((o * cb + c / CUVIL_VL) * 9 * CUVIL_VL + c % CUVIL_VL) * CUVIL_VL;
+        wvf k[9], t[6][3];
+        for (int i = 0; i < 9; i++) k[i] = cuvil_load(g + i * CUVIL_VL * CUVIL_VL);
+        for (int i = 0; i < 6; i++)
+            for (int jj = 0; jj < 3; jj++)
+                t[i][jj] = wino_g[i][0] * k[jj] + wino_g[i][1] * k[3 + jj] + wino_g[i][2] * k[6 + jj];
+        for (int i = 0; i < 6; i++)
+            for (int jj = 0; jj < 6; jj++)
+                cuvil_store(j->u + (((i * 6 + jj) * ob + o) * C + c) * CUVIL_VL,
+                            t[i][0] * wino_g[jj][0] + t[i][1] * wino_g[jj][1] + t[i][2] * wino_g[jj][2]);
+    }
+    return 0;
+}
+
 void cuvil_winograd_weight(const float *w, int64_t ob, int64_t cb, float *u)
 {
     const int64_t C = cb * CUVIL_VL;
-#pragma omp parallel for collapse(2) schedule(static) num_threads(threads_for(ob * C * CUVIL_VL * 64))
-    for (int64_t o = 0; o < ob; o++)
-        for (int64_t c = 0; c < C; c++) {
-            const float *g = w + ((o * cb + c / CUVIL_VL) * 9 * CUVIL_VL + c % CUVIL_VL) * CUVIL_VL;
-            wvf k[9], t[6][3];
-            for (int i = 0; i < 9; i++) k[i] = cuvil_load(g + i * CUVIL_VL * CUVIL_VL);
-            for (int i = 0; i < 6; i++)
-                for (int j = 0; j < 3; j++)
-                    t[i][j] = wino_g[i][0] * k[j] + wino_g[i][1] * k[3 + j] + wino_g[i][2] * k[6 + j];
-            for (int i = 0; i < 6; i++)
-                for (int j = 0; j < 6; j++)
-                    cuvil_store(u + (((i * 6 + j) * ob + o) * C + c) * CUVIL_VL,
-                                t[i][0] * wino_g[j][0] + t[i][1] * wino_g[j][1] + t[i][2] * wino_g[j][2]);
-        }
+    wino_weight_job_t job = {w, ob, cb, u};
+    cuvil_parallel_team(ob * C, threads_for(ob * C * CUVIL_VL * 64), wino_weight_part, &job);
 }
 
 /* ---- the input transform: one 6x6 tile of one channel block into V ---- */
@@ -223,6 +238,20 @@ static void wino_group(const float *x, const float *u, const wino_out *out, int6
 
 /* geom as for cuvil_conv_nchwc; kh = kw = 3, strides and dilations 1, c = B (not checked here: the emitter
  * chooses this kernel only then). u from cuvil_winograd_weight. */
+typedef struct {
+    const float *x, *u;
+    wino_out out;
+    int64_t tiles, groups;
+} wino_job_t;
+
+static int wino_groups(void *job, int64_t lo, int64_t hi)
+{
+    const wino_job_t *j = job;
+    for (int64_t k = lo; k < hi; k++)
+        wino_group(j->x, j->u, &j->out, split_at(j->tiles, j->groups, k), split_at(j->tiles, j->groups, k + 1));
+    return 0;
+}
+
 void cuvil_conv_winograd(const float *x, const float *u, const float *bias, const float *res, float *y,
                          const int64_t *geom, int act)
 {
@@ -235,7 +264,6 @@ void cuvil_conv_winograd(const float *x, const float *u, const float *bias, cons
     int64_t groups = ceil_div(ceil_div(tiles, WINO_TB), nt) * nt;
     if (groups > tiles / 4 && groups > ceil_div(tiles, WINO_TB)) groups = ceil_div(tiles, WINO_TB);
     if (groups < nt) groups = min64(nt, ceil_div(tiles, 4));
-    const wino_out out = {g, bias, res, y, act};
-#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
-    for (int64_t k = 0; k < groups; k++) wino_group(x, u, &out, split_at(tiles, groups, k), split_at(tiles, groups, k + 1));
+    wino_job_t job = {x, u, {g, bias, res, y, act}, tiles, groups};
+    cuvil_parallel_team(groups, nt, wino_groups, &job);
 }

@@ -1,11 +1,8 @@
 /* Scalar helpers for Cuvil's generated C: math that GCC vectorises inside `omp simd` loops (no libm calls
  * in hot loops), IEEE special cases kept (inf, NaN, signed zero), and the integer semantics of the IR.
  *
- * Accuracy over finite inputs, checked against float64 by tests/backends/cpu/test_runtime_math.py:
- *   cuvil_expf, cuvil_expf_normal: relative error <= 2 ulp; cuvil_sigmoidf: <= 3 ulp, down to its subnormal
- *   results; cuvil_tanhf: absolute <= 2e-7 (relative 1e-6);
- *   cuvil_erff: absolute <= 6e-7 (the 1 - ... near 0 loses a few ulp of 1); cuvil_logf: relative <= 3 ulp
- *   (normal inputs).
+ * Accuracy over finite inputs, checked against float64 by tests/backends/cpu/test_runtime_math.py: the exp family's
+ * in kernels/cuvil_math.inc; cuvil_logf: relative <= 3 ulp (normal inputs).
  */
 #ifndef CUVIL_RT_H
 #define CUVIL_RT_H
@@ -29,78 +26,31 @@ CUVIL_RT_INLINE uint16_t cuvil_f32_to_bf16(float f)
     return (uint16_t)(f != f ? ((u >> 16) | 0x40u) : rounded);
 }
 
-/* The core of both exps: n = round(x / ln2), returned through *n, and e^r for r = x - n ln2 in [-ln2/2, ln2/2]
- * (a polynomial within 2 ulp). */
-CUVIL_RT_INLINE float cuvil_exp_reduced(float x, float *n)
-{
-    *n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    float r = x - *n * 0.693145751953125f - *n * 1.428606765330187e-06f;
-    float p = r * 1.9875691500e-4f + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    return (p * r) * r + r + 1.0f;
-}
-
-/* exp: 2^n * e^r with 2^n applied in two halves, so results stay exact down to the subnormal range. The clamp
- * to [-104, 88.8] keeps n in range: above 88.72 the product overflows to inf and below -103.97 it underflows to
- * 0 by itself, and a NaN passes the clamp and the arithmetic, so no select is needed after it (they cost a
- * quarter of a vector exp). */
-CUVIL_RT_INLINE float cuvil_expf(float x)
-{
-    float n, p = cuvil_exp_reduced(x > 88.8f ? 88.8f : (x < -104.0f ? -104.0f : x), &n);
-    int32_t ni = (int32_t)n;
-    int32_t half = ni >> 1;
-    float s1 = cuvil_bits_to_f32((uint32_t)(half + 127) << 23);
-    float s2 = cuvil_bits_to_f32((uint32_t)(ni - half + 127) << 23);
-    return p * s1 * s2;
-}
+/* exp, exp_normal, sigmoid, tanh, erf, gelu_tanh, gelu_erf on floats: cuvil_expf, cuvil_sigmoidf, ... (the source
+ * the kernel library's vector forms share). */
+#define CM_F float
+#define CM_I int32_t
+#define CM_NAME(base) cuvil_##base##f
+#define CM_SEL(m, a, b) ((m) ? (a) : (b))
+#define CM_ABS(x) fabsf(x)
+#define CM_WITH_SIGN(m, s) copysignf(m, s)
+#define CM_TO_I(f) ((int32_t)(f))
+#define CM_FIELD(e) cuvil_bits_to_f32((uint32_t)(e) << 23)
+#define CM_SPLAT(c) (c)
+#define CM_INLINE CUVIL_RT_INLINE
+#include "cuvil_math.inc"
+#undef CM_F
+#undef CM_I
+#undef CM_NAME
+#undef CM_SEL
+#undef CM_ABS
+#undef CM_WITH_SIGN
+#undef CM_TO_I
+#undef CM_FIELD
+#undef CM_SPLAT
+#undef CM_INLINE
 
 CUVIL_RT_INLINE double cuvil_exp(double x) { return exp(x); }
-
-/* exp for callers that need no subnormal result (sigmoid, tanh, erf): the input is clamped below at -87.3, where
- * exp is still normal, so 2^n is one exponent field and one multiply. Above 88.38 the field is all ones: inf.
- * Same bound as cuvil_expf in between; a third fewer operations. */
-CUVIL_RT_INLINE float cuvil_expf_normal(float x)
-{
-    float n, p = cuvil_exp_reduced(x > 88.8f ? 88.8f : (x < -87.3f ? -87.3f : x), &n);
-    return p * cuvil_bits_to_f32((uint32_t)((int32_t)n + 127) << 23);
-}
-
-/* sigmoid = 1/(1 + e^-x). Below x = -88.38 e^-x is inf and the result 0 (the true value is under 4e-39); down to
- * there the division keeps the relative error of the exp, subnormal results included. */
-CUVIL_RT_INLINE float cuvil_sigmoidf(float x) { return 1.0f / (1.0f + cuvil_expf_normal(-x)); }
-
-/* tanh: odd polynomial below |x| = 0.55 (where 1 - 2/(e^2x + 1) cancels), that formula above. */
-CUVIL_RT_INLINE float cuvil_tanhf(float x)
-{
-    float a = fabsf(x);
-    float big = 1.0f - 2.0f / (cuvil_expf_normal(a + a) + 1.0f);
-    float z = x * x;
-    float p = z * 1.4558344e-3f - 3.5921280e-3f;
-    p = p * z + 8.8632355e-3f;
-    p = p * z - 2.1869489e-2f;
-    p = p * z + 5.3968254e-2f;
-    p = p * z - 1.3333334e-1f;
-    p = p * z + 3.3333334e-1f;
-    float small = a - a * z * p;
-    float y = a < 0.55f ? small : big;
-    return x != x ? x : copysignf(y, x);
-}
-
-/* erf: Abramowitz-Stegun 7.1.26 (absolute error < 1.5e-7, plus the rounding of 1 - ...: 5.3e-7 measured). */
-CUVIL_RT_INLINE float cuvil_erff(float x)
-{
-    float a = fabsf(x);
-    float t = 1.0f / (1.0f + 0.3275911f * a);
-    float p = t * 1.061405429f - 1.453152027f;
-    p = p * t + 1.421413741f;
-    p = p * t - 0.284496736f;
-    p = p * t + 0.254829592f;
-    float y = 1.0f - p * t * cuvil_expf_normal(-a * a);
-    return x != x ? x : copysignf(y, x);
-}
 
 /* log: x = m 2^e with m in [sqrt(1/2), sqrt(2)), log(m) by the atanh series in s = (m-1)/(m+1). */
 CUVIL_RT_INLINE float cuvil_logf(float x)

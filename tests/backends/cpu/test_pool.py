@@ -1,0 +1,106 @@
+"""Cuvil's thread pool (kernels/cuvil_pool.c): chunks cover each loop once whatever the team, a thread count per
+compiled function, small loops on the calling thread, concurrent callers and fork."""
+import os
+import signal
+import threading
+
+import numpy as np
+import pytest
+
+import cuvil
+from cuvil.backends.cpu import backend, kernels
+
+
+def _lib():
+    return kernels.load(backend.opt_level())
+
+
+def add_one(x):
+    return x * 2.0 + 1.0
+
+
+def test_call_threads_are_this_threads_only():
+    lib = _lib()
+    process = lib.cuvil_get_num_threads()
+    before = lib.cuvil_swap_call_threads(process + 3)
+    try:
+        assert lib.cuvil_get_num_threads() == process + 3
+        seen = []
+        t = threading.Thread(target=lambda: seen.append(lib.cuvil_get_num_threads()))
+        t.start(), t.join()
+        assert seen == [process]
+    finally:
+        lib.cuvil_swap_call_threads(before)
+    assert lib.cuvil_get_num_threads() == process
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 4])
+def test_num_threads_per_function_sets_the_team(threads):
+    x = np.random.default_rng(0).standard_normal(1 << 20).astype(np.float32)
+    f = cuvil.jit(add_one, num_threads=threads)
+    np.testing.assert_array_equal(f(x), add_one(x))
+    assert _lib().cuvil_last_team() == threads
+    f._last.executable.set_num_threads(1)
+    np.testing.assert_array_equal(f(x), add_one(x))
+    assert _lib().cuvil_last_team() == 1
+
+
+def test_small_loops_run_on_the_calling_thread():
+    f = cuvil.jit(add_one, num_threads=4)
+    x = np.ones(8192, np.float32)
+    np.testing.assert_array_equal(f(x), add_one(x))
+    assert _lib().cuvil_last_team() == 1
+
+
+@pytest.mark.parametrize("n", [32768, 32769, 65535, 3 * 1024 * 17 + 5])
+def test_chunks_cover_every_element_once(n):
+    # more threads than cores: a worker the scheduler leaves waiting must not be waited for, nor skip a chunk
+    x = np.arange(n, dtype=np.float32)
+    f = cuvil.jit(add_one, num_threads=8)
+    for _ in range(20):
+        np.testing.assert_array_equal(f(x), add_one(x))
+
+
+def test_threaded_nest_matches_numpy():
+    def scale_rows(x, y):
+        return x * y.reshape(1, 1, -1) + x.transpose(0, 2, 1).transpose(0, 2, 1)
+
+    rng = np.random.default_rng(1)
+    x, y = rng.standard_normal((3, 177, 129)).astype(np.float32), rng.standard_normal(129).astype(np.float32)
+    f = cuvil.jit(scale_rows, num_threads=3)
+    np.testing.assert_allclose(f(x, y), scale_rows(x, y), rtol=1e-6)
+
+
+def test_concurrent_callers_share_the_pool():
+    fns = [cuvil.jit(add_one, num_threads=2), cuvil.jit(add_one, num_threads=3)]
+    xs = [np.random.default_rng(i).standard_normal(1 << 16 + i).astype(np.float32) for i in range(2)]
+    for f, x in zip(fns, xs):
+        f(x)
+    errors = []
+
+    def run(k):
+        f, x = fns[k % 2], xs[k % 2]
+        for _ in range(100):
+            if not np.array_equal(f(x), add_one(x)):
+                errors.append(k)
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
+def test_pool_works_after_fork():
+    f = cuvil.jit(add_one, num_threads=2)
+    x = np.ones(1 << 18, np.float32)
+    f(x)  # the parent's workers exist now
+    pid = os.fork()
+    if pid == 0:  # the child: the workers did not survive; the pool must start new ones, not wait for the old
+        signal.alarm(60)
+        ok = np.array_equal(f(x), add_one(x)) and _lib().cuvil_last_team() == 2
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
