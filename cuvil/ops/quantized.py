@@ -174,7 +174,8 @@ def _linear_i4_shape(ctx, types, attrs):
         raise ctx.error(f"'linear_i4' group must be one of {INT4_GROUPS}, got {g}")
     if x.dtype is not DType.f32 or q.dtype is not DType.u8 or scale.dtype is not DType.f32 or \
             zero.dtype is not DType.u8 or (len(types) > 4 and types[4].dtype is not DType.f32):
-        raise ctx.error(f"'linear_i4' takes x f32, q u8, scale f32, zero u8, bias f32; got {', '.join(map(str, types))}")
+        raise ctx.error(f"'linear_i4' takes x f32, q u8, scale f32, zero u8, bias f32; got "
+                        f"{', '.join(map(str, types))}")
     n, k = q.shape[0], x.shape[-1]
     if not isinstance(k, int) or k % g or q.shape != (n, k // 2) or scale.shape != (n, k // g) or \
             zero.shape != scale.shape or (len(types) > 4 and types[4].shape != (n,)):

@@ -24,7 +24,8 @@ from . import toolchain
 
 ACTIVATIONS = {"none": 0, "relu": 1, "gelu_tanh": 2, "gelu_erf": 3, "sigmoid": 4, "tanh": 5, "relu6": 6}
 ABI_VERSION = 1
-SOURCES = ("gemm.c", "dwconv.c", "conv_nchwc.c", "winograd.c", "gemm_int8.c", "gemm_int4.c")  # one unit: the convs use gemm.c's threads and allocator
+# one unit: the convs and the int8/int4 kernels use gemm.c's threads and allocator
+SOURCES = ("gemm.c", "dwconv.c", "conv_nchwc.c", "winograd.c", "gemm_int8.c", "gemm_int4.c")
 HEADERS = ("cuvil_kernels.h", "cuvil_simd.h")
 
 _i64, _f32, _int, _ptr = ctypes.c_int64, ctypes.c_float, ctypes.c_int, ctypes.c_void_p

@@ -92,7 +92,7 @@ def qconv2d(x, w, w_scale, bias=None, *, strides=(1, 1), dilations=(1, 1), pads=
             x_zero=0, act="none", out_scale=0.0, out_zero=0, opt_level=3) -> np.ndarray:
     """The `qconv_i8` op on NCHW x (f32 or u8)."""
     x = np.ascontiguousarray(x)
-    (n, c, h, wd), (o, _, kh, kw) = x.shape, w.shape
+    (n, _, h, wd), (o, _, kh, kw) = x.shape, w.shape
     oh = (h + pads[0] + pads[2] - dilations[0] * (kh - 1) - 1) // strides[0] + 1
     ow = (wd + pads[1] + pads[3] - dilations[1] * (kw - 1) - 1) // strides[1] + 1
     out = np.empty((n, o, oh, ow), np.uint8 if out_scale > 0 else np.float32)
