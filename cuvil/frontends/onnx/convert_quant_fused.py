@@ -20,6 +20,7 @@ from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
 from ...ir.dtypes import DType
+from ...ops.quantized import INT4_GROUPS, pack_int4
 from .convert_nn import conv_attrs
 from .registry import converter
 
@@ -342,3 +343,18 @@ def qgemm(ctx):
         operands.append(ctx.const((np.asarray(bias, np.float64).reshape(-1) * attrs["x_scale"] * ws)
                                   .astype(np.float32)))
     return [_result(ctx, ctx.b.qlinear_i8(*operands, **attrs), 7)]
+
+
+def matmul_nbits_kernel(ctx, q: np.ndarray, zero, scales: np.ndarray, block: int):
+    """MatMulNBits with 4 bits, blocks of 32, 64 or 128 dividing K and integer zero points on linear_i4 (unpacked
+    q [N, blocks, block], zero a scalar or [N, blocks, 1]), or None."""
+    n, blocks, _ = q.shape
+    k = ctx.attr("K")
+    zero = np.broadcast_to(np.asarray(zero, np.float32).reshape(-1, blocks if np.size(zero) > 1 else 1),
+                           (n, blocks))
+    if ctx.attr("bits", 4) != 4 or block not in INT4_GROUPS or k != blocks * block or \
+            ctx.type(0).dtype is not DType.f32 or np.any(zero != np.rint(zero)) or zero.min() < 0 or zero.max() > 15:
+        return None
+    operands = [ctx.x(0), ctx.const(pack_int4(q.reshape(n, k).astype(np.uint8))), ctx.const(scales),
+                ctx.const(zero.astype(np.uint8))]
+    return ctx.b.linear_i4(*operands, *([ctx.x(5)] if ctx.has(5) else []), group=block)
