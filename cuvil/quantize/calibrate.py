@@ -10,17 +10,24 @@
 The module is run on each sample (up to `max_samples`) with the tensors to observe added to its results; min-max
 needs one pass, percentile and entropy a second one that fills a histogram over the first pass's range. The ranges
 become the quantized ops' `x_scale` and `x_zero` attributes (`scale_and_zero`), so a compiled model, its `.cuv`
-file and its cache entry carry them and another process never recalibrates.
+file and its cache entry carry them. The ranges are also kept under `CUVIL_CACHE_DIR/calibration`, keyed by the
+module's fingerprint, the observed tensors, the method and the samples' bytes: compiling the same model with the
+same data again, in this process or another, skips the runs (`CUVIL_CALIBRATION_CACHE=0` turns that off).
 """
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 from typing import Callable, Iterable, Optional, Sequence
 
 import numpy as np
 
+from ..backends.cpu.toolchain import cache_dir
 from ..compiler import compile_module
 from ..errors import ShapeError, UnsupportedError
 from ..ir.core import Module, Value
+from ..ir.fingerprint import fingerprint
 
 METHODS = ("minmax", "percentile", "entropy")
 DEFAULT_MAX_SAMPLES = 128
@@ -151,6 +158,10 @@ def calibrate(module: Module, values: Sequence[Value], dataset: Iterable, method
         raise UnsupportedError(f"unknown calibration method {method!r}; expected one of {', '.join(METHODS)}")
     fn = module.main
     inputs = samples(dataset, fn, max_samples)
+    key = _cache_key(module, values, inputs, method)
+    cached = _cached_ranges(key)
+    if cached is not None:
+        return cached
     ret = fn.body.terminator
     n_results, original = len(ret.operands), list(ret.operands)
     ret.operands = original + list(values)
@@ -164,5 +175,45 @@ def calibrate(module: Module, values: Sequence[Value], dataset: Iterable, method
     if method != "minmax":
         for x in inputs:
             observer.update_histogram(call(*x)[n_results:])
-    return observer.ranges(method)
+    ranges = observer.ranges(method)
+    _save_ranges(key, ranges)
+    return ranges
+
+
+def _cache_key(module: Module, values: Sequence[Value], inputs: list, method: str) -> str:
+    index = {id(v): i for i, op in enumerate(module.main.walk()) for v in op.results}
+    h = hashlib.sha256(f"cuvil-calibration-v1 {method} {BINS} {PERCENTILE} {fingerprint(module)}".encode())
+    h.update(json.dumps([index.get(id(v), -1 - i) for i, v in enumerate(values)]).encode())
+    for sample in inputs:
+        for x in sample:
+            h.update(f"{x.dtype.str}{x.shape}".encode() + np.ascontiguousarray(x).tobytes())
+    return h.hexdigest()
+
+
+def _cache_file(key: str):
+    if os.environ.get("CUVIL_CALIBRATION_CACHE", "1") == "0":
+        return None
+    return cache_dir() / "calibration" / f"{key[:40]}.json"
+
+
+def _cached_ranges(key: str) -> Optional[list]:
+    path = _cache_file(key)
+    try:
+        data = json.loads(path.read_text()) if path is not None and path.exists() else None
+    except (OSError, ValueError):
+        return None  # unreadable or half-written: calibrate again
+    return [tuple(r) for r in data["ranges"]] if data and data.get("key") == key else None
+
+
+def _save_ranges(key: str, ranges: list) -> None:
+    path = _cache_file(key)
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"key": key, "ranges": [list(r) for r in ranges]}))
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only cache folder: the ranges are still in the module
 

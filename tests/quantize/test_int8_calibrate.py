@@ -42,3 +42,24 @@ def test_ranges_hold_zero():
     scale, zero = scale_and_zero(-1.0, 1.0)
     assert zero in (127, 128) and scale == pytest.approx(2 / 255)
     assert scale_and_zero(0.0, 0.0) == (1.0, 0)  # a constant-zero tensor still gets a usable scale
+
+
+def test_a_second_calibration_reads_the_saved_ranges(tmp_path, monkeypatch):
+    """Same module, same samples: the ranges come from CUVIL_CACHE_DIR/calibration, nothing runs."""
+    from cuvil.ir import Builder, Module, TensorType
+    from cuvil.ir.dtypes import DType
+    from cuvil.quantize.calibrate import calibrate
+    monkeypatch.setenv("CUVIL_CACHE_DIR", str(tmp_path))
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType(DType.f32, (2, 8))])
+    h = b.relu(b.args[0])
+    b.ret(b.matmul(h, b.constant(np.ones((8, 3), np.float32))))
+    data = [(RNG.standard_normal((2, 8)).astype(np.float32),) for _ in range(3)]
+    first = calibrate(m, [h], data, "percentile")
+    assert list((tmp_path / "calibration").glob("*.json"))
+
+    def refuse(module):
+        raise AssertionError("recalibrated")
+    assert calibrate(m, [h], data, "percentile", run=refuse) == first
+    with pytest.raises(AssertionError, match="recalibrated"):  # other samples: calibrated again
+        calibrate(m, [h], data[:2], "percentile", run=refuse)
