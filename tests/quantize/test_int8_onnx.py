@@ -134,3 +134,37 @@ def test_unsupported_forms_keep_the_exact_path(tmp_path):
     assert "qlinear_i8" not in _ops(loaded)
     feed = {"a": rng.integers(0, 255, (4, 8)).astype(np.uint8)}
     np.testing.assert_array_equal(loaded.optimize()(**feed)[0], run_ort(proto, feed)[0])
+
+
+@pytest.mark.parametrize("precision,bound", [("int8", 0.9999), ("int4", 0.999)])
+def test_small_bert_quantized_from_its_fp32_export(tmp_path, precision, bound):
+    """quantize_module on a 2-layer BERT's ONNX export: its 12 Linears quantized (int8 dynamic: per row), the 4
+    attention matmuls left in fp32; cosine to PyTorch fp32 >= `bound`."""
+    tf = pytest.importorskip("transformers")
+    from cuvil.compiler import compile_module
+    from cuvil.quantize.int8 import quantize_module
+
+    class Hidden(torch.nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, ids):
+            return self.model(input_ids=ids).last_hidden_state
+    torch.manual_seed(0)
+    config = tf.BertConfig(hidden_size=128, num_hidden_layers=2, num_attention_heads=2, intermediate_size=512)
+    model = Hidden(tf.BertModel(config)).eval()
+    ids = torch.randint(0, config.vocab_size, (1, 32))
+    torch.onnx.export(model, (ids,), str(tmp_path / "bert.onnx"), input_names=["ids"], opset_version=17,
+                      dynamo=False)
+    q = quantize_module(cuvil.load_onnx(str(tmp_path / "bert.onnx")).module, precision)
+    names = [op.name for op in q.main.walk()]
+    layer = "qlinear_i8" if precision == "int8" else "linear_i4"
+    assert names.count(layer) == 12 and names.count("matmul") == 4
+    got, want = compile_module(q)(ids.numpy())[0].ravel(), _torch_out(model, ids).ravel()
+    assert got @ want / np.linalg.norm(got) / np.linalg.norm(want) >= bound
+
+
+def _torch_out(model, ids):
+    with torch.no_grad():
+        return model(ids).numpy()
