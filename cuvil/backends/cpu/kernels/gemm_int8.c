@@ -106,19 +106,27 @@ static inline int32_t load4(const uint8_t *p)
     return v;
 }
 
+/* The rows of a register block; past the last row (mr < MR) the first is read again, its sums dropped: the loops
+ * over rows keep a constant trip count, so the accumulators stay in registers. */
+static inline void block_rows(int64_t mr, int height, const uint8_t *A, int64_t lda, const uint8_t **rows)
+{
+    for (int r = 0; r < height; r++) rows[r] = A + (r < mr ? r : 0) * lda;
+}
+
 #define VNNI_MR 8
 __attribute__((target("avx512f,avx512bw,avx512vnni")))
 static void tile_vnni(int64_t mr, int64_t K4, const uint8_t *A, int64_t lda, const int8_t *w0, const int8_t *w1,
                       int32_t acc[][QT])
 {
     __m512i c0[VNNI_MR], c1[VNNI_MR];
+    const uint8_t *rows[VNNI_MR];
+    block_rows(mr, VNNI_MR, A, lda, rows);
     for (int r = 0; r < VNNI_MR; r++) c0[r] = c1[r] = _mm512_setzero_si512();
     const int8_t *w1p = w1 ? w1 : w0;
     for (int64_t g = 0; g < K4; g++) {
         __m512i b0 = _mm512_loadu_si512(w0 + g * 64), b1 = _mm512_loadu_si512(w1p + g * 64);
         for (int r = 0; r < VNNI_MR; r++) {
-            if (r >= mr) break;
-            __m512i a = _mm512_set1_epi32(load4(A + r * lda + g * 4));
+            __m512i a = _mm512_set1_epi32(load4(rows[r] + g * 4));
             c0[r] = _mm512_dpbusd_epi32(c0[r], a, b0);
             c1[r] = _mm512_dpbusd_epi32(c1[r], a, b1);
         }
@@ -143,6 +151,8 @@ static void tile_avx512bw(int64_t mr, int64_t K4, const uint8_t *A, int64_t lda,
                           int32_t acc[][QT])
 {
     __m512i c[BW_MR][4];
+    const uint8_t *rows[BW_MR];
+    block_rows(mr, BW_MR, A, lda, rows);
     for (int r = 0; r < BW_MR; r++)
         for (int j = 0; j < 4; j++) c[r][j] = _mm512_setzero_si512();
     const int8_t *w1p = w1 ? w1 : w0;
@@ -152,8 +162,7 @@ static void tile_avx512bw(int64_t mr, int64_t K4, const uint8_t *A, int64_t lda,
             b[j] = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)((j < 2 ? w0 : w1p) + g * 64 +
                                                                              (j % 2) * 32)));
         for (int r = 0; r < BW_MR; r++) {
-            if (r >= mr) break;
-            __m128i a8 = _mm_cvtsi32_si128(load4(A + r * lda + g * 4));
+            __m128i a8 = _mm_cvtsi32_si128(load4(rows[r] + g * 4));
             __m512i a = _mm512_broadcastq_epi64(_mm_cvtepu8_epi16(a8));
             for (int j = 0; j < 4; j++) c[r][j] = _mm512_add_epi32(c[r][j], _mm512_madd_epi16(a, b[j]));
         }
@@ -170,6 +179,8 @@ static void tile_avx2(int64_t mr, int64_t K4, const uint8_t *A, int64_t lda, con
                       int32_t acc[][QT])
 {
     int32_t pairs[AVX2_MR][2 * QT];
+    const uint8_t *rows[AVX2_MR];
+    block_rows(mr, AVX2_MR, A, lda, rows);
     for (int half = 0; half < 2; half++) {
         const int8_t *w = half ? w1 : w0;
         __m256i c[AVX2_MR][4];
@@ -180,8 +191,7 @@ static void tile_avx2(int64_t mr, int64_t K4, const uint8_t *A, int64_t lda, con
             for (int j = 0; j < 4; j++) b[j] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w + g * 64 +
                                                                                                     j * 16)));
             for (int r = 0; r < AVX2_MR; r++) {
-                if (r >= mr) break;
-                __m128i a8 = _mm_cvtsi32_si128(load4(A + r * lda + g * 4));
+                __m128i a8 = _mm_cvtsi32_si128(load4(rows[r] + g * 4));
                 __m256i a = _mm256_broadcastq_epi64(_mm_cvtepu8_epi16(a8));
                 for (int j = 0; j < 4; j++) c[r][j] = _mm256_add_epi32(c[r][j], _mm256_madd_epi16(a, b[j]));
             }
@@ -234,7 +244,7 @@ static void epilogue(const cuvil_qgemm_args *q, int64_t i0, int64_t mr, int64_t 
         if (q->out_scale > 0.0f) {
             uint8_t *out = (uint8_t *)q->C;
             for (int64_t c = 0; c < nc; c++) {
-                float v = nearbyintf(y[c] / q->out_scale) + (float)q->out_zero;
+                float v = rintf(y[c] / q->out_scale) + (float)q->out_zero;
                 out[i * q->rsc + (j0 + c) * q->csc] = (uint8_t)(v < 0.0f ? 0.0f : v > 255.0f ? 255.0f : v);
             }
         } else {
@@ -280,14 +290,14 @@ void cuvil_quantize_rows_u8(int64_t M, int64_t K, const float *x, int64_t ldx, u
                 hi = row[k] > hi ? row[k] : hi;
             }
             s = hi > lo ? (hi - lo) / 255.0f : 1.0f;
-            z = (int32_t)nearbyintf(-lo / s);
+            z = (int32_t)rintf(-lo / s);
             z = z < 0 ? 0 : z > 255 ? 255 : z;
             scale[i] = s, zero[i] = z;
         }
         float inv = 1.0f / s;
         uint8_t *out = q + i * ldq;
         for (int64_t k = 0; k < K; k++) {
-            float v = nearbyintf(row[k] * inv) + (float)z;
+            float v = rintf(row[k] * inv) + (float)z;
             out[k] = (uint8_t)(v < 0.0f ? 0.0f : v > 255.0f ? 255.0f : v);
         }
         for (int64_t k = K; k < ldq; k++) out[k] = (uint8_t)z;
@@ -326,7 +336,7 @@ static float tensor_range_u8(int64_t n, const float *x, int32_t *zero)
         hi = x[i] > hi ? x[i] : hi;
     }
     float s = hi > lo ? (hi - lo) / 255.0f : 1.0f;
-    int32_t z = (int32_t)nearbyintf(-lo / s);
+    int32_t z = (int32_t)rintf(-lo / s);
     *zero = z < 0 ? 0 : z > 255 ? 255 : z;
     return s;
 }
