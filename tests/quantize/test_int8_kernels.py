@@ -115,10 +115,15 @@ def test_compiled_quantized_ops_equal_the_interpreter():
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
-def test_a_weight_that_is_not_a_constant_is_refused():
-    from cuvil.errors import UnsupportedError
+def test_a_weight_computed_at_run_time_is_packed_per_call():
     m = Module()
-    b = Builder.new_function(m, "main", [TensorType(DType.f32, (2, 8)), TensorType(DType.i8, (4, 8))])
-    b.ret(b.qlinear_i8(b.args[0], b.args[1], b.constant(np.ones(4, np.float32), "s")))
-    with pytest.raises(UnsupportedError, match="module constant"):
-        compile_module(m)
+    b = Builder.new_function(m, "main", [TensorType(DType.f32, (5, 40)), TensorType(DType.i8, (9, 40)),
+                                         TensorType(DType.f32, (1, 3, 6, 6)), TensorType(DType.i8, (4, 3, 3, 3))])
+    x, w, img, wc = b.args
+    b.ret(b.qlinear_i8(x, w, b.constant(np.full(9, 0.01, np.float32), "s"), act="relu"),
+          b.qconv_i8(img, wc, b.constant(np.full(4, 0.01, np.float32), "sc"), x_scale=0.05, x_zero=128))
+    conv_w = RNG.integers(-127, 128, (4, 3, 3, 3)).astype(np.int8)
+    inputs = [RNG.standard_normal((5, 40)).astype(np.float32), _weights(9, 40)[0],
+              RNG.standard_normal((1, 3, 6, 6)).astype(np.float32), conv_w]
+    for got, want in zip(compile_module(m)(*inputs), interpret(m, inputs)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -1,11 +1,11 @@
 """Library emitters for the quantized ops (cuvil/ops/quantized.py) on gemm_int8.c and gemm_int4.c.
 
-An int8 weight is packed once, when the library loads (cuvil_prepare), from the IR's plain [N, K] constant; the
-epilogue's scales, zero points and activation are literals of the call.
+An int8 weight is packed once, when the library loads (cuvil_prepare), from the IR's plain [N, K] constant (a
+weight computed at run time is packed into the op's scratch on every call); the epilogue's scales, zero points and
+activation are literals of the call.
 """
 from __future__ import annotations
 
-from ...errors import UnsupportedError
 from ...ir.dtypes import DType
 from .c_exprs import c_dim
 from .kernels import ACTIVATIONS
@@ -22,13 +22,17 @@ def _prod(dims):
     return n
 
 
-def _packed_int8(gen, op, w, n: int, k: int) -> str:
-    packed = gen.prepared(w, f"(cuvil_qgemm_packed_bytes({n}, {k}) + 3) / 4",
-                          f"cuvil_qgemm_pack({n}, {k}, (const int8_t *)src, (void *)dst)")
-    if packed is None:
-        raise UnsupportedError(f"the CPU backend needs the weight of '{op.name}' to be a module constant "
-                               f"(cuvil.quantize makes it one)", op.loc)
-    return packed
+def _packed_int8(gen, w, n: int, k: int, depth: int, scratch_bytes: str) -> tuple:
+    """(packed weight, the op's other scratch): the weight prepared at load time when it is a constant, else packed
+    into the front of the op's scratch by this call."""
+    size = f"cuvil_qgemm_packed_bytes({n}, {k})"
+    packed = gen.prepared(w, f"({size} + 3) / 4", f"cuvil_qgemm_pack({n}, {k}, (const int8_t *)src, (void *)dst)")
+    if packed is not None:
+        return packed, gen.scratch(scratch_bytes, "uint8_t")
+    front = f"({size} + 63) / 64 * 64"
+    base = gen.scratch(f"{front} + {scratch_bytes}", "uint8_t")
+    gen.line(depth, f"cuvil_qgemm_pack({n}, {k}, {gen.args_of([w])[0]}, {base});")
+    return base, f"({base} + {front})"
 
 
 def _epilogue_fields(gen, op, packed: str) -> str:
@@ -43,8 +47,8 @@ def _qlinear(gen, op, depth: int) -> None:
     x, w = op.operands[:2]
     n, k = w.type.shape
     m = c_dim(_prod(x.type.shape[:-1]))
-    fields = _epilogue_fields(gen, op, _packed_int8(gen, op, w, n, k))
-    scratch = gen.scratch(f"cuvil_qlinear_scratch_bytes({m}, {k})", "uint8_t")
+    packed, scratch = _packed_int8(gen, w, n, k, depth, f"cuvil_qlinear_scratch_bytes({m}, {k})")
+    fields = _epilogue_fields(gen, op, packed)
     a = op.attrs
     gen.line(depth, "{")
     gen.line(depth + 1, f"cuvil_qgemm_args q = {{.M = {m}, .N = {n}, .K = {k}, .rsc = {n}, .csc = 1, {fields}}};")
@@ -59,10 +63,9 @@ def _qconv(gen, op, depth: int) -> None:
     a = op.attrs
     (nb, c, h, wd), (o, _, kh, kw) = x.type.shape, w.type.shape
     oh, ow = out.type.shape[2:]
-    packed = _packed_int8(gen, op, w, o, c * kh * kw)
     geom = [nb, c, h, wd, o, oh, ow, kh, kw, *a["strides"], *a["dilations"], *a["pads"][:2]]
     image, rows = c_dim(c * h * wd), c_dim(oh * ow * ((c * kh * kw + 3) // 4 * 4))
-    scratch = gen.scratch(f"({image} + 63) / 64 * 64 + {rows} + 64", "uint8_t")
+    packed, scratch = _packed_int8(gen, w, o, c * kh * kw, depth, f"({image} + 63) / 64 * 64 + {rows} + 64")
     px, ps, pc = gen.args_of([x, op.operands[2], out])
     pb = gen.args_of([op.operands[3]])[0] if len(op.operands) > 3 else "NULL"
     gen.line(depth, "{")
