@@ -41,7 +41,7 @@ static int isa_supported(void)
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw")) return 3;
     if (__builtin_cpu_supports("avx512bw")) return 2;
-    if (__builtin_cpu_supports("avx2")) return 1;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return 1; /* the int4 path uses FMA */
 #endif
     return 0;
 }
