@@ -36,6 +36,8 @@ class Peer:
     spins: bool = False  # its thread pool spins after a call: leave a gap before the next peer
     cuvil: bool = False
     onnx: bool = False  # reads the workload's ONNX export
+    tolerance: float = 0.0  # max error relative to PyTorch's largest output (0: the harness's fp32 bound)
+    opt_in: bool = False  # runs only when --peers names it (the reduced-precision peers: bench/peers_int8.py)
 
     def available(self) -> bool:
         return not self.needs or importlib.util.find_spec(self.needs) is not None
@@ -69,22 +71,32 @@ def _torch_compile(b: Built, ctx: Context):
 
 
 def _onnxruntime(b: Built, ctx: Context):
+    return ort_session(ctx.onnx_path(), b, ctx)
+
+
+def ort_session(path: str, b: Built, ctx: Context):
+    """A runner of the ONNX file `path` (the export, or a quantized form of it) on ONNX Runtime."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     so.intra_op_num_threads, so.inter_op_num_threads = ctx.threads, 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    session = ort.InferenceSession(ctx.onnx_path(), so, providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
     feeds = dict(zip((i.name for i in session.get_inputs()), b.numpy_inputs))
     return lambda: session.run(None, feeds)[0]
 
 
 def _openvino(b: Built, ctx: Context):
+    return openvino_request(ctx.onnx_path(), b, ctx)
+
+
+def openvino_request(path: str, b: Built, ctx: Context):
+    """A runner of the ONNX file `path` on OpenVINO (f32 inference precision: a QDQ file still runs int8)."""
     import openvino as ov
 
     config = {"INFERENCE_NUM_THREADS": ctx.threads, "PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32"}
-    request = ov.Core().compile_model(ctx.onnx_path(), "CPU", config).create_infer_request()
+    request = ov.Core().compile_model(path, "CPU", config).create_infer_request()
     feeds = dict(enumerate(b.numpy_inputs))
 
     def run():
@@ -172,7 +184,7 @@ BASELINE = "ONNX Runtime"
 def select(names: str | None = None) -> list:
     """Installed peers, or those named in the comma-separated `names`."""
     wanted = {n.strip() for n in names.split(",")} if names else None
-    return [p for p in PEERS if p.available() and (wanted is None or p.name in wanted)]
+    return [p for p in PEERS if p.available() and (p.name in wanted if wanted is not None else not p.opt_in)]
 
 
 def to_numpy(out) -> np.ndarray:

@@ -16,6 +16,7 @@ import time
 
 from . import harness
 from . import peers as P
+from . import peers_int8  # noqa: F401 (adds the int8/int4 peers)
 from .workloads import SUITES
 
 

@@ -280,6 +280,12 @@ def transformer_workload(family: str, seq: int) -> Built:
     return Built(model, (ids,))
 
 
+def _decode():
+    from . import workloads_decode  # it imports this module (Built, _rng)
+
+    return workloads_decode
+
+
 def _jax(fn):
     """`fn` jitted, and the converter of a call's NumPy inputs to device arrays."""
     import jax
@@ -300,6 +306,7 @@ STANDARD = [
     Workload("W6", "W6 gelu(LN(xW+b))", linear_norm_gelu_workload),
     Workload("MNV2", "MobileNetV2", lambda: vision_workload(MobileNetV2), heavy=True),
     Workload("GPT2", "GPT-2 small s64", lambda: transformer_workload("gpt2", 64), heavy=True),
+    Workload("GPT2D", "GPT-2 decode step (64 cached)", lambda: _decode().decode_workload(), heavy=True),
 ]
 
 # Tiny versions of the same code paths: the harness's smoke tests and a quick sanity run.
@@ -309,6 +316,7 @@ QUICK = [
     Workload("W5", "W5 relu branch (small)", lambda: gate_workload(0.25, (16, 32))),
     Workload("W5", "W5 sigmoid branch (small)", lambda: gate_workload(-0.25, (16, 32))),
     Workload("W6", "W6 gelu(LN(xW+b)) (small)", lambda: linear_norm_gelu_workload(8, 32, 64)),
+    Workload("GPT2D", "GPT-2 decode step (small)", lambda: _decode().decode_workload(2, 64, 2, 8)),
 ]
 
 SUITES = {"standard": STANDARD, "quick": QUICK}

@@ -100,7 +100,7 @@ def test_onnx_runtime_peer_on_an_exported_model(tmp_path):
 
 def test_selection_environment_and_dispatch():
     assert [w.name for w in select("standard", "W5")] == ["W5 relu branch", "W5 sigmoid branch"]
-    assert {w.key for w in STANDARD} == {"W1", "W2", "W3", "W4", "W5", "W6", "MNV2", "GPT2"}
+    assert {w.key for w in STANDARD} == {"W1", "W2", "W3", "W4", "W5", "W6", "MNV2", "GPT2", "GPT2D"}
     env = cli.fair_env(2)
     assert env["OPENBLAS_THREAD_TIMEOUT"] == "20" and env["MALLOC_MMAP_THRESHOLD_"] == str(1 << 30)
     assert env["CUVIL_NUM_THREADS"] == env["OMP_NUM_THREADS"] == "2"
@@ -117,3 +117,11 @@ def test_quick_workloads_build_and_match_their_numpy_forms():
         ref = P.to_numpy(P._torch_eager(b, None)())
         if b.numpy_fn is not None:
             np.testing.assert_allclose(b.numpy_fn(*b.numpy_inputs), ref, rtol=1e-4, atol=1e-5)
+
+
+def test_reduced_precision_peers_run_only_when_named():
+    from bench import peers_int8
+
+    names = {p.name for p in peers_int8.INT8_PEERS}
+    assert not names & {p.name for p in P.select()}
+    assert {p.name for p in P.select("cuvil int8,ONNX Runtime")} == {"cuvil int8", "ONNX Runtime"}

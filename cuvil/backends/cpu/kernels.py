@@ -25,8 +25,8 @@ from . import toolchain
 ACTIVATIONS = {"none": 0, "relu": 1, "gelu_tanh": 2, "gelu_erf": 3, "sigmoid": 4, "tanh": 5, "relu6": 6, "silu": 7,
                "hardswish": 8}
 ABI_VERSION = 1
-# One unit: every kernel runs on cuvil_pool.c's threads; the convs use gemm.c's allocator.
-SOURCES = ("cuvil_pool.c", "gemm.c", "dwconv.c", "conv_nchwc.c", "winograd.c")
+# One unit: every kernel runs on cuvil_pool.c's threads; the convs and the int8/int4 kernels use gemm.c's allocator.
+SOURCES = ("cuvil_pool.c", "gemm.c", "dwconv.c", "conv_nchwc.c", "winograd.c", "gemm_int8.c", "gemm_int4.c")
 HEADERS = ("cuvil_kernels.h", "cuvil_simd.h", "cuvil_math.inc")
 
 _i64, _f32, _int, _ptr = ctypes.c_int64, ctypes.c_float, ctypes.c_int, ctypes.c_void_p
@@ -54,6 +54,20 @@ SIGNATURES = {
     "cuvil_winograd_weight": ([_ptr, _i64, _i64, _ptr], None),
     "cuvil_conv_winograd": ([_ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _int], None),
     "cuvil_activation": ([_int, _i64, _ptr, _ptr], None),
+    # int8 and int4 (gemm_int8.c, gemm_int4.c; Python side in kernels_int8.py)
+    "cuvil_int8_isa": ([], _int),
+    "cuvil_int8_set_isa": ([_int], None),
+    "cuvil_qgemm_packed_bytes": ([_i64, _i64], _i64),
+    "cuvil_qgemm_pack": ([_i64, _i64, _ptr, _ptr], None),
+    "cuvil_qgemm": ([_ptr], None),
+    "cuvil_quantize_rows_u8": ([_i64, _i64, _ptr, _i64, _ptr, _i64, _ptr, _ptr, _f32, ctypes.c_int32], None),
+    "cuvil_qlinear_scratch_bytes": ([_i64, _i64], _i64),
+    "cuvil_qlinear": ([_ptr, _ptr, _int, _f32, ctypes.c_int32, _ptr], None),
+    "cuvil_qconv2d_scratch_bytes": ([_ptr], _i64),
+    "cuvil_qconv2d": ([_ptr, _int, _f32, ctypes.c_int32, _ptr, _ptr, _ptr, _int, _ptr, _f32, ctypes.c_int32, _ptr,
+                       _ptr], None),
+    "cuvil_gemm_int4_scratch_bytes": ([_i64, _i64, _i64], _i64),
+    "cuvil_gemm_int4": ([_i64, _i64, _i64, _i64, _ptr, _ptr, _ptr, _ptr, _ptr, _int, _ptr, _ptr], None),
 }
 
 

@@ -164,3 +164,6 @@ EMITTERS.update(library_conv_blocked.EMITTERS)
 
 from . import library_trees  # noqa: E402
 EMITTERS.update(library_trees.EMITTERS)
+
+from . import library_quant  # noqa: E402
+EMITTERS.update(library_quant.EMITTERS)

@@ -1,6 +1,6 @@
 """ONNX Runtime's contrib ops (domain com.microsoft) that its transformer optimiser and quantiser write, each
 rewritten as a small function of standard ONNX ops (opset `STANDARD`) that the graph walker then inlines: the
-fused activations, SkipLayerNormalization, FusedMatMul, MatMulNBits (dequantised to f32 when loaded),
+fused activations, SkipLayerNormalization, FusedMatMul, MatMulNBits (4-bit on the int4 kernel, else dequantised),
 DynamicQuantizeMatMul, MatMulIntegerToFloat and the QLinear* elementwise/pooling ops (dequantise, compute in
 float, quantise). The attention family is in convert_contrib_attention.py."""
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import helper, numpy_helper
 
+from .convert_quant_fused import matmul_nbits_kernel
 from .registry import converter
 
 MS = "com.microsoft"
@@ -125,6 +126,9 @@ def matmul_nbits(ctx):
         zp = np.asarray(ctx.known(3))
         zero = zp.astype(np.float32).reshape(n, blocks, 1) if zp.dtype != np.uint8 else \
             _unpack(zp.reshape(n, -1), bits, blocks).astype(np.float32).reshape(n, blocks, 1)
+    fast = matmul_nbits_kernel(ctx, q, zero, np.asarray(scales, np.float32).reshape(n, blocks), block)
+    if fast is not None:
+        return [fast]
     w = (q - zero) * np.asarray(scales, np.float32).reshape(n, blocks, 1)
     weight = np.ascontiguousarray(w.reshape(n, blocks * block)[:, :k].T).astype(ctx.type(0).dtype.numpy)
     nodes = [const("w", weight), N("MatMul", ["in0", "w"], ["p" if ctx.has(5) else "y"])]

@@ -1,6 +1,7 @@
 """Quantization: QuantizeLinear, DequantizeLinear (per tensor, per axis, blocked; integer, 4/2-bit and
 8/4-bit float types through carriers), and the integer ops MatMulInteger, ConvInteger, QLinearMatMul,
-QLinearConv, spelled as exact integer (or float64) arithmetic then rounding."""
+QLinearConv, spelled as exact integer (or float64) arithmetic then rounding; QLinearMatMul and QLinearConv of
+uint8 activations and symmetric int8 constant weights run on the int8 kernels instead (convert_quant_fused.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,6 +10,7 @@ from onnx import TensorProto as T
 from ...ir.dtypes import DType
 from .carriers import CARRIERS, quantize
 from .convert_nn import conv_attrs
+from .convert_quant_fused import qlinear_conv_kernel, qlinear_matmul_kernel
 from .registry import converter
 from .tensors import Tensor, ir_dtype
 
@@ -110,6 +112,9 @@ def conv_integer(ctx):
 
 @converter("QLinearMatMul")
 def qlinear_matmul(ctx):
+    fast = qlinear_matmul_kernel(ctx)
+    if fast is not None:
+        return [fast]
     c = ctx.cast(ctx.b.matmul(_centered(ctx, 0, 2, -2), _centered(ctx, 3, 5, -1)), DType.f64)
     factor = per_axis(ctx, _scale_factor(ctx, ctx.x(1), ctx.x(4), ctx.x(6)), c, -1)
     y = ctx.b.mul(c, factor)
@@ -118,6 +123,9 @@ def qlinear_matmul(ctx):
 
 @converter("QLinearConv")
 def qlinear_conv(ctx):
+    fast = qlinear_conv_kernel(ctx)
+    if fast is not None:
+        return [fast]
     acc = _int_conv(ctx, _centered(ctx, 0, 2), _centered(ctx, 3, 5, 0))
     if ctx.has(8):
         acc = ctx.b.add(acc, per_axis(ctx, ctx.cast(ctx.x(8), DType.f64), acc, 1))

@@ -16,6 +16,7 @@ from ...ir.types import TensorType
 from ...ir.verifier import verify
 from . import legacy
 from .context import NeedsValue
+from .convert_quant_fused import DOMAIN as QUANT_DOMAIN, fuse_quantized
 from .graph import DEFAULT_DOMAINS, MIN_OPSET, GraphConverter, Scope
 from .model import OnnxModel, SpecializingModel, TensorSpec
 from .tensors import Tensor, ir_dtype, sanitize, type_name
@@ -120,7 +121,9 @@ def convert_model(proto, base_dir: str | None, values: dict) -> OnnxModel:
     if opsets.get("", MIN_OPSET) < MIN_OPSET:
         proto = legacy.upgrade(proto, opsets[""])
         opsets = model_opsets(proto)
-    graph = proto.graph
+    graph, fused = fuse_quantized(proto.graph)  # quantized node groups onto the int8 kernels
+    if fused:
+        opsets = {**opsets, QUANT_DOMAIN: 1}
     inputs = _input_specs(proto)
     module = Module()
     module.metadata.update({"source": "onnx", "graph": graph.name, "opset": str(opsets.get("", "")),

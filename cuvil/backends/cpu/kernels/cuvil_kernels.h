@@ -115,6 +115,53 @@ void cuvil_conv_winograd(const float *x, const float *u, const float *bias, cons
 /* y[i] = act(x[i]) with the epilogue's vector math (x == y allowed). */
 void cuvil_activation(int act, int64_t n, const float *x, float *y);
 
+/* int8 (gemm_int8.c): uint8 activations (a scale and zero point per tensor or per row) times int8 weights
+ * (per output column scale), int32 accumulation, epilogue C = act((acc - za * colsum) * sa * w_scale + bias),
+ * stored as f32, or as uint8 round(C / out_scale) + out_zero when out_scale > 0. C[i, j] is C[i * rsc + j * csc].
+ * packed: cuvil_qgemm_pack(N, K, W[N, K]) into cuvil_qgemm_packed_bytes(N, K) bytes. A's rows hold a multiple of
+ * 4 bytes (lda % 4 == 0, bytes past K any value). cuvil_int8_isa: 3 VNNI, 2 AVX-512BW, 1 AVX2, 0 C. */
+typedef struct {
+    int64_t M, N, K;
+    const uint8_t *A;
+    int64_t lda;
+    const float *a_scale;
+    const int32_t *a_zero;
+    int64_t a_step; /* 0: one scale and zero point for A, 1: one per row */
+    const void *packed;
+    const float *w_scale, *bias;
+    int act;
+    void *C;
+    int64_t rsc, csc;
+    float out_scale;
+    int32_t out_zero;
+} cuvil_qgemm_args;
+int cuvil_int8_isa(void);
+void cuvil_int8_set_isa(int cap); /* cap the path (tests); -1: CUVIL_INT8_ISA, else the best the CPU has */
+int64_t cuvil_qgemm_packed_bytes(int64_t N, int64_t K);
+void cuvil_qgemm_pack(int64_t N, int64_t K, const int8_t *W, void *packed);
+void cuvil_qgemm(const cuvil_qgemm_args *q);
+/* Rows of x to uint8 (row length ldq, padded with the zero point): static_scale > 0 uses it and static_zero,
+ * else each row's range (holding 0) maps onto 0..255 and its scale and zero point go to scale[i], zero[i]. */
+void cuvil_quantize_rows_u8(int64_t M, int64_t K, const float *x, int64_t ldx, uint8_t *q, int64_t ldq,
+                            float *scale, int32_t *zero, float static_scale, int32_t static_zero);
+/* q's M, N, K, packed, w_scale, bias, act and C fields set; x is f32 [M, K] (quantised with x_scale, x_zero, or per
+ * row when x_scale is 0) or uint8 [M, K] (x_is_u8, with x_scale, x_zero); scratch of cuvil_qlinear_scratch_bytes. */
+int64_t cuvil_qlinear_scratch_bytes(int64_t M, int64_t K);
+void cuvil_qlinear(cuvil_qgemm_args *q, const void *x, int x_is_u8, float x_scale, int32_t x_zero, void *scratch);
+/* NCHW 2-D convolution, groups 1, with W[O, C, KH, KW] packed as cuvil_qgemm_pack(O, C*KH*KW); x f32 or uint8 as in
+ * cuvil_qlinear (x_scale 0: each image's range); y[n, O, OH, OW] f32 or uint8 (out_scale > 0).
+ * geom: n, c, h, w, o, oh, ow, kh, kw, stride h, w, dilation h, w, pad top, left. */
+int64_t cuvil_qconv2d_scratch_bytes(const int64_t *geom);
+void cuvil_qconv2d(const void *x, int x_is_u8, float x_scale, int32_t x_zero, const void *packed,
+                   const float *w_scale, const float *bias, int act, void *y, float out_scale, int32_t out_zero,
+                   const int64_t *geom, void *scratch);
+
+/* int4 weight-only (gemm_int4.c): y[M, N] = act(x[M, K] @ W^T + bias), W[n, k] = (q - zero[n, k / G]) *
+ * scale[n, k / G] with q 4-bit, K / 2 bytes per row (layout in gemm_int4.c), G a multiple of 32 dividing K. */
+int64_t cuvil_gemm_int4_scratch_bytes(int64_t M, int64_t K, int64_t G);
+void cuvil_gemm_int4(int64_t M, int64_t N, int64_t K, int64_t G, const float *x, const uint8_t *w,
+                     const float *scale, const uint8_t *zero, const float *bias, int act, float *y, void *scratch);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,140 @@
+/* Cuvil's int4 weight-only GEMM: y[M, N] = act(x[M, K] @ W^T + bias) with W[N, K] stored as 4-bit q, a scale and a
+ * zero point per group of G consecutive k (G a multiple of 32): W[n, k] = (q - zero[n, k / G]) * scale[n, k / G].
+ *
+ * Layout (cuvil/quantize/int8.py packs it): row n of q is K / 2 bytes; in each run of 32 k starting at k0, byte j
+ * holds k0 + j in its low nibble and k0 + 16 + j in its high nibble, so one 16-byte load widens to two vectors of
+ * 16 consecutive k with no shuffle. A few rows (decode): q unpacked to f32 in registers inside the dot product,
+ * sum_k x q - zero * sum_k x per group. More rows: blocks of W dequantised to f32 and the fp32 GEMM.
+ * The paths follow cuvil_int8_isa (2 or more: AVX-512, 1: AVX2, 0: C).
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <omp.h>
+
+#include "cuvil_kernels.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define CUVIL_X86_I4 1
+#endif
+
+#define I4_ROWS 4  /* up to this many rows the weights are unpacked inside the dot product */
+#define I4_BLOCK 64 /* rows of W dequantised per fp32 GEMM for more rows */
+
+/* sum_k x[k] * q[k] over one group of G k (q's bytes as in the layout). */
+static float dot_q4_scalar(const float *x, const uint8_t *q, int64_t G)
+{
+    float s = 0.0f;
+    for (int64_t b = 0; b < G; b += 32, q += 16, x += 32)
+        for (int j = 0; j < 16; j++) s += x[j] * (float)(q[j] & 15) + x[j + 16] * (float)(q[j] >> 4);
+    return s;
+}
+
+#ifdef CUVIL_X86_I4
+__attribute__((target("avx512f,avx512bw")))
+static float dot_q4_avx512(const float *x, const uint8_t *q, int64_t G)
+{
+    __m512 acc = _mm512_setzero_ps();
+    const __m512i low = _mm512_set1_epi32(15);
+    for (int64_t b = 0; b < G; b += 32, q += 16, x += 32) {
+        __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)q));
+        acc = _mm512_fmadd_ps(_mm512_loadu_ps(x), _mm512_cvtepi32_ps(_mm512_and_si512(v, low)), acc);
+        acc = _mm512_fmadd_ps(_mm512_loadu_ps(x + 16), _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4)), acc);
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+
+__attribute__((target("avx2,fma")))
+static float dot_q4_avx2(const float *x, const uint8_t *q, int64_t G)
+{
+    __m256 acc = _mm256_setzero_ps();
+    const __m256i low = _mm256_set1_epi32(15);
+    for (int64_t b = 0; b < G; b += 32, q += 16, x += 32)
+        for (int h = 0; h < 2; h++) {
+            __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(q + 8 * h)));
+            acc = _mm256_fmadd_ps(_mm256_loadu_ps(x + 8 * h), _mm256_cvtepi32_ps(_mm256_and_si256(v, low)), acc);
+            acc = _mm256_fmadd_ps(_mm256_loadu_ps(x + 16 + 8 * h), _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4)), acc);
+        }
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+#endif
+
+typedef float (*dot_q4_fn)(const float *, const uint8_t *, int64_t);
+
+static dot_q4_fn dot_q4_for(int isa)
+{
+#ifdef CUVIL_X86_I4
+    if (isa >= 2) return dot_q4_avx512;
+    if (isa == 1) return dot_q4_avx2;
+#endif
+    (void)isa;
+    return dot_q4_scalar;
+}
+
+int64_t cuvil_gemm_int4_scratch_bytes(int64_t M, int64_t K, int64_t G)
+{
+    return M <= I4_ROWS ? M * (K / G) * 4 + 64 : (int64_t)I4_BLOCK * K * 4 + 64;
+}
+
+/* y = x @ W^T for M <= I4_ROWS: one output column per step, the rows' group sums of x computed once. */
+static void gemm_int4_rows(int64_t M, int64_t N, int64_t K, int64_t G, const float *x, const uint8_t *w,
+                           const float *scale, const uint8_t *zero, const float *bias, float *y, float *xsum)
+{
+    int64_t groups = K / G;
+    dot_q4_fn dot = dot_q4_for(cuvil_int8_isa());
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t g = 0; g < groups; g++) {
+            float s = 0.0f;
+            for (int64_t k = 0; k < G; k++) s += x[m * K + g * G + k];
+            xsum[m * groups + g] = s;
+        }
+    int nt = threads_for(M * N * K);
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t m = 0; m < M; m++) {
+            float acc = 0.0f;
+            for (int64_t g = 0; g < groups; g++) {
+                int64_t at = n * groups + g;
+                float d = dot(x + m * K + g * G, w + n * (K / 2) + g * (G / 2), G);
+                acc += scale[at] * (d - (float)zero[at] * xsum[m * groups + g]);
+            }
+            y[m * N + n] = acc + (bias ? bias[n] : 0.0f);
+        }
+}
+
+static void dequantize_int4_rows(int64_t n0, int64_t rows, int64_t K, int64_t G, const uint8_t *w,
+                                 const float *scale, const uint8_t *zero, float *out)
+{
+    int nt = threads_for(rows * K * 8);
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+    for (int64_t r = 0; r < rows; r++) {
+        const uint8_t *q = w + (n0 + r) * (K / 2);
+        for (int64_t k0 = 0; k0 < K; k0 += 32, q += 16) {
+            int64_t at = (n0 + r) * (K / G) + k0 / G;
+            float s = scale[at], z = (float)zero[at];
+            for (int j = 0; j < 16; j++) {
+                out[r * K + k0 + j] = ((float)(q[j] & 15) - z) * s;
+                out[r * K + k0 + 16 + j] = ((float)(q[j] >> 4) - z) * s;
+            }
+        }
+    }
+}
+
+void cuvil_gemm_int4(int64_t M, int64_t N, int64_t K, int64_t G, const float *x, const uint8_t *w,
+                     const float *scale, const uint8_t *zero, const float *bias, int act, float *y, void *scratch)
+{
+    float *buf = (float *)scratch;
+    if (M <= I4_ROWS) {
+        gemm_int4_rows(M, N, K, G, x, w, scale, zero, bias, y, buf);
+        if (act) cuvil_activation(act, M * N, y, y);
+        return;
+    }
+    for (int64_t n0 = 0; n0 < N; n0 += I4_BLOCK) {
+        int64_t rows = N - n0 < I4_BLOCK ? N - n0 : I4_BLOCK;
+        dequantize_int4_rows(n0, rows, K, G, w, scale, zero, buf);
+        cuvil_sgemm(M, rows, K, 1.0f, x, K, 1, buf, 1, K, 0.0f, y + n0, N, bias ? bias + n0 : NULL, act);
+    }
+}

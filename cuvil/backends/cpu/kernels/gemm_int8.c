@@ -1,0 +1,392 @@
+/* Cuvil's int8 GEMM and convolution: uint8 activations x int8 weights with int32 accumulation, and an epilogue
+ * that dequantises (or requantises to uint8), adds the bias and applies the activation in one pass over C.
+ *
+ * The paths, chosen when called by the CPU's features (cuvil_int8_isa), all exact, so they agree bit for bit:
+ *   3  AVX-512 VNNI: vpdpbusd, 8 rows x 32 columns per register block;
+ *   2  AVX-512BW: bytes widened to 16 bits, vpmaddwd, 4 rows x 32 columns;
+ *   1  AVX2: the same with 256-bit vectors, 2 rows x 16 columns;
+ *   0  portable C.
+ * CUVIL_INT8_ISA=N (or cuvil_int8_set_isa) caps the path, so the tests run every fallback on a VNNI machine.
+ *
+ * The packed weight (cuvil_qgemm_pack) is W[N, K] int8 in panels of 16 columns by groups of 4 along K,
+ * packed[(panel * K4 + g) * 64 + col * 4 + t] = W[panel * 16 + col, g * 4 + t] (zero past N and K), followed by
+ * the int32 column sums that subtract the activations' zero points: sum_k (a - za) w = sum_k a w - za sum_k w.
+ * The layout belongs to this build; it is made at load time from the IR's plain [N, K] weight.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include <omp.h>
+
+#include "cuvil_kernels.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define CUVIL_X86 1
+#endif
+
+#define QP 16 /* columns per packed panel */
+#define QT 32 /* columns per register block (two panels) */
+#define QMR_MAX 8 /* rows of the tallest register block */
+
+static int64_t k4_of(int64_t K) { return (K + 3) / 4; }
+static int64_t panels_of(int64_t N) { return (N + QP - 1) / QP; }
+
+/* -- which path ------------------------------------------------------------------------------------------ */
+static int isa_cap = -1; /* -1: CUVIL_INT8_ISA, else the cap set by cuvil_int8_set_isa */
+
+static int isa_supported(void)
+{
+#ifdef CUVIL_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw")) return 3;
+    if (__builtin_cpu_supports("avx512bw")) return 2;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return 1; /* the int4 path uses FMA */
+#endif
+    return 0;
+}
+
+void cuvil_int8_set_isa(int cap) { isa_cap = cap; }
+
+int cuvil_int8_isa(void)
+{
+    int have = isa_supported(), cap = isa_cap;
+    if (cap < 0) {
+        const char *env = getenv("CUVIL_INT8_ISA");
+        cap = env && *env ? atoi(env) : 3;
+    }
+    return cap < have ? (cap < 0 ? 0 : cap) : have;
+}
+
+/* -- packing --------------------------------------------------------------------------------------------- */
+int64_t cuvil_qgemm_packed_bytes(int64_t N, int64_t K)
+{
+    return panels_of(N) * k4_of(K) * 64 + panels_of(N) * QP * 4;
+}
+
+void cuvil_qgemm_pack(int64_t N, int64_t K, const int8_t *W, void *packed)
+{
+    int64_t K4 = k4_of(K), np = panels_of(N);
+    int8_t *p = (int8_t *)packed;
+    int32_t *sums = (int32_t *)(p + np * K4 * 64);
+    memset(p, 0, (size_t)(np * K4 * 64));
+    for (int64_t n = 0; n < np * QP; n++) {
+        int32_t s = 0;
+        for (int64_t k = 0; n < N && k < K; k++) {
+            int8_t w = W[n * K + k];
+            p[((n / QP) * K4 + k / 4) * 64 + (n % QP) * 4 + k % 4] = w;
+            s += w;
+        }
+        sums[n] = s;
+    }
+}
+
+/* -- register blocks: acc[r][c] = sum over K4 groups of A[r, 4g..4g+3] . W[4g..4g+3, c], c < 32 ------------ */
+typedef void (*tile_fn)(int64_t mr, int64_t K4, const uint8_t *A, int64_t lda, const int8_t *w0,
+                        const int8_t *w1, int32_t acc[][QT]);
+
+static void tile_scalar(int64_t mr, int64_t K4, const uint8_t *A, int64_t lda, const int8_t *w0, const int8_t *w1,
+                        int32_t acc[][QT])
+{
+    for (int64_t r = 0; r < mr; r++)
+        for (int c = 0; c < QT; c++) {
+            const int8_t *w = c < QP ? w0 : w1;
+            int32_t s = 0;
+            for (int64_t g = 0; w && g < K4; g++)
+                for (int t = 0; t < 4; t++) s += (int32_t)A[r * lda + g * 4 + t] * w[g * 64 + (c % QP) * 4 + t];
+            acc[r][c] = s;
+        }
+}
+
+#ifdef CUVIL_X86
+static inline int32_t load4(const uint8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* The rows of a register block; past the last row (mr < MR) the first is read again, its sums dropped: the loops
+ * over rows keep a constant trip count, so the accumulators stay in registers. */
+static inline void block_rows(int64_t mr, int height, const uint8_t *A, int64_t lda, const uint8_t **rows)
+{
+    for (int r = 0; r < height; r++) rows[r] = A + (r < mr ? r : 0) * lda;
+}
+
+#define VNNI_MR 8
+__attribute__((target("avx512f,avx512bw,avx512vnni")))
+static void tile_vnni(int64_t mr, int64_t K4, const uint8_t *A, int64_t lda, const int8_t *w0, const int8_t *w1,
+                      int32_t acc[][QT])
+{
+    __m512i c0[VNNI_MR], c1[VNNI_MR];
+    const uint8_t *rows[VNNI_MR];
+    block_rows(mr, VNNI_MR, A, lda, rows);
+    for (int r = 0; r < VNNI_MR; r++) c0[r] = c1[r] = _mm512_setzero_si512();
+    const int8_t *w1p = w1 ? w1 : w0;
+    for (int64_t g = 0; g < K4; g++) {
+        __m512i b0 = _mm512_loadu_si512(w0 + g * 64), b1 = _mm512_loadu_si512(w1p + g * 64);
+        for (int r = 0; r < VNNI_MR; r++) {
+            __m512i a = _mm512_set1_epi32(load4(rows[r] + g * 4));
+            c0[r] = _mm512_dpbusd_epi32(c0[r], a, b0);
+            c1[r] = _mm512_dpbusd_epi32(c1[r], a, b1);
+        }
+    }
+    for (int r = 0; r < mr; r++) {
+        _mm512_storeu_si512(acc[r], c0[r]);
+        _mm512_storeu_si512(acc[r] + QP, c1[r]);
+    }
+}
+
+/* 16-bit paths: 64 weight bytes (16 columns x 4) widen to two vectors of 8 columns x 4; one vpmaddwd with the
+ * row's 4 bytes (widened, repeated) gives two partial sums per column, added pairwise at the end. */
+static void pairs_to_columns(int64_t mr, int32_t pairs[][2 * QT], int32_t acc[][QT])
+{
+    for (int64_t r = 0; r < mr; r++)
+        for (int c = 0; c < QT; c++) acc[r][c] = pairs[r][2 * c] + pairs[r][2 * c + 1];
+}
+
+#define BW_MR 4
+__attribute__((target("avx512f,avx512bw")))
+static void tile_avx512bw(int64_t mr, int64_t K4, const uint8_t *A, int64_t lda, const int8_t *w0, const int8_t *w1,
+                          int32_t acc[][QT])
+{
+    __m512i c[BW_MR][4];
+    const uint8_t *rows[BW_MR];
+    block_rows(mr, BW_MR, A, lda, rows);
+    for (int r = 0; r < BW_MR; r++)
+        for (int j = 0; j < 4; j++) c[r][j] = _mm512_setzero_si512();
+    const int8_t *w1p = w1 ? w1 : w0;
+    for (int64_t g = 0; g < K4; g++) {
+        __m512i b[4];
+        for (int j = 0; j < 4; j++)
+            b[j] = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)((j < 2 ? w0 : w1p) + g * 64 +
+                                                                             (j % 2) * 32)));
+        for (int r = 0; r < BW_MR; r++) {
+            __m128i a8 = _mm_cvtsi32_si128(load4(rows[r] + g * 4));
+            __m512i a = _mm512_broadcastq_epi64(_mm_cvtepu8_epi16(a8));
+            for (int j = 0; j < 4; j++) c[r][j] = _mm512_add_epi32(c[r][j], _mm512_madd_epi16(a, b[j]));
+        }
+    }
+    int32_t pairs[BW_MR][2 * QT];
+    for (int r = 0; r < mr; r++)
+        for (int j = 0; j < 4; j++) _mm512_storeu_si512(pairs[r] + j * 16, c[r][j]);
+    pairs_to_columns(mr, pairs, acc);
+}
+
+#define AVX2_MR 2
+__attribute__((target("avx2")))
+static void tile_avx2(int64_t mr, int64_t K4, const uint8_t *A, int64_t lda, const int8_t *w0, const int8_t *w1,
+                      int32_t acc[][QT])
+{
+    int32_t pairs[AVX2_MR][2 * QT];
+    const uint8_t *rows[AVX2_MR];
+    block_rows(mr, AVX2_MR, A, lda, rows);
+    for (int half = 0; half < 2; half++) {
+        const int8_t *w = half ? w1 : w0;
+        __m256i c[AVX2_MR][4];
+        for (int r = 0; r < AVX2_MR; r++)
+            for (int j = 0; j < 4; j++) c[r][j] = _mm256_setzero_si256();
+        for (int64_t g = 0; w && g < K4; g++) {
+            __m256i b[4];
+            for (int j = 0; j < 4; j++) b[j] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w + g * 64 +
+                                                                                                    j * 16)));
+            for (int r = 0; r < AVX2_MR; r++) {
+                __m128i a8 = _mm_cvtsi32_si128(load4(rows[r] + g * 4));
+                __m256i a = _mm256_broadcastq_epi64(_mm_cvtepu8_epi16(a8));
+                for (int j = 0; j < 4; j++) c[r][j] = _mm256_add_epi32(c[r][j], _mm256_madd_epi16(a, b[j]));
+            }
+        }
+        for (int r = 0; r < mr; r++)
+            for (int j = 0; j < 4; j++) _mm256_storeu_si256((__m256i *)(pairs[r] + half * QT + j * 8), c[r][j]);
+    }
+    pairs_to_columns(mr, pairs, acc);
+}
+#endif
+
+static tile_fn tile_for(int isa, int64_t *mr)
+{
+#ifdef CUVIL_X86
+    if (isa >= 3) return *mr = VNNI_MR, tile_vnni;
+    if (isa == 2) return *mr = BW_MR, tile_avx512bw;
+    if (isa == 1) return *mr = AVX2_MR, tile_avx2;
+#endif
+    (void)isa;
+    return *mr = 4, tile_scalar;
+}
+
+/* -- epilogue -------------------------------------------------------------------------------------------- */
+static inline float activate(int act, float v)
+{
+    switch (act) {
+    case CUVIL_ACT_RELU: return v > 0.0f ? v : (v == v ? 0.0f : v);
+    case CUVIL_ACT_RELU6: return v != v ? v : v < 0.0f ? 0.0f : v > 6.0f ? 6.0f : v;
+    default: return v;
+    }
+}
+
+static void epilogue(const cuvil_qgemm_args *q, int64_t i0, int64_t mr, int64_t j0, int32_t acc[][QT],
+                     const int32_t *sums)
+{
+    int64_t nc = q->N - j0 < QT ? q->N - j0 : QT;
+    for (int64_t r = 0; r < mr; r++) {
+        int64_t i = i0 + r;
+        float sa = q->a_scale[q->a_step * i];
+        int32_t za = q->a_zero[q->a_step * i];
+        float y[QT];
+        for (int64_t c = 0; c < nc; c++) {
+            int64_t j = j0 + c;
+            y[c] = (float)(acc[r][c] - za * sums[j]) * (sa * q->w_scale[j]) + (q->bias ? q->bias[j] : 0.0f);
+        }
+        if (q->act == CUVIL_ACT_RELU || q->act == CUVIL_ACT_RELU6)
+            for (int64_t c = 0; c < nc; c++) y[c] = activate(q->act, y[c]);
+        else if (q->act)
+            cuvil_activation(q->act, nc, y, y);
+        if (q->out_scale > 0.0f) {
+            uint8_t *out = (uint8_t *)q->C;
+            for (int64_t c = 0; c < nc; c++) {
+                float v = rintf(y[c] / q->out_scale) + (float)q->out_zero;
+                out[i * q->rsc + (j0 + c) * q->csc] = (uint8_t)(v < 0.0f ? 0.0f : v > 255.0f ? 255.0f : v);
+            }
+        } else {
+            float *out = (float *)q->C;
+            for (int64_t c = 0; c < nc; c++) out[i * q->rsc + (j0 + c) * q->csc] = y[c];
+        }
+    }
+}
+
+void cuvil_qgemm(const cuvil_qgemm_args *q)
+{
+    int64_t K4 = k4_of(q->K), np = panels_of(q->N), mr;
+    tile_fn tile = tile_for(cuvil_int8_isa(), &mr);
+    const int8_t *w = (const int8_t *)q->packed;
+    const int32_t *sums = (const int32_t *)(w + np * K4 * 64);
+    int64_t row_blocks = (q->M + mr - 1) / mr, col_blocks = (np + 1) / 2;
+    int nt = threads_for(q->M * q->N * q->K / 4);
+#pragma omp parallel for collapse(2) schedule(static) num_threads(nt) if (nt > 1)
+    for (int64_t jb = 0; jb < col_blocks; jb++)
+        for (int64_t ib = 0; ib < row_blocks; ib++) {
+            int32_t acc[QMR_MAX][QT];
+            int64_t i0 = ib * mr, rows = q->M - i0 < mr ? q->M - i0 : mr;
+            const int8_t *w0 = w + 2 * jb * K4 * 64, *w1 = 2 * jb + 1 < np ? w0 + K4 * 64 : NULL;
+            tile(rows, K4, q->A + i0 * q->lda, q->lda, w0, w1, acc);
+            epilogue(q, i0, rows, 2 * jb * QP, acc, sums);
+        }
+}
+
+/* -- activations to uint8 -------------------------------------------------------------------------------- */
+void cuvil_quantize_rows_u8(int64_t M, int64_t K, const float *x, int64_t ldx, uint8_t *q, int64_t ldq,
+                            float *scale, int32_t *zero, float static_scale, int32_t static_zero)
+{
+    int nt = threads_for(M * K * 8);
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+    for (int64_t i = 0; i < M; i++) {
+        const float *row = x + i * ldx;
+        float s = static_scale;
+        int32_t z = static_zero;
+        if (!(s > 0.0f)) { /* dynamic: the row's range, widened to hold 0, onto 0..255 */
+            float lo = 0.0f, hi = 0.0f;
+            for (int64_t k = 0; k < K; k++) {
+                lo = row[k] < lo ? row[k] : lo;
+                hi = row[k] > hi ? row[k] : hi;
+            }
+            s = hi > lo ? (hi - lo) / 255.0f : 1.0f;
+            z = (int32_t)rintf(-lo / s);
+            z = z < 0 ? 0 : z > 255 ? 255 : z;
+            scale[i] = s, zero[i] = z;
+        }
+        float inv = 1.0f / s;
+        uint8_t *out = q + i * ldq;
+        for (int64_t k = 0; k < K; k++) {
+            float v = rintf(row[k] * inv) + (float)z;
+            out[k] = (uint8_t)(v < 0.0f ? 0.0f : v > 255.0f ? 255.0f : v);
+        }
+        for (int64_t k = K; k < ldq; k++) out[k] = (uint8_t)z;
+    }
+}
+
+int64_t cuvil_qlinear_scratch_bytes(int64_t M, int64_t K) { return M * k4_of(K) * 4 + M * 8 + 64; }
+
+void cuvil_qlinear(cuvil_qgemm_args *q, const void *x, int x_is_u8, float x_scale, int32_t x_zero, void *scratch)
+{
+    int64_t ld = k4_of(q->K) * 4;
+    uint8_t *a = (uint8_t *)scratch;
+    float *scale = (float *)(a + q->M * ld + (64 - (q->M * ld) % 64) % 64);
+    int32_t *zero = (int32_t *)(scale + q->M);
+    if (x_is_u8) {
+        for (int64_t i = 0; i < q->M; i++) {
+            memcpy(a + i * ld, (const uint8_t *)x + i * q->K, (size_t)q->K);
+            memset(a + i * ld + q->K, (int)x_zero, (size_t)(ld - q->K));
+        }
+    } else {
+        cuvil_quantize_rows_u8(q->M, q->K, (const float *)x, q->K, a, ld, scale, zero, x_scale, x_zero);
+    }
+    int dynamic = !x_is_u8 && !(x_scale > 0.0f);
+    scale[0] = dynamic ? scale[0] : x_scale;
+    zero[0] = dynamic ? zero[0] : x_zero;
+    q->A = a, q->lda = ld, q->a_scale = scale, q->a_zero = zero, q->a_step = dynamic;
+    cuvil_qgemm(q);
+}
+
+/* -- convolution: the image quantised to uint8, im2col rows (padding = the zero point), one GEMM ----------- */
+static float tensor_range_u8(int64_t n, const float *x, int32_t *zero)
+{
+    float lo = 0.0f, hi = 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        lo = x[i] < lo ? x[i] : lo;
+        hi = x[i] > hi ? x[i] : hi;
+    }
+    float s = hi > lo ? (hi - lo) / 255.0f : 1.0f;
+    int32_t z = (int32_t)rintf(-lo / s);
+    *zero = z < 0 ? 0 : z > 255 ? 255 : z;
+    return s;
+}
+
+int64_t cuvil_qconv2d_scratch_bytes(const int64_t *g)
+{
+    return g[1] * g[2] * g[3] + 64 + g[5] * g[6] * k4_of(g[1] * g[7] * g[8]) * 4 + 64;
+}
+
+static void im2col_u8(const uint8_t *img, const int64_t *g, uint8_t zero, uint8_t *rows, int64_t ld)
+{
+    int64_t C = g[1], H = g[2], W = g[3], OH = g[5], OW = g[6], KH = g[7], KW = g[8];
+    int nt = threads_for(OH * OW * C * KH * KW * 4);
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+    for (int64_t p = 0; p < OH * OW; p++) {
+        int64_t oy = p / OW, ox = p % OW;
+        uint8_t *row = rows + p * ld;
+        int64_t k = 0;
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t ky = 0; ky < KH; ky++) {
+                int64_t iy = oy * g[9] + ky * g[11] - g[13];
+                for (int64_t kx = 0; kx < KW; kx++, k++) {
+                    int64_t ix = ox * g[10] + kx * g[12] - g[14];
+                    row[k] = iy >= 0 && iy < H && ix >= 0 && ix < W ? img[(c * H + iy) * W + ix] : zero;
+                }
+            }
+        for (; k < ld; k++) row[k] = zero;
+    }
+}
+
+void cuvil_qconv2d(const void *x, int x_is_u8, float x_scale, int32_t x_zero, const void *packed,
+                   const float *w_scale, const float *bias, int act, void *y, float out_scale, int32_t out_zero,
+                   const int64_t *g, void *scratch)
+{
+    int64_t C = g[1], HW = g[2] * g[3], O = g[4], P = g[5] * g[6], K = C * g[7] * g[8], ld = k4_of(K) * 4;
+    uint8_t *img = (uint8_t *)scratch, *rows = img + (C * HW + 63) / 64 * 64;
+    size_t out_bytes = out_scale > 0.0f ? 1 : 4;
+    for (int64_t n = 0; n < g[0]; n++) {
+        float s = x_scale;
+        int32_t z = x_zero;
+        const uint8_t *src = (const uint8_t *)x + n * C * HW;
+        if (!x_is_u8) {
+            const float *xf = (const float *)x + n * C * HW;
+            if (!(s > 0.0f)) s = tensor_range_u8(C * HW, xf, &z);
+            cuvil_quantize_rows_u8(1, C * HW, xf, C * HW, img, C * HW, &s, &z, s, z);
+            src = img;
+        }
+        im2col_u8(src, g, (uint8_t)z, rows, ld);
+        cuvil_qgemm_args q = {P, O, K, rows, ld, &s, &z, 0, packed, w_scale, bias, act,
+                              (uint8_t *)y + n * O * P * out_bytes, 1, P, out_scale, out_zero};
+        cuvil_qgemm(&q);
+    }
+}

@@ -1,0 +1,90 @@
+"""Library emitters for the quantized ops (cuvil/ops/quantized.py) on gemm_int8.c and gemm_int4.c.
+
+An int8 weight is packed once, when the library loads (cuvil_prepare), from the IR's plain [N, K] constant (a
+weight computed at run time is packed into the op's scratch on every call); the epilogue's scales, zero points and
+activation are literals of the call.
+"""
+from __future__ import annotations
+
+from ...ir.dtypes import DType
+from .c_exprs import c_dim
+from .kernels import ACTIVATIONS
+
+
+def _float(v: float) -> str:
+    return f"{float(v)!r}f"
+
+
+def _prod(dims):
+    n = 1
+    for d in dims:
+        n = n * d
+    return n
+
+
+def _packed_int8(gen, w, n: int, k: int, depth: int, scratch_bytes: str) -> tuple:
+    """(packed weight, the op's other scratch): the weight prepared at load time when it is a constant, else packed
+    into the front of the op's scratch by this call."""
+    size = f"cuvil_qgemm_packed_bytes({n}, {k})"
+    packed = gen.prepared(w, f"({size} + 3) / 4", f"cuvil_qgemm_pack({n}, {k}, (const int8_t *)src, (void *)dst)")
+    if packed is not None:
+        return packed, gen.scratch(scratch_bytes, "uint8_t")
+    front = f"({size} + 63) / 64 * 64"
+    base = gen.scratch(f"{front} + {scratch_bytes}", "uint8_t")
+    gen.line(depth, f"cuvil_qgemm_pack({n}, {k}, {gen.args_of([w])[0]}, {base});")
+    return base, f"({base} + {front})"
+
+
+def _epilogue_fields(gen, op, packed: str) -> str:
+    ps, pc = gen.args_of([op.operands[2], op.results[0]])
+    pb = gen.args_of([op.operands[3]])[0] if len(op.operands) > 3 else "NULL"
+    a = op.attrs
+    return (f".packed = {packed}, .w_scale = {ps}, .bias = {pb}, .act = {ACTIVATIONS[a['act']]}, .C = {pc}, "
+            f".out_scale = {_float(a['out_scale'])}, .out_zero = {a['out_zero']}")
+
+
+def _qlinear(gen, op, depth: int) -> None:
+    x, w = op.operands[:2]
+    n, k = w.type.shape
+    m = c_dim(_prod(x.type.shape[:-1]))
+    packed, scratch = _packed_int8(gen, w, n, k, depth, f"cuvil_qlinear_scratch_bytes({m}, {k})")
+    fields = _epilogue_fields(gen, op, packed)
+    a = op.attrs
+    gen.line(depth, "{")
+    gen.line(depth + 1, f"cuvil_qgemm_args q = {{.M = {m}, .N = {n}, .K = {k}, .rsc = {n}, .csc = 1, {fields}}};")
+    gen.line(depth + 1, f"cuvil_qlinear(&q, {gen.args_of([x])[0]}, {int(x.type.dtype is DType.u8)}, "
+                        f"{_float(a['x_scale'])}, {a['x_zero']}, {scratch});")
+    gen.line(depth, "}")
+
+
+def _qconv(gen, op, depth: int) -> None:
+    x, w = op.operands[:2]
+    out = op.results[0]
+    a = op.attrs
+    (nb, c, h, wd), (o, _, kh, kw) = x.type.shape, w.type.shape
+    oh, ow = out.type.shape[2:]
+    geom = [nb, c, h, wd, o, oh, ow, kh, kw, *a["strides"], *a["dilations"], *a["pads"][:2]]
+    image, rows = c_dim(c * h * wd), c_dim(oh * ow * ((c * kh * kw + 3) // 4 * 4))
+    packed, scratch = _packed_int8(gen, w, o, c * kh * kw, depth, f"({image} + 63) / 64 * 64 + {rows} + 64")
+    px, ps, pc = gen.args_of([x, op.operands[2], out])
+    pb = gen.args_of([op.operands[3]])[0] if len(op.operands) > 3 else "NULL"
+    gen.line(depth, "{")
+    gen.line(depth + 1, f"const int64_t g[15] = {{{', '.join(c_dim(d) for d in geom)}}};")
+    gen.line(depth + 1, f"cuvil_qconv2d({px}, {int(x.type.dtype is DType.u8)}, {_float(a['x_scale'])}, "
+                        f"{a['x_zero']}, {packed}, {ps}, {pb}, {ACTIVATIONS[a['act']]}, {pc}, "
+                        f"{_float(a['out_scale'])}, {a['out_zero']}, g, {scratch});")
+    gen.line(depth, "}")
+
+
+def _linear_i4(gen, op, depth: int) -> None:
+    x, q = op.operands[:2]
+    n, k, g = q.type.shape[0], x.type.shape[-1], op.attrs["group"]
+    m = c_dim(_prod(x.type.shape[:-1]))
+    scratch = gen.scratch(f"cuvil_gemm_int4_scratch_bytes({m}, {k}, {g})", "uint8_t")
+    px, pq, ps, pz, py = gen.args_of([*op.operands[:4], op.results[0]])
+    pb = gen.args_of([op.operands[4]])[0] if len(op.operands) > 4 else "NULL"
+    gen.line(depth, f"cuvil_gemm_int4({m}, {n}, {k}, {g}, {px}, {pq}, {ps}, {pz}, {pb}, "
+                    f"{ACTIVATIONS[op.attrs['act']]}, {py}, {scratch});")
+
+
+EMITTERS = {"qlinear_i8": _qlinear, "qconv_i8": _qconv, "linear_i4": _linear_i4}

@@ -1,0 +1,249 @@
+"""int8 and int4 quantization of an IR module: Linear (matmul by a constant weight) and 2-D convolution layers become
+the quantized ops of cuvil/ops/quantized.py, with their bias and activation folded into the op's epilogue.
+
+    >>> import numpy as np
+    >>> from cuvil.ir import Builder, Module, TensorType
+    >>> from cuvil.ir.dtypes import DType
+    >>> m = Module()
+    >>> b = Builder.new_function(m, "main", [TensorType(DType.f32, (2, 64))])
+    >>> b.ret(b.relu(b.matmul(b.args[0], b.constant(np.ones((64, 8), np.float32)))))
+    >>> [op.name for op in quantize_module(m, "int8").main.walk()][-2:]
+    ['qlinear_i8', 'return']
+
+"int8": weights int8, symmetric, one scale per output channel; activations uint8 with a scale and zero point. With a
+calibration dataset they are static: one range per tensor (`method`: minmax, percentile or entropy), and a layer
+whose result feeds only quantized layers writes uint8 directly (the next layer's scale), so int8 tensors flow between
+them. Without one they are dynamic: quantized per row (Linear) or per image (conv) when the model runs, which suits
+transformers. "int4": weight-only Linear, asymmetric 4-bit weights in groups of `group_size` (32, 64 or 128) along
+K, activations f32. Everything else (attention's activation-activation matmuls, normalisations, softmax, grouped
+convolutions) stays fp32.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Callable, Iterable, Optional
+
+import numpy as np
+
+from ..compiler import clone_module
+from ..errors import UnsupportedError
+from ..ir.builder import Builder
+from ..ir.core import Function, Module, Op, Region, Value
+from ..ops.quantized import INT4_GROUPS, pack_int4
+from ..passes import DCE, CSE, Canonicalize, FoldBatchNorm, FoldConstants, Recompose, Simplify, run_pipeline
+from ..passes.manager import PipelineBuilder
+from ..passes.rewrite import replace_op
+from .calibrate import DEFAULT_MAX_SAMPLES, METHODS, calibrate, scale_and_zero
+
+PRECISIONS = ("int8", "int4")
+_ACTIVATIONS = {"relu": "relu", "sigmoid": "sigmoid", "tanh": "tanh"}
+
+
+@dataclass
+class Layer:
+    """A quantizable layer: `root` (matmul or conv) reads `x` and a constant weight; `last` is the op whose result
+    the quantized op replaces (root, its bias add or its activation)."""
+
+    kind: str  # "linear" (weight [K, N]) or "conv" (weight [O, C, KH, KW])
+    root: Op
+    weight: np.ndarray
+    bias: Optional[np.ndarray]
+    act: str
+    last: Op
+
+    @property
+    def x(self) -> Value:
+        return self.root.operands[0]
+
+
+def quantize_module(module: Module, precision: str, calibrate_dataset: Optional[Iterable] = None,
+                    method: str = "minmax", max_samples: int = DEFAULT_MAX_SAMPLES, group_size: int = 32,
+                    run: Optional[Callable] = None) -> Module:
+    """A new module with `module`'s Linear and convolution layers quantized to `precision` ("int8" or "int4").
+    `calibrate_dataset` (int8): an iterable of input tuples or dicts, at most `max_samples` of them used, for static
+    activation ranges; `run(module)` gives the callable calibration runs (default: compiled for the CPU)."""
+    if precision not in PRECISIONS:
+        raise UnsupportedError(f"quantize_module: precision {precision!r} is not one of {', '.join(PRECISIONS)}")
+    if method not in METHODS:
+        raise UnsupportedError(f"quantize_module: unknown calibration method {method!r}; expected one of "
+                               f"{', '.join(METHODS)}")
+    if group_size not in INT4_GROUPS:
+        raise UnsupportedError(f"quantize_module: int4 group_size must be one of {INT4_GROUPS}, got {group_size}")
+    out = clone_module(module)
+    run_pipeline(out, _prepare_pipeline())
+    fn = out.main
+    if precision == "int4":
+        layers = [layer for layer in find_layers(fn, out) if layer.kind == "linear"]
+        for layer in layers:
+            _rewrite_int4(out, fn, layer, group_size)
+        out.metadata["quantization"] = json.dumps({"precision": "int4", "group_size": group_size,
+                                                   "layers": len(layers)})
+    else:
+        _quantize_int8(out, fn, calibrate_dataset, method, max_samples, run)
+    DCE().run_on_operation(out)
+    return out
+
+
+def _prepare_pipeline():
+    """The default pipeline's first passes: constant weights folded (transposes), BatchNorm folded into its conv,
+    composites (gelu) recomposed, so that layers read plain constants and their epilogues are single ops."""
+    pb = PipelineBuilder("quantize-prepare")
+    pb.add(Canonicalize())
+    pb.add_fixpoint("cleanup", FoldConstants(), Simplify(), Canonicalize(), CSE(), DCE())
+    pb.add(Recompose(), FoldBatchNorm(), DCE())
+    return pb.build()
+
+
+# -- finding layers ----------------------------------------------------------------------------------------
+def _users(fn: Function) -> dict:
+    users: dict = {}
+    for op in fn.walk():
+        for v in op.operands:
+            users.setdefault(id(v), []).append(op)
+    return users
+
+
+def _constant(v: Value, module: Module) -> Optional[np.ndarray]:
+    """The array of a module constant, or of a transpose or reshape of one (folding leaves large ones)."""
+    op = v.owner
+    if not isinstance(op, Op) or op.name not in ("constant", "transpose", "reshape"):
+        return None
+    if op.name == "constant":
+        return module.constants[op.attrs["name"]]
+    arr = _constant(op.operands[0], module)
+    shape = op.results[0].type.shape
+    if arr is None or not all(isinstance(d, int) for d in shape):
+        return None
+    return np.transpose(arr, op.attrs["perm"]) if op.name == "transpose" else arr.reshape(shape)
+
+
+def _bias_of(v: Value, module: Module, n) -> Optional[np.ndarray]:
+    """The [N] vector a constant (possibly broadcast or reshaped) adds to every row, if it is one."""
+    while isinstance(v.owner, Op) and v.owner.name in ("broadcast_to", "reshape"):
+        v = v.owner.operands[0]
+    arr = _constant(v, module)
+    if arr is None or arr.dtype != np.float32 or arr.size != n or (arr.ndim and arr.shape[-1] != n):
+        return None
+    return arr.reshape(n)
+
+
+def _epilogue(layer_ops: list, users: dict, module: Module, n) -> tuple:
+    """(bias, activation, last op) following a layer's root through single-use results."""
+    bias, act, last = None, "none", layer_ops[0]
+    nxt = _single_user(last, users)
+    if nxt is not None and nxt.name == "add":
+        other = nxt.operands[1] if nxt.operands[0] is last.results[0] else nxt.operands[0]
+        bias = _bias_of(other, module, n)
+        if bias is not None:
+            last, nxt = nxt, _single_user(nxt, users)
+    if nxt is not None and (nxt.name in _ACTIVATIONS or nxt.name == "gelu"):
+        act = _ACTIVATIONS.get(nxt.name) or ("gelu_tanh" if nxt.attrs["approximate"] == "tanh" else "gelu_erf")
+        last = nxt
+    return bias, act, last
+
+
+def _single_user(op: Op, users: dict) -> Optional[Op]:
+    found = users.get(id(op.results[0]), [])
+    return found[0] if len(found) == 1 and found[0].parent is op.parent else None
+
+
+def find_layers(fn: Function, module: Module) -> list[Layer]:
+    """The quantizable layers of `fn`'s top level, in program order."""
+    users, layers = _users(fn), []
+    for op in fn.body.ops:
+        x = op.operands[0] if op.operands else None
+        if x is None or x.type.dtype.value != "f32":
+            continue
+        w = _constant(op.operands[1], module) if len(op.operands) > 1 else None
+        if w is None or w.dtype != np.float32:
+            continue
+        if op.name == "matmul" and w.ndim == 2 and x.type.rank >= 2:
+            layers.append(Layer("linear", op, w, *_epilogue([op], users, module, w.shape[1])))
+        elif op.name == "conv" and op.attrs["groups"] == 1 and w.ndim == 4 and x.type.rank == 4:
+            bias = _constant(op.operands[2], module) if len(op.operands) > 2 else None
+            if len(op.operands) > 2 and bias is None:
+                continue
+            _, act, last = _epilogue([op], users, module, None)  # NCHW: a bias add broadcasts, never [N]-shaped
+            layers.append(Layer("conv", op, w, bias, act, last))
+    return layers
+
+
+# -- weights -----------------------------------------------------------------------------------------------
+def quantize_weight_int8(w: np.ndarray) -> tuple:
+    """(int8 W [N, K], f32 scale [N]): symmetric, one scale per row (output channel), range -127..127."""
+    amax = np.abs(w).max(axis=1)
+    scale = np.where(amax > 0, amax / 127, 1).astype(np.float32)
+    q = np.clip(np.rint(w / scale[:, None]), -127, 127).astype(np.int8)
+    return q, scale
+
+
+def quantize_weight_int4(w: np.ndarray, group: int) -> tuple:
+    """(packed q [N, K/2] u8, scale [N, K/group] f32, zero [N, K/group] u8): asymmetric, per group of K."""
+    n, k = w.shape
+    g = w.reshape(n, k // group, group)
+    lo, hi = np.minimum(g.min(axis=2), 0), np.maximum(g.max(axis=2), 0)
+    scale = np.where(hi > lo, (hi - lo) / 15, 1).astype(np.float32)
+    zero = np.clip(np.rint(-lo / scale), 0, 15)
+    q = np.clip(np.rint(g / scale[..., None]) + zero[..., None], 0, 15).reshape(n, k)
+    return pack_int4(q), scale, zero.astype(np.uint8)
+
+
+# -- rewriting ---------------------------------------------------------------------------------------------
+def _emit(module: Module, fn: Function, layer: Layer, name: str, operands: list, consts: list, attrs: dict) -> Value:
+    """Build `name` from the layer's x and new constants just where `layer.last` was, and use it instead."""
+    b = Builder(module, fn, Region(), layer.root.loc)
+    values = [b.constant(c, name) for c in consts]
+    result = b.emit(name, *operands, *values, **attrs)
+    replace_op(fn, layer.last, b.region.ops, [result])
+    return result
+
+
+def _rewrite_int4(module: Module, fn: Function, layer: Layer, group_size: int) -> None:
+    k = layer.weight.shape[0]
+    group = next((g for g in sorted(INT4_GROUPS, reverse=True) if g <= group_size and k % g == 0), None)
+    if group is None:
+        return  # K not a multiple of 32: the layer stays fp32
+    packed, scale, zero = quantize_weight_int4(np.ascontiguousarray(layer.weight.T), group)
+    consts = [packed, scale, zero] + ([layer.bias.astype(np.float32)] if layer.bias is not None else [])
+    _emit(module, fn, layer, "linear_i4", [layer.x], consts, {"group": group, "act": layer.act})
+
+
+def _quantize_int8(module: Module, fn: Function, dataset, method: str, max_samples: int, run) -> None:
+    layers = find_layers(fn, module)
+    ranges = calibrate(module, [layer.x for layer in layers], dataset, method, max_samples, run) \
+        if dataset is not None and layers else None
+    params = [scale_and_zero(*r) for r in ranges] if ranges else [(0.0, 0)] * len(layers)
+    outputs = _requantized_outputs(fn, layers, params) if ranges else {}
+    for i, layer in enumerate(layers):
+        w = layer.weight.T if layer.kind == "linear" else layer.weight.reshape(layer.weight.shape[0], -1)
+        q, scale = quantize_weight_int8(np.ascontiguousarray(w))
+        if layer.kind == "conv":
+            q = q.reshape(layer.weight.shape)
+        x_scale, x_zero = params[i]
+        out_scale, out_zero = outputs.get(i, (0.0, 0))
+        attrs = {"x_scale": x_scale, "x_zero": x_zero, "act": layer.act, "out_scale": out_scale,
+                 "out_zero": out_zero}
+        if layer.kind == "conv":
+            attrs.update({k: layer.root.attrs[k] for k in ("strides", "dilations", "pads")})
+        consts = [q, scale] + ([layer.bias.astype(np.float32)] if layer.bias is not None else [])
+        _emit(module, fn, layer, "qlinear_i8" if layer.kind == "linear" else "qconv_i8", [layer.root.operands[0]],
+              consts, attrs)
+    module.metadata["quantization"] = json.dumps({
+        "precision": "int8", "mode": "static" if ranges else "dynamic", "method": method if ranges else None,
+        "ranges": [list(r) for r in ranges] if ranges else None, "layers": len(layers)})
+
+
+def _requantized_outputs(fn: Function, layers: list, params: list) -> dict:
+    """Layer index -> (scale, zero) of a uint8 result: for layers whose every user is a quantized layer's input."""
+    by_x: dict = {}
+    for i, layer in enumerate(layers):
+        by_x.setdefault(id(layer.x), []).append(i)
+    users = _users(fn)
+    out = {}
+    for i, layer in enumerate(layers):
+        result = layer.last.results[0]
+        readers = by_x.get(id(result), [])
+        if readers and len(users.get(id(result), [])) == len(readers):
+            out[i] = params[readers[0]]
+    return out
