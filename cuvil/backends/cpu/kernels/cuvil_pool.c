@@ -21,6 +21,11 @@
 
 #include "cuvil_kernels.h"
 
+#if defined(__wasi__) && !defined(_REENTRANT)
+#define CUVIL_POOL_THREADS 0 /* wasm32 without threads: every loop runs on the calling thread */
+#else
+#define CUVIL_POOL_THREADS 1
+#endif
 #define CUVIL_POOL_MAX 256
 #define CUVIL_CHUNKS_PER_THREAD 4 /* chunks a late worker leaves to the others */
 #define GEN(t) ((t) >> 40)
@@ -139,6 +144,7 @@ static void *worker(void *arg)
     return NULL;
 }
 
+#if CUVIL_POOL_THREADS
 static void after_fork_in_child(void)
 {
     pool.started = 0; /* the workers did not survive the fork */
@@ -171,6 +177,7 @@ static void grow(int want)
         pool.started++;
     }
 }
+#endif
 
 int cuvil_parallel_for(int64_t n, int64_t work, cuvil_range_fn fn, void *ctx)
 {
@@ -183,10 +190,11 @@ int cuvil_parallel_team(int64_t n, int team, cuvil_range_fn fn, void *ctx)
         return 0;
     team = team < n ? team : (int)n;
     int expected = 0;
-    if (team <= 1 || !atomic_compare_exchange_strong(&pool.busy, &expected, 1)) {
+    if (!CUVIL_POOL_THREADS || team <= 1 || !atomic_compare_exchange_strong(&pool.busy, &expected, 1)) {
         last_team = 1;
         return fn(ctx, 0, n);
     }
+#if CUVIL_POOL_THREADS
     last_team = team;
     grow(team - 1);
     while (atomic_load(&pool.active) != 0) /* a late worker of the last job is leaving */
@@ -210,4 +218,5 @@ int cuvil_parallel_team(int64_t n, int team, cuvil_range_fn fn, void *ctx)
     int result = atomic_load(&pool.result);
     atomic_store(&pool.busy, 0);
     return result;
+#endif
 }
