@@ -24,7 +24,8 @@ from . import toolchain
 
 ACTIVATIONS = {"none": 0, "relu": 1, "gelu_tanh": 2, "gelu_erf": 3, "sigmoid": 4, "tanh": 5, "relu6": 6}
 ABI_VERSION = 1
-SOURCES = ("gemm.c", "dwconv.c", "conv_nchwc.c", "winograd.c")  # one unit: the convs use gemm.c's threads and allocator
+# one unit: the convs and the 16-bit GEMM use gemm.c's threads and allocator
+SOURCES = ("gemm.c", "dwconv.c", "conv_nchwc.c", "winograd.c", "gemm_lowp.c")
 HEADERS = ("cuvil_kernels.h", "cuvil_simd.h")
 
 _i64, _f32, _int, _ptr = ctypes.c_int64, ctypes.c_float, ctypes.c_int, ctypes.c_void_p
@@ -49,7 +50,13 @@ SIGNATURES = {
     "cuvil_winograd_weight": ([_ptr, _i64, _i64, _ptr], None),
     "cuvil_conv_winograd": ([_ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _int], None),
     "cuvil_activation": ([_int, _i64, _ptr, _ptr], None),
+    "cuvil_lowp_packed_size": ([_i64, _i64], _i64),
+    "cuvil_lowp_pack_b": ([_i64, _i64, _ptr, _i64, _i64, _ptr], None),
+    "cuvil_lowp_path": ([], _int),
+    "cuvil_lowp_set_path": ([_int], _int),
+    "cuvil_lowp_gemm_packed": ([_i64, _i64, _i64, _ptr, _i64, _i64, _ptr, _int, _ptr, _i64, _ptr, _int], None),
 }
+LOWP_PATHS = ("generic", "avx512_bf16", "amx_bf16")  # the bf16 GEMM's paths (gemm_lowp.c), by their number
 
 
 def conv_block() -> int:
@@ -79,6 +86,12 @@ def load(opt_level: int = 3, defines: tuple = ()) -> ctypes.CDLL:
         raise RuntimeError(f"kernel library ABI {lib.cuvil_kernels_abi_version()} != {ABI_VERSION}")
     lib.cuvil_set_num_threads(default_num_threads())
     return lib
+
+
+def lowp_path(opt_level: int = 3) -> str:
+    """The bf16 GEMM path in use: chosen by the CPU's features less those `CUVIL_DISABLE_CPU_FEATURES` names
+    (comma-separated /proc/cpuinfo flags, e.g. `amx_bf16,avx512_bf16`: how tests run the fallbacks)."""
+    return LOWP_PATHS[load(opt_level).cuvil_lowp_path()]
 
 
 def default_num_threads() -> int:
