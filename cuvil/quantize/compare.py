@@ -61,5 +61,5 @@ def _error(index: int, a: np.ndarray, b: np.ndarray) -> OutputError:
     max_abs = float(diff.max()) if diff.size else 0.0
     scale = float(np.abs(a).max()) if a.size else 0.0
     norms = float(np.linalg.norm(a)) * float(np.linalg.norm(b))
-    cosine = float(np.dot(a.ravel(), b.ravel()) / norms) if norms > 0 else float(max_abs == 0.0)
+    cosine = float(np.clip(np.dot(a.ravel(), b.ravel()) / norms, -1.0, 1.0)) if norms > 0 else float(max_abs == 0.0)
     return OutputError(index, max_abs, max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else np.inf), cosine)
