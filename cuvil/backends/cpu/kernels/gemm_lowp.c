@@ -6,8 +6,10 @@
  *     panel * Kp * 16 + (k / 2) * 32 + j * 2 + k % 2.
  * That is the B operand of `vdpbf16ps` (a zmm per pair of rows) and of AMX's `tdpbf16ps` (16 pairs of rows
  * make a tile of 16 rows x 64 bytes). The path is chosen by the CPU's features (CPUID) at the first call, so that
- * an exported artifact chooses on the machine that runs it: AMX-BF16 (M >= 16), AVX512_BF16, and a portable one
- * that widens each block of the weight to fp32 once per block of rows (half the weight bytes read). The two bf16
+ * an exported artifact chooses on the machine that runs it: AMX-BF16 (M >= 16), AVX512_BF16 (M >= 8), and a
+ * portable one that widens each block of the weight to fp32 once per block of rows: half the weight bytes read,
+ * which is what bounds a matrix-vector product (below 8 rows every path takes it; measured on the Xeon, it beat
+ * vdpbf16ps there, whose register block would compute padding rows). The two bf16
  * dot-product paths round A to bf16 first, as every bf16 GEMM does; fp16 weights always take the widening path
  * (F16C conversions). CUVIL_DISABLE_CPU_FEATURES=amx_bf16,avx512_bf16 masks features from the choice. */
 #include <stdint.h>
@@ -23,12 +25,13 @@
 #define LP_NR 16                /* columns per panel */
 #define LP_KB 256               /* rows of K widened at once on the portable path (16 KB of fp32) */
 #define LP_MB 64                /* rows of A per work item */
+#define LP_NC 32                /* columns per work item: two panels (more accumulators per load of A) */
 enum { LP_GENERIC = 0, LP_AVX512BF16 = 1, LP_AMX = 2 };
 
 static int lp_path = -1; /* not chosen yet */
 
 static int64_t lp_kpad(int64_t K) { return (K + 31) / 32 * 32; }
-static int64_t lp_panels(int64_t N) { return (N + LP_NR - 1) / LP_NR; }
+static int64_t lp_panels(int64_t N) { return (N + LP_NC - 1) / LP_NC * 2; } /* an even count: work items pair them */
 
 int64_t cuvil_lowp_packed_size(int64_t K, int64_t N) { return K > 0 && N > 0 ? lp_kpad(K) * lp_panels(N) * LP_NR : 0; }
 
@@ -78,78 +81,87 @@ static uint16_t lp_f32_to_bf16(float f) /* round to nearest even, NaN stays NaN 
     return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
 }
 
-/* Bias, activation and the store of one row block of one panel: tile is rows x 16 fp32. */
+/* Bias, activation and the store of one work item: tile is rows x 32 fp32. */
 static void lp_store(const float *tile, int rows, int64_t i0, int64_t j0, int64_t N, float *C, int64_t ldc,
                      const float *bias, int act)
 {
-    int cols = (int)(N - j0 < LP_NR ? N - j0 : LP_NR);
+    int cols = (int)(N - j0 < LP_NC ? N - j0 : LP_NC);
     for (int r = 0; r < rows; r++) {
         float *c = C + (i0 + r) * ldc + j0;
-        for (int j = 0; j < cols; j++) c[j] = tile[r * LP_NR + j] + (bias ? bias[j0 + j] : 0.0f);
+        for (int j = 0; j < cols; j++) c[j] = tile[r * LP_NC + j] + (bias ? bias[j0 + j] : 0.0f);
         if (act) cuvil_activation(act, cols, c, c);
     }
 }
 
-/* -- portable: widen a block of the panel to fp32, then an fp32 4 x 16 register block ------------------------- */
-static void lp_widen(const uint16_t *panel, int64_t k0, int64_t kc, int is_f16, float *w)
+/* -- portable: widen a block of both panels to fp32 (LP_KB x 32), then 4 x 32 register blocks ---------------- */
+typedef uint32_t lp_vu __attribute__((vector_size(CUVIL_VL * 4), aligned(4), may_alias));
+
+/* Rows k and k + 1 of one panel from their pair row `src`: bf16 by shifts (any vector ISA), fp16 by F16C. */
+static void lp_widen_pair(const uint16_t *src, int is_f16, float *lo, float *hi)
 {
-    for (int64_t k = k0; k < k0 + kc; k++) {
-        const uint16_t *src = panel + (k / 2) * 32 + k % 2;
-        if (is_f16)
-            for (int j = 0; j < LP_NR; j++) w[(k - k0) * LP_NR + j] = lp_f16_to_f32(src[2 * j]);
-        else
-#pragma omp simd
-            for (int j = 0; j < LP_NR; j++) w[(k - k0) * LP_NR + j] = lp_bf16_to_f32(src[2 * j]);
+    if (!is_f16) {
+        for (int v = 0; v < LP_NR / VL; v++) {
+            lp_vu lanes = *(const lp_vu *)(src + 2 * v * VL);
+            cuvil_store(lo + v * VL, (vf)(lanes << 16));
+            cuvil_store(hi + v * VL, (vf)(lanes & 0xffff0000u));
+        }
+        return;
     }
+#if defined(__AVX512F__)
+    __m512i lanes = _mm512_loadu_si512((const void *)src);
+    _mm512_storeu_ps(lo, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(lanes)));
+    _mm512_storeu_ps(hi, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(lanes, 16))));
+#else
+    for (int j = 0; j < LP_NR; j++) {
+        lo[j] = lp_f16_to_f32(src[2 * j]);
+        hi[j] = lp_f16_to_f32(src[2 * j + 1]);
+    }
+#endif
 }
 
-static void lp_block_generic(const float *A, int64_t rsa, int64_t csa, int64_t i0, int rows, int64_t K,
-                             const uint16_t *panel, int is_f16, float *tile)
+/* Rows k0 .. k0 + kc of both panels (k0 even; an odd kc also writes the zero row after the last). */
+static void lp_widen(const uint16_t *panels, int64_t kp, int64_t k0, int64_t kc, int is_f16, float *w)
 {
-    float w[LP_KB * LP_NR];
-    memset(tile, 0, sizeof(float) * LP_MB * LP_NR);
+    for (int64_t k = k0; k < k0 + kc; k += 2)
+        for (int h = 0; h < 2; h++)
+            lp_widen_pair(panels + h * kp * LP_NR + (k / 2) * 32, is_f16, w + (k - k0) * LP_NC + h * LP_NR,
+                          w + (k + 1 - k0) * LP_NC + h * LP_NR);
+}
+
+#define LP_GR 4 /* rows of the portable register block */
+#define LP_GV (LP_NC / VL)
+static void lp_block_generic(const float *A, int64_t rsa, int64_t csa, int64_t i0, int rows, int64_t K,
+                             int64_t kp, const uint16_t *panels, int is_f16, float *tile)
+{
+    float w[LP_KB * LP_NC] __attribute__((aligned(64)));
+    memset(tile, 0, sizeof(float) * LP_MB * LP_NC);
     for (int64_t k0 = 0; k0 < K; k0 += LP_KB) {
         int64_t kc = K - k0 < LP_KB ? K - k0 : LP_KB;
-        lp_widen(panel, k0, kc, is_f16, w);
-        int r = 0;
-        for (; r + 4 <= rows; r += 4) {
-            float acc[4][LP_NR] = {{0}};
-            const float *a = A + (i0 + r) * rsa;
+        lp_widen(panels, kp, k0, kc, is_f16, w);
+        for (int r = 0; r < rows; r += LP_GR) {
+            int nr = rows - r < LP_GR ? rows - r : LP_GR;
+            const float *a[LP_GR]; /* rows past the end read the first one again; their sums are dropped */
+            for (int q = 0; q < LP_GR; q++) a[q] = A + (i0 + r + (q < nr ? q : 0)) * rsa + k0 * csa;
+            vf acc[LP_GR][LP_GV];
+            for (int q = 0; q < LP_GR; q++)
+                for (int v = 0; v < LP_GV; v++) acc[q][v] = cuvil_splat(0.0f);
             for (int64_t k = 0; k < kc; k++) {
-                const float *wk = w + k * LP_NR;
-                float a0 = a[(k0 + k) * csa], a1 = a[rsa + (k0 + k) * csa];
-                float a2 = a[2 * rsa + (k0 + k) * csa], a3 = a[3 * rsa + (k0 + k) * csa];
-#pragma omp simd
-                for (int j = 0; j < LP_NR; j++) {
-                    acc[0][j] += a0 * wk[j];
-                    acc[1][j] += a1 * wk[j];
-                    acc[2][j] += a2 * wk[j];
-                    acc[3][j] += a3 * wk[j];
+                const float *wk = w + k * LP_NC;
+                for (int q = 0; q < LP_GR; q++) {
+                    float x = a[q][k * csa]; /* scalar * vector broadcasts once (cuvil_splat would per lane) */
+                    for (int v = 0; v < LP_GV; v++) acc[q][v] += x * cuvil_load(wk + v * VL);
                 }
             }
-            for (int q = 0; q < 4; q++)
-                for (int j = 0; j < LP_NR; j++) tile[(r + q) * LP_NR + j] += acc[q][j];
-        }
-        for (; r < rows; r++) {
-            float acc[2][LP_NR] = {{0}};
-            const float *a = A + (i0 + r) * rsa;
-            int64_t k = 0;
-            for (; k + 2 <= kc; k += 2) {
-                float x0 = a[(k0 + k) * csa], x1 = a[(k0 + k + 1) * csa];
-#pragma omp simd
-                for (int j = 0; j < LP_NR; j++) {
-                    acc[0][j] += x0 * w[k * LP_NR + j];
-                    acc[1][j] += x1 * w[(k + 1) * LP_NR + j];
+            for (int q = 0; q < nr; q++)
+                for (int v = 0; v < LP_GV; v++) {
+                    float *t = tile + (r + q) * LP_NC + v * VL;
+                    cuvil_store(t, cuvil_load(t) + acc[q][v]);
                 }
-            }
-            for (; k < kc; k++)
-                for (int j = 0; j < LP_NR; j++) acc[0][j] += a[(k0 + k) * csa] * w[k * LP_NR + j];
-            for (int j = 0; j < LP_NR; j++) tile[r * LP_NR + j] += acc[0][j] + acc[1][j];
         }
     }
 }
 
-/* -- AVX512_BF16: A rounded to bf16 pairs, vdpbf16ps into fp32 --------------------------------------------- */
+/* -- AVX512_BF16: A rounded to bf16 pairs, vdpbf16ps into fp32, 8 rows x 32 columns ------------------------- */
 #if defined(__x86_64__) && defined(__GNUC__) && (__GNUC__ >= 11 || defined(__clang__))
 #define LP_HAVE_X86_BF16 1
 __attribute__((target("avx512f,avx512bw,avx512bf16")))
@@ -171,50 +183,57 @@ static void lp_round_rows(const float *A, int64_t rsa, int64_t csa, int64_t i0, 
     }
 }
 
+typedef float lp_f32_alias __attribute__((may_alias, aligned(4)));
+#define LP_DR 8 /* rows of the AVX512_BF16 register block: 16 accumulators, 2 loads of B and 8 of A per 16 */
 __attribute__((target("avx512f,avx512bw,avx512bf16")))
-static void lp_block_dpbf16(const uint16_t *a, int rows, int64_t kp, const uint16_t *panel, float *tile)
+static void lp_block_dpbf16(const uint16_t *a, int rows, int64_t kp, const uint16_t *panels, float *tile)
 {
-    for (int r = 0; r < rows; r += 4) {
-        __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
-        const uint16_t *a0 = a + (int64_t)r * kp;
-        for (int64_t q = 0; q < kp / 2; q++) {
-            __m512bh w = (__m512bh)_mm512_loadu_si512((const void *)(panel + q * 32));
-            int32_t x0, x1, x2, x3;
-            memcpy(&x0, a0 + 2 * q, 4);
-            memcpy(&x1, a0 + kp + 2 * q, 4);
-            memcpy(&x2, a0 + 2 * kp + 2 * q, 4);
-            memcpy(&x3, a0 + 3 * kp + 2 * q, 4);
-            acc0 = _mm512_dpbf16_ps(acc0, (__m512bh)_mm512_set1_epi32(x0), w);
-            acc1 = _mm512_dpbf16_ps(acc1, (__m512bh)_mm512_set1_epi32(x1), w);
-            acc2 = _mm512_dpbf16_ps(acc2, (__m512bh)_mm512_set1_epi32(x2), w);
-            acc3 = _mm512_dpbf16_ps(acc3, (__m512bh)_mm512_set1_epi32(x3), w);
+    const uint16_t *p0 = panels, *p1 = panels + kp * LP_NR;
+    for (int r = 0; r < rows; r += LP_DR) {
+        __m512 acc[LP_DR][2];
+        for (int q = 0; q < LP_DR; q++) acc[q][0] = acc[q][1] = _mm512_setzero_ps();
+        const uint16_t *ar = a + (int64_t)r * kp;
+        for (int64_t i = 0; i < kp / 2; i++) {
+            __m512bh w0 = (__m512bh)_mm512_loadu_si512((const void *)(p0 + i * 32));
+            __m512bh w1 = (__m512bh)_mm512_loadu_si512((const void *)(p1 + i * 32));
+            for (int q = 0; q < LP_DR; q++) {
+                /* a broadcast from memory (a load port), not through a general register (the port vdpbf16ps uses) */
+                __m512bh xb = (__m512bh)_mm512_set1_ps(*(const lp_f32_alias *)(ar + q * kp + 2 * i));
+                acc[q][0] = _mm512_dpbf16_ps(acc[q][0], xb, w0);
+                acc[q][1] = _mm512_dpbf16_ps(acc[q][1], xb, w1);
+            }
         }
-        _mm512_storeu_ps(tile + r * LP_NR, acc0);
-        _mm512_storeu_ps(tile + (r + 1) * LP_NR, acc1);
-        _mm512_storeu_ps(tile + (r + 2) * LP_NR, acc2);
-        _mm512_storeu_ps(tile + (r + 3) * LP_NR, acc3);
+        for (int q = 0; q < LP_DR; q++) {
+            _mm512_storeu_ps(tile + (r + q) * LP_NC, acc[q][0]);
+            _mm512_storeu_ps(tile + (r + q) * LP_NC + LP_NR, acc[q][1]);
+        }
     }
 }
 
-/* -- AMX-BF16: 16 x 32 tiles of A, 16 pairs x 16 columns of B, 16 x 16 fp32 of C ------------------------------ */
+/* -- AMX-BF16: a 16 x 32 tile of A against 16 pairs x 16 columns of each panel, two 16 x 16 fp32 tiles of C ---- */
 struct lp_tilecfg { uint8_t palette, start_row, reserved[14]; uint16_t colsb[16]; uint8_t rows[16]; };
 
 __attribute__((target("amx-tile,amx-bf16")))
-static void lp_block_amx(const uint16_t *a, int rows, int64_t kp, const uint16_t *panel, float *tile)
+static void lp_block_amx(const uint16_t *a, int rows, int64_t kp, const uint16_t *panels, float *tile)
 {
     struct lp_tilecfg cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
-    for (int t = 0; t < 3; t++) { cfg.colsb[t] = 64; cfg.rows[t] = 16; }
+    for (int t = 0; t < 5; t++) { cfg.colsb[t] = 64; cfg.rows[t] = 16; }
     _tile_loadconfig(&cfg);
+    const uint16_t *p0 = panels, *p1 = panels + kp * LP_NR;
     for (int r = 0; r < rows; r += 16) {
         _tile_zero(0);
+        _tile_zero(1);
         for (int64_t k = 0; k < kp; k += 32) {
-            _tile_loadd(1, a + (int64_t)r * kp + k, kp * 2);
-            _tile_loadd(2, panel + k * LP_NR, 64);
-            _tile_dpbf16ps(0, 1, 2);
+            _tile_loadd(2, a + (int64_t)r * kp + k, kp * 2);
+            _tile_loadd(3, p0 + k * LP_NR, 64);
+            _tile_loadd(4, p1 + k * LP_NR, 64);
+            _tile_dpbf16ps(0, 2, 3);
+            _tile_dpbf16ps(1, 2, 4);
         }
-        _tile_stored(0, tile + r * LP_NR, 64);
+        _tile_stored(0, tile + r * LP_NC, LP_NC * 4);
+        _tile_stored(1, tile + r * LP_NC + LP_NR, LP_NC * 4);
     }
     _tile_release();
 }
@@ -288,8 +307,8 @@ void cuvil_lowp_gemm_packed(int64_t M, int64_t N, int64_t K, const float *A, int
                             const uint16_t *packed_b, int is_f16, float *C, int64_t ldc, const float *bias, int act)
 {
     if (M <= 0 || N <= 0) return;
-    int64_t kp = lp_kpad(K), panels = lp_panels(N), blocks = (M + LP_MB - 1) / LP_MB;
-    int path = is_f16 || K == 0 ? LP_GENERIC : cuvil_lowp_path();
+    int64_t kp = lp_kpad(K), items = lp_panels(N) / 2, blocks = (M + LP_MB - 1) / LP_MB;
+    int path = is_f16 || K == 0 || M < LP_DR ? LP_GENERIC : cuvil_lowp_path();
     if (path == LP_AMX && M < 16) path = LP_AVX512BF16;
     uint16_t *abf = NULL;
 #if LP_HAVE_X86_BF16
@@ -304,18 +323,18 @@ void cuvil_lowp_gemm_packed(int64_t M, int64_t N, int64_t K, const float *A, int
 #endif
 #pragma omp parallel for collapse(2) schedule(static) num_threads(threads_for(M * N * K))
     for (int64_t b = 0; b < blocks; b++)
-        for (int64_t p = 0; p < panels; p++) {
-            float tile[LP_MB * LP_NR];
+        for (int64_t p = 0; p < items; p++) {
+            float tile[LP_MB * LP_NC] __attribute__((aligned(64)));
             int rows = (int)(M - b * LP_MB < LP_MB ? M - b * LP_MB : LP_MB);
-            const uint16_t *panel = packed_b + p * kp * LP_NR;
+            const uint16_t *panels = packed_b + 2 * p * kp * LP_NR;
 #if LP_HAVE_X86_BF16
             const uint16_t *a = abf + b * LP_MB * kp;
-            if (path == LP_AMX) lp_block_amx(a, (rows + 15) / 16 * 16, kp, panel, tile);
-            else if (path == LP_AVX512BF16) lp_block_dpbf16(a, (rows + 3) / 4 * 4, kp, panel, tile);
+            if (path == LP_AMX) lp_block_amx(a, (rows + 15) / 16 * 16, kp, panels, tile);
+            else if (path == LP_AVX512BF16) lp_block_dpbf16(a, (rows + LP_DR - 1) / LP_DR * LP_DR, kp, panels, tile);
             else
 #endif
-                lp_block_generic(A, rsa, csa, b * LP_MB, rows, K, panel, is_f16, tile);
-            lp_store(tile, rows, b * LP_MB, p * LP_NR, N, C, ldc, bias, act);
+                lp_block_generic(A, rsa, csa, b * LP_MB, rows, K, kp, panels, is_f16, tile);
+            lp_store(tile, rows, b * LP_MB, p * LP_NC, N, C, ldc, bias, act);
         }
     free(abf);
 }
