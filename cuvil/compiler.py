@@ -61,22 +61,18 @@ class Executable:
 
 
 def compile_module(module: Module, target: str = "cpu", passes: Iterable = (), level: int = 2,
-                   copy_module: bool = True, enable_fusion: Optional[bool] = None, precision: str = "fp32",
-                   calibrate_dataset=None, calibration: str = "minmax") -> Executable:
+                   copy_module: bool = True, enable_fusion: Optional[bool] = None) -> Executable:
     """Optimise `module` with the default pipeline (plus user `passes`) and build it for `target`.
 
     The module is copied first unless `copy_module=False`, so the caller's IR stays as it was.
     `enable_fusion=False` gives every op a kernel of its own (default: on, or the module's
-    `enable_fusion` metadata). `precision` ("fp32", "bf16", "fp16", "int8", "int4"; docs/precision.md) lowers the
-    weights and GEMMs, calibrated on `calibrate_dataset` by `calibration` for the integer ones.
+    `enable_fusion` metadata).
     """
     from .passes import default_pipeline, run_pipeline
-    from .quantize import lower_precision
 
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}; expected one of {', '.join(TARGETS)}")
     module = clone_module(module) if copy_module else module
-    passes = [*passes, *lower_precision(module, precision, calibrate_dataset, calibration)]
     if enable_fusion is None:
         enable_fusion = module.metadata.get("enable_fusion", "true") != "false"
     each_pass = verify_passes()

@@ -100,7 +100,7 @@ class LazyOnnxModel:
         return sized(shapes).optimize(enable_fuse=enable_fuse, precision=precision)
 
     def _compile(self, key: str, enable_fuse: bool, precision: str):
-        from ..compiler import compile_module
+        from ..quantize import compile_module
         from .onnx.model import OnnxModel
 
         model = self.converted()

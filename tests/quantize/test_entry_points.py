@@ -148,3 +148,21 @@ def test_integer_precisions_go_to_the_int8_module():
     else:  # the int8 kernels are here: the integer precisions compile and run
         out = cuvil.load_onnx(_onnx_mlp()).optimize(precision="int8", calibrate_dataset=[(X,)])(X)
         assert np.isfinite(out[0]).all()
+
+
+def test_integer_precisions_call_quantize_module_with_the_calibration(monkeypatch):
+    """The contract with cuvil/quantize/int8.py: quantize_module(module, precision, calibrate_dataset=, method=)
+    returns the Module to compile; the caller's module is not touched."""
+    import types
+
+    calls = []
+
+    def quantize_module(module, precision, calibrate_dataset=None, method="minmax"):
+        calls.append((precision, calibrate_dataset, method, module.metadata.get("precision")))
+        return module
+    monkeypatch.setitem(sys.modules, "cuvil.quantize.int8", types.SimpleNamespace(quantize_module=quantize_module))
+    loaded = cuvil.load_onnx(_onnx_mlp())
+    data = [(X,)]
+    out = loaded.optimize(precision="int4", calibrate_dataset=data, calibration="entropy")
+    assert calls == [("int4", data, "entropy", None)]
+    assert out.module.metadata["precision"] == "int4" and "precision" not in loaded.module.metadata

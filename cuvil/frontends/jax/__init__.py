@@ -16,7 +16,7 @@ import re
 import jax
 import numpy as np
 
-from ... import compiler
+from ... import compiler, quantize
 from ...errors import UnsupportedError
 from ...ir.core import Module
 from .context import PRIMITIVES, primitive
@@ -112,7 +112,7 @@ class JaxFunction:
     def _compile(self, specs):
         _, out_shapes = jax.make_jaxpr(self.fn, return_shape=True)(*specs)
         module = compile_to_ir(self.fn, *specs)
-        executable = compiler.compile_module(module, target=self.target, passes=self.passes, level=self.level,
+        executable = quantize.compile_module(module, target=self.target, passes=self.passes, level=self.level,
                                              **self.precision)
         return executable, jax.tree_util.tree_structure(out_shapes)
 

@@ -94,7 +94,8 @@ class OnnxModel:
         default pipeline plus `passes`. `enable_fuse=False` gives every op its own kernel. `precision` is "fp32",
         "bf16", "fp16", "int8" or "int4" (docs/precision.md); the integer ones calibrate on `calibrate_dataset`
         (input tuples or dicts) by `calibration` ("minmax", "percentile", "entropy")."""
-        from ...compiler import TARGETS, compile_module
+        from ...compiler import TARGETS
+        from ...quantize import compile_module
 
         if target not in TARGETS:
             raise UnsupportedError(f"optimize: unknown target {target!r} (supported: {', '.join(TARGETS)})")

@@ -14,12 +14,12 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from ...compiler import TARGETS, Executable, compile_module
+from ...compiler import TARGETS, Executable
 from ...errors import CuvilError, ShapeError, UnsupportedError
 from ...ir.builder import Builder
 from ...ir.core import Module
 from ...ir.symbolic import SymExpr
-from ...quantize import check_precision
+from ...quantize import check_precision, compile_module
 from . import emit as E
 from .merge import flatten, unflatten
 from .signature import CallSpec, Leaf, numpy_to_torch, take_apart

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 import torch.utils._pytree as pytree
 
-from ... import compiler
+from ... import compiler, quantize
 from ...cache import store
 from ...errors import UnsupportedError
 from ...ir.core import Module
@@ -141,7 +141,7 @@ def _compile(obj, example_inputs, options: dict, key) -> CompiledModule:
     """Export, convert and compile (the artifact cache's miss), saving the result under `key` if there is one."""
     module, signature, program = convert(obj, example_inputs, options.get("dynamic_shapes"),
                                          options.get("dynamic", False))
-    executable = compiler.compile_module(module, target=options.get("target", "cpu"),
+    executable = quantize.compile_module(module, target=options.get("target", "cpu"),
                                          passes=options.get("passes", ()), level=options.get("level", 2),
                                          **{k: options[k] for k in _PRECISION_OPTIONS if k in options})
     if key:
