@@ -95,6 +95,7 @@ def main() -> None:
     ensure_env(args.threads)
     from . import harness, report
     from . import peers as P
+    from . import peers_bf16  # noqa: F401 (adds the bf16 / fp16 peers)
     from .workloads import select
 
     rounds = args.rounds or (12 if args.suite == "standard" else 3)

@@ -36,6 +36,8 @@ class Peer:
     spins: bool = False  # its thread pool spins after a call: leave a gap before the next peer
     cuvil: bool = False
     onnx: bool = False  # reads the workload's ONNX export
+    tolerance: float = 0.0  # max error relative to PyTorch's largest output (0: the harness's fp32 bound)
+    opt_in: bool = False  # runs only when --peers names it (the reduced-precision peers: bench/peers_int8.py)
 
     def available(self) -> bool:
         return not self.needs or importlib.util.find_spec(self.needs) is not None
@@ -172,7 +174,7 @@ BASELINE = "ONNX Runtime"
 def select(names: str | None = None) -> list:
     """Installed peers, or those named in the comma-separated `names`."""
     wanted = {n.strip() for n in names.split(",")} if names else None
-    return [p for p in PEERS if p.available() and (wanted is None or p.name in wanted)]
+    return [p for p in PEERS if p.available() and (p.name in wanted if wanted is not None else not p.opt_in)]
 
 
 def to_numpy(out) -> np.ndarray:

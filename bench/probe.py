@@ -16,6 +16,7 @@ import time
 
 from . import harness
 from . import peers as P
+from . import peers_bf16  # noqa: F401 (adds the bf16 / fp16 peers)
 from .workloads import SUITES
 
 
