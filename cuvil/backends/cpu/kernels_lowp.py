@@ -31,8 +31,8 @@ class PackedLowp:
         self.opt_level = opt_level
         bits = np.ascontiguousarray(b.astype(STORED[precision].numpy)).view(np.uint16)
         lib = load(opt_level)
-        self.data = aligned_empty(lib.cuvil_lowp_packed_size(self.k, self.n), np.uint16)
-        lib.cuvil_lowp_pack_b(self.k, self.n, bits.ctypes.data, self.n, 1, self.data.ctypes.data)
+        self.data = aligned_empty(lib.cuvil_lowp_packed_size(self.k, self.n, self.is_f16), np.uint16)
+        lib.cuvil_lowp_pack_b(self.k, self.n, self.is_f16, bits.ctypes.data, self.n, 1, self.data.ctypes.data)
 
 
 def lowp_gemm(a, packed: PackedLowp, out=None, *, bias=None, act="none") -> np.ndarray:

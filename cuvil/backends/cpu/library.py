@@ -104,15 +104,16 @@ def _lowp_gemm(gen, a, ta: bool, b, out, bias, act: int, depth: int, a_layout) -
     if b.type.rank != 2 or (ta and a.type.rank > 2):
         raise UnsupportedError(f"a {b.type.dtype} weight {b.type} for a GEMM of {a.type}: only a 2-D weight, read "
                                "by a 2-D or untransposed left operand")
-    packed = gen.prepared(b, f"(cuvil_lowp_packed_size({k}, {n}) + 1) / 2",
-                          f"cuvil_lowp_pack_b({k}, {n}, (const uint16_t *)src, {n}, 1, (uint16_t *)dst)")
+    f16 = LOWP_WEIGHTS[b.type.dtype]
+    packed = gen.prepared(b, f"(cuvil_lowp_packed_size({k}, {n}, {f16}) + 1) / 2",
+                          f"cuvil_lowp_pack_b({k}, {n}, {f16}, (const uint16_t *)src, {n}, 1, (uint16_t *)dst)")
     if packed is None:
         raise UnsupportedError(f"a {b.type.dtype} GEMM weight must be a module constant")
     pa, pc = gen.args_of([a, out])
     pbias = gen.args_of([bias])[0] if bias is not None else "NULL"
     rows = c_dim(_prod(out.type.shape[:-1]))
     gen.line(depth, f"cuvil_lowp_gemm_packed({rows}, {n}, {k}, {pa}, {rsa}, {csa}, (const uint16_t *){packed}, "
-                    f"{LOWP_WEIGHTS[b.type.dtype]}, {pc}, {n}, {pbias}, {act});")
+                    f"{f16}, {pc}, {n}, {pbias}, {act});")
 
 
 # Below this many columns a GEMM against a weight stored transposed (an ONNX/PyTorch Linear: W[N, K]) is N dot

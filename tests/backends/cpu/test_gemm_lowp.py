@@ -48,6 +48,18 @@ def test_fp16_gemm_widens_the_weight(shape):
     np.testing.assert_allclose(got, a.astype(np.float64) @ _rounded(w, "fp16") + bias, rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize("m", [1, 7, 8, 40])
+def test_a_weight_packed_for_the_portable_path_keeps_an_fp32_copy(m):
+    """Packed where no dot-product path runs, 8 rows and more take the fp32 GEMM on a widened copy: the same result
+    as the 16-bit panels (the weight's rounding only), at fp32 speed."""
+    a, w, bias = _case(m, 70, 40, seed=3)
+    with kernels_lowp.use_path("generic", opt_level=1):
+        packed = kernels_lowp.PackedLowp(w, "bf16", opt_level=1)
+        got = kernels_lowp.lowp_gemm(a, packed, bias=bias)
+    assert packed.data[0] == 1  # the copy is there
+    np.testing.assert_allclose(got, a.astype(np.float64) @ _rounded(w, "bf16") + bias, rtol=1e-5, atol=1e-4)
+
+
 def test_strided_left_operand_and_activations():
     a, w, bias = _case(40, 24, 20, seed=2)
     at = np.asfortranarray(a)  # read through strides (rs = 1)

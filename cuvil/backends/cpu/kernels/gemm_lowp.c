@@ -33,16 +33,45 @@ static int lp_path = -1; /* not chosen yet */
 static int64_t lp_kpad(int64_t K) { return (K + 31) / 32 * 32; }
 static int64_t lp_panels(int64_t N) { return (N + LP_NC - 1) / LP_NC * 2; } /* an even count: work items pair them */
 
-int64_t cuvil_lowp_packed_size(int64_t K, int64_t N) { return K > 0 && N > 0 ? lp_kpad(K) * lp_panels(N) * LP_NR : 0; }
+#define LP_HEADER 32 /* uint16_t before the panels (64 bytes): [0] = 1 when an fp32 copy follows them */
+static int64_t lp_panel_elems(int64_t K, int64_t N) { return lp_kpad(K) * lp_panels(N) * LP_NR; }
+static float lp_bf16_to_f32(uint16_t h);
+static float lp_f16_to_f32(uint16_t h);
+int cuvil_lowp_path(void);
 
-void cuvil_lowp_pack_b(int64_t K, int64_t N, const uint16_t *B, int64_t rsb, int64_t csb, uint16_t *packed)
+/* Where no dot-product path runs this weight (fp16 always, bf16 on the portable path), the packing also keeps an
+ * fp32 copy packed for gemm.c: from 8 rows on, the GEMM is bound by arithmetic and runs on it at fp32 speed, so no
+ * fallback is slower than fp32 (memory: 1.5 times the fp32 weight); below 8 rows the 16-bit panels are read. */
+static int lp_keeps_f32(int is_f16) { return is_f16 || cuvil_lowp_path() == LP_GENERIC; }
+
+int64_t cuvil_lowp_packed_size(int64_t K, int64_t N, int is_f16)
 {
+    if (K <= 0 || N <= 0) return LP_HEADER;
+    return LP_HEADER + lp_panel_elems(K, N) + (lp_keeps_f32(is_f16) ? 2 * cuvil_sgemm_packed_size(K, N) : 0);
+}
+
+void cuvil_lowp_pack_b(int64_t K, int64_t N, int is_f16, const uint16_t *B, int64_t rsb, int64_t csb,
+                       uint16_t *packed)
+{
+    memset(packed, 0, sizeof(uint16_t) * LP_HEADER);
+    if (K <= 0 || N <= 0) return;
     int64_t kp = lp_kpad(K), panels = lp_panels(N);
-    memset(packed, 0, sizeof(uint16_t) * (size_t)(kp * panels * LP_NR));
+    uint16_t *out = packed + LP_HEADER;
+    memset(out, 0, sizeof(uint16_t) * (size_t)lp_panel_elems(K, N));
     for (int64_t p = 0; p < panels; p++)
         for (int64_t k = 0; k < K; k++)
             for (int64_t j = p * LP_NR; j < N && j < (p + 1) * LP_NR; j++)
-                packed[p * kp * LP_NR + (k / 2) * 32 + (j - p * LP_NR) * 2 + k % 2] = B[k * rsb + j * csb];
+                out[p * kp * LP_NR + (k / 2) * 32 + (j - p * LP_NR) * 2 + k % 2] = B[k * rsb + j * csb];
+    if (!lp_keeps_f32(is_f16)) return;
+    float *wide = alloc_or_die(sizeof(float) * (size_t)(K * N));
+    for (int64_t k = 0; k < K; k++)
+        for (int64_t j = 0; j < N; j++) {
+            uint16_t h = B[k * rsb + j * csb];
+            wide[k * N + j] = is_f16 ? lp_f16_to_f32(h) : lp_bf16_to_f32(h);
+        }
+    cuvil_sgemm_pack_b(K, N, wide, N, 1, (float *)(out + lp_panel_elems(K, N)));
+    free(wide);
+    packed[0] = 1;
 }
 
 static float lp_bf16_to_f32(uint16_t h)
@@ -302,11 +331,18 @@ int cuvil_lowp_path(void)
     return path >= 0 ? path : cuvil_lowp_set_path(-1);
 }
 
-/* C[M, N] = act(A[M, K] @ B + bias), B packed by cuvil_lowp_pack_b from bf16 (is_f16 = 0) or fp16 bits. */
+/* C[M, N] = act(A[M, K] @ B + bias), B packed by cuvil_lowp_pack_b from bf16 (is_f16 = 0) or fp16 bits (the same
+ * is_f16 both times; K = 0 gives the bias). */
 void cuvil_lowp_gemm_packed(int64_t M, int64_t N, int64_t K, const float *A, int64_t rsa, int64_t csa,
                             const uint16_t *packed_b, int is_f16, float *C, int64_t ldc, const float *bias, int act)
 {
     if (M <= 0 || N <= 0) return;
+    if (K > 0 && M >= LP_DR && packed_b[0]) { /* the fp32 copy (lp_keeps_f32) */
+        cuvil_sgemm_packed(M, N, K, 1.0f, A, rsa, csa, (const float *)(packed_b + LP_HEADER + lp_panel_elems(K, N)),
+                           0.0f, C, ldc, bias, act);
+        return;
+    }
+    packed_b += LP_HEADER;
     int64_t kp = lp_kpad(K), items = lp_panels(N) / 2, blocks = (M + LP_MB - 1) / LP_MB;
     int path = is_f16 || K == 0 || M < LP_DR ? LP_GENERIC : cuvil_lowp_path();
     if (path == LP_AMX && M < 16) path = LP_AVX512BF16;
