@@ -96,6 +96,7 @@ def main() -> None:
     from . import harness, report
     from . import peers as P
     from . import peers_int8  # noqa: F401 (adds the int8/int4 peers)
+    from . import peers_bf16  # noqa: F401 (adds the bf16 / fp16 peers)
     from .workloads import select
 
     rounds = args.rounds or (12 if args.suite == "standard" else 3)

@@ -77,7 +77,8 @@ def bytecode_env() -> dict:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env["PYTHONPYCACHEPREFIX"] = os.path.join(tempfile.gettempdir(), "cuvil-bench-pycache")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [harness.ROOT, env.get("PYTHONPATH")]))
-    code = "import cuvil, cuvil.frontends.onnx_cache, cuvil.frontends.torch.compile, cuvil.backends.cpu.backend, bench.probe"
+    code = ("import cuvil, cuvil.frontends.onnx_cache, cuvil.frontends.torch.compile, cuvil.backends.cpu.backend, "
+            "bench.probe")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=harness.ROOT, env=env)
     return env
 

@@ -17,6 +17,7 @@ import time
 from . import harness
 from . import peers as P
 from . import peers_int8  # noqa: F401 (adds the int8/int4 peers)
+from . import peers_bf16  # noqa: F401 (adds the bf16 / fp16 peers)
 from .workloads import SUITES
 
 

@@ -35,11 +35,12 @@ def load(path):
     return load_artifact(path)
 
 
-_LAZY_MODULES = {"cache": ".cache", "nd": ".runtime.nd", "runtime": ".runtime"}
+_LAZY_MODULES = {"cache": ".cache", "nd": ".runtime.nd", "quantize": ".quantize", "runtime": ".runtime"}
 
 
 def __getattr__(name: str):
-    """`cuvil.cache`, `cuvil.nd` and `cuvil.runtime`, imported on first use (`import cuvil` stays light)."""
+    """`cuvil.cache`, `cuvil.nd`, `cuvil.quantize` and `cuvil.runtime`, imported on first use (`import cuvil` stays
+    light)."""
     if name in _LAZY_MODULES:
         import importlib
 

@@ -18,6 +18,7 @@ import os
 import sys
 
 from ..errors import CuvilError
+from ..quantize import PRECISIONS
 from . import commands
 from .inputs import parse_dynamic, parse_input
 
@@ -53,7 +54,8 @@ def _compile_options(p) -> None:
               "arrays, default dtype f32), or NAME=FILE.npy")
     p.add_argument("-o", "--output", required=True, help="the .cuv file to write")
     p.add_argument("--target", default="cpu", help="what to compile for (default: cpu)")
-    p.add_argument("--precision", default="fp32", help="numeric precision (default: fp32)")
+    p.add_argument("--precision", default="fp32", choices=PRECISIONS,
+                   help="numeric precision (default: fp32; docs/precision.md)")
     p.add_argument("--c", action="store_true", help="keep the generated C in the file (cuvil inspect --c)")
     p.set_defaults(entry="main")
 

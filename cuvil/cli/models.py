@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import progress
-from ..errors import ArtifactError, CuvilError, ShapeError, UnsupportedError
+from ..errors import ArtifactError, CuvilError, ShapeError
 from ..ir.types import TensorType
 from ..runtime.api import describe
 from .inputs import Param, assign, random_array
@@ -257,9 +257,7 @@ def compile_python(model: str, args) -> tuple:
         options["dynamic_dims"] = {**options.get("dynamic_dims", {})}
         for name, axis, symbol in dynamic:
             options["dynamic_dims"].setdefault(name, {})[axis] = symbol
-    precision = getattr(args, "precision", "fp32")
-    if precision != "fp32":
-        raise UnsupportedError(f"precision {precision!r} is not supported yet for Python functions (only 'fp32')")
+    options["precision"] = getattr(args, "precision", "fp32")
     options["target"] = getattr(args, "target", None) or options.get("target", "cpu")
     progress.phase("frontend", f"{base.__qualname__} from its source")
     jitted = cuvil.jit(base, **options)

@@ -80,34 +80,36 @@ class LazyOnnxModel:
         return repr(self.converted())
 
     def optimize(self, target: str = "cpu", precision: str = "fp32", enable_fuse: bool = True,
-                 calibrate_dataset=None, passes=None):
-        """`OnnxModel.optimize`; compiled code comes from the artifact cache when it holds this model."""
-        if target != "cpu" or precision != "fp32" or passes or calibrate_dataset is not None:
-            return self.converted().optimize(target, precision, enable_fuse, calibrate_dataset, passes)
-        key = Key("onnx").add("model", self.digest).add("fuse", enable_fuse).add("env", environment()).hexdigest()
-        hit = store.load(key, rebuild=lambda: self._compile(key, enable_fuse).executable)
+                 calibrate_dataset=None, passes=None, calibration: str = "minmax"):
+        """`OnnxModel.optimize`; compiled code comes from the artifact cache when it holds this model (keyed by the
+        precision too; a calibrated one compiles every time)."""
+        if target != "cpu" or passes or calibrate_dataset is not None:
+            return self.converted().optimize(target, precision, enable_fuse, calibrate_dataset, passes, calibration)
+        key = Key("onnx").add("model", self.digest).add("fuse", enable_fuse).add("precision", precision) \
+            .add("env", environment()).hexdigest()
+        hit = store.load(key, rebuild=lambda: self._compile(key, enable_fuse, precision).executable)
         if hit is not None:
-            return CompiledOnnxModel(*hit, for_sizes=lambda shapes: self._for_sizes(shapes, enable_fuse))
-        return self._compile(key, enable_fuse)
+            return CompiledOnnxModel(*hit, for_sizes=lambda shapes: self._for_sizes(shapes, enable_fuse, precision))
+        return self._compile(key, enable_fuse, precision)
 
-    def _for_sizes(self, shapes, enable_fuse: bool):
+    def _for_sizes(self, shapes, enable_fuse: bool, precision: str):
         """The model compiled for these input sizes (not cached on disk): see OnnxModel.for_sizes."""
         sized = self.converted().for_sizes
         if sized is None:
             return None
-        return sized(shapes).optimize(enable_fuse=enable_fuse)
+        return sized(shapes).optimize(enable_fuse=enable_fuse, precision=precision)
 
-    def _compile(self, key: str, enable_fuse: bool):
-        from ..compiler import compile_module
+    def _compile(self, key: str, enable_fuse: bool, precision: str):
+        from ..quantize import compile_module
         from .onnx.model import OnnxModel
 
         model = self.converted()
-        exe = compile_module(model.module, target="cpu", enable_fusion=enable_fuse)
+        exe = compile_module(model.module, target="cpu", enable_fusion=enable_fuse, precision=precision)
         exe.cache = "miss"
         route = {"inputs": [_spec_json(s) for s in model.inputs], "outputs": [_spec_json(s) for s in model.outputs]}
         store.save(key, exe, route)
         compiled = OnnxModel(exe.module, model.inputs, model.outputs, lambda arrays: exe(*arrays),
-                             model.for_sizes and (lambda shapes: self._for_sizes(shapes, enable_fuse)))
+                             model.for_sizes and (lambda shapes: self._for_sizes(shapes, enable_fuse, precision)))
         compiled.executable = exe
         return compiled
 

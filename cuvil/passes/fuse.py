@@ -388,11 +388,20 @@ def _swaps_last_two(op) -> bool:
     return n >= 2 and perm == tuple(range(n - 2)) + (n - 1, n - 2)
 
 
+def _gemm_reads_in_place(op: Op) -> bool:
+    """An operand the GEMM reads without it being materialised: a transpose (through strides), or a 16-bit
+    constant weight widened to f32 (cuvil/passes/precision.py: the GEMM packs the 16-bit weight itself)."""
+    if op.name == "transpose":
+        return _swaps_last_two(op)
+    return op.name == "cast" and isinstance(op.operands[0].owner, Op) and op.operands[0].owner.name == "constant" \
+        and op.operands[0].type.dtype.value in ("bf16", "f16") and op.results[0].type.dtype.value == "f32"
+
+
 def _epilogue_chain(mm: Op, users: dict) -> list:
-    """[transposes of the operands, matmul, broadcast_to, add, act] as far as the pattern holds (the GEMM
-    reads a transposed operand through strides; the bias is a vector along the rows)."""
-    chain = [v.owner for v in mm.operands if isinstance(v.owner, Op) and v.owner.name == "transpose"
-             and v.owner.parent is mm.parent and _swaps_last_two(v.owner) and _only_user(v, users) is mm]
+    """[transposes or 16-bit weights of the operands, matmul, broadcast_to, add, act] as far as the pattern holds
+    (the GEMM reads a transposed operand through strides; the bias is a vector along the rows)."""
+    chain = [v.owner for v in mm.operands if isinstance(v.owner, Op) and _gemm_reads_in_place(v.owner)
+             and v.owner.parent is mm.parent and _only_user(v, users) is mm]
     chain.append(mm)
     out = mm.results[0]
     add = _only_user(out, users)

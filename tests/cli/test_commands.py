@@ -151,11 +151,9 @@ def test_python_function_errors_are_clear(work):
     assert "defines no function 'nope' (functions there: affine, scaled_relu)" in \
         fails("run", f"{work / 'functions.py'}:nope")
     assert "affine needs an --input for w" in fails("run", f"{work / 'functions.py'}:affine", "-i", "x=2,4")
-    assert "precision 'fp16' is not supported yet" in \
-        fails("compile", f"{work / 'functions.py'}:affine", "-o", work / "p.cuv", "-i", "x=2,4", "-i", "w=4,3",
-              "--precision", "fp16")
-    assert "precision 'int8' is not supported yet" in \
-        fails("compile", work / "mlp.onnx", "-o", work / "p.cuv", "--precision", "int8")
+    assert "wrote" in ok("compile", f"{work / 'functions.py'}:affine", "-o", work / "p.cuv", "-i", "x=2,4", "-i",
+                         "w=4,3", "--precision", "fp16")  # docs/precision.md
+    assert "invalid choice: 'fp8'" in fails("compile", work / "mlp.onnx", "-o", work / "p.cuv", "--precision", "fp8")
     assert "expected a .cuv file, an .onnx model or FILE.py:FUNCTION" in fails("run", work / "x.npy")
     assert "expected NAME=FILE.npy or NAME=D0,D1" in fails("run", work / "mlp.onnx", "-i", "x=a,b")
     assert "expected INPUT:AXIS=SYMBOL" in fails("compile", work / "mlp.onnx", "-o", "a.cuv", "--dynamic", "x0")

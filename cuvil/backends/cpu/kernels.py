@@ -25,8 +25,10 @@ from . import toolchain
 ACTIVATIONS = {"none": 0, "relu": 1, "gelu_tanh": 2, "gelu_erf": 3, "sigmoid": 4, "tanh": 5, "relu6": 6, "silu": 7,
                "hardswish": 8}
 ABI_VERSION = 1
-# One unit: every kernel runs on cuvil_pool.c's threads; the convs and the int8/int4 kernels use gemm.c's allocator.
-SOURCES = ("cuvil_pool.c", "gemm.c", "dwconv.c", "conv_nchwc.c", "winograd.c", "gemm_int8.c", "gemm_int4.c")
+# One unit: every kernel runs on cuvil_pool.c's threads; the convs, the int8/int4 and the 16-bit GEMMs use gemm.c's
+# allocator.
+SOURCES = ("cuvil_pool.c", "gemm.c", "dwconv.c", "conv_nchwc.c", "winograd.c", "gemm_int8.c", "gemm_int4.c",
+           "gemm_lowp.c")
 HEADERS = ("cuvil_kernels.h", "cuvil_simd.h", "cuvil_math.inc")
 
 _i64, _f32, _int, _ptr = ctypes.c_int64, ctypes.c_float, ctypes.c_int, ctypes.c_void_p
@@ -68,7 +70,14 @@ SIGNATURES = {
                        _ptr], None),
     "cuvil_gemm_int4_scratch_bytes": ([_i64, _i64, _i64], _i64),
     "cuvil_gemm_int4": ([_i64, _i64, _i64, _i64, _ptr, _ptr, _ptr, _ptr, _ptr, _int, _ptr, _ptr], None),
+    # bf16 / fp16 (gemm_lowp.c; Python side in kernels_lowp.py)
+    "cuvil_lowp_packed_size": ([_i64, _i64, _int], _i64),
+    "cuvil_lowp_pack_b": ([_i64, _i64, _int, _ptr, _i64, _i64, _ptr], None),
+    "cuvil_lowp_path": ([], _int),
+    "cuvil_lowp_set_path": ([_int], _int),
+    "cuvil_lowp_gemm_packed": ([_i64, _i64, _i64, _ptr, _i64, _i64, _ptr, _int, _ptr, _i64, _ptr, _int], None),
 }
+LOWP_PATHS = ("generic", "avx512_bf16", "amx_bf16")  # the bf16 GEMM's paths (gemm_lowp.c), by their number
 
 
 def activation_code(op) -> int:
@@ -105,6 +114,12 @@ def load(opt_level: int = 3, defines: tuple = ()) -> ctypes.CDLL:
         raise RuntimeError(f"kernel library ABI {lib.cuvil_kernels_abi_version()} != {ABI_VERSION}")
     lib.cuvil_set_num_threads(default_num_threads())
     return lib
+
+
+def lowp_path(opt_level: int = 3) -> str:
+    """The bf16 GEMM path in use: chosen by the CPU's features less those `CUVIL_DISABLE_CPU_FEATURES` names
+    (comma-separated /proc/cpuinfo flags, e.g. `amx_bf16,avx512_bf16`: how tests run the fallbacks)."""
+    return LOWP_PATHS[load(opt_level).cuvil_lowp_path()]
 
 
 def default_num_threads() -> int:

@@ -4,6 +4,7 @@ Each emitter gets the code generator, the op and the indentation depth, and appe
 """
 from __future__ import annotations
 
+from ...errors import UnsupportedError
 from ...ir.dtypes import DType
 from ...passes.fuse import GEMM_ACTIVATIONS
 from . import library_rows
@@ -24,6 +25,7 @@ def _fused_gemm(gen, op, depth: int) -> None:
     body = op.regions[0].ops[:-1]
     source = dict(zip((id(a) for a in op.regions[0].args), op.operands))
     transposed = {id(o.results[0]): source[id(o.operands[0])] for o in body if o.name == "transpose"}
+    source.update({id(o.results[0]): source[id(o.operands[0])] for o in body if o.name == "cast"})  # 16-bit weight
     bias, act = None, 0
     for inner in body:
         if inner.name == "broadcast_to":
@@ -62,6 +64,9 @@ def _gemm(gen, a_op, b_op, out, bias, act: int, depth: int) -> None:
     m, n = out.type.shape[-2:]
     k = a.type.shape[-2] if ta else a.type.shape[-1]
     rsa, csa = ("1", c_dim(m)) if ta else (c_dim(k), "1")
+    if b.type.dtype in LOWP_WEIGHTS:
+        _lowp_gemm(gen, a, ta, b, out, bias, act, depth, (rsa, csa, k))
+        return
     rsb, csb = ("1", c_dim(k)) if tb else (c_dim(n), "1")
     pa, pb, pc = gen.args_of([a, b, out])
     pbias = gen.args_of([bias])[0] if bias is not None else "NULL"
@@ -88,6 +93,28 @@ def _gemm(gen, a_op, b_op, out, bias, act: int, depth: int) -> None:
     sb = c_dim(k * n) if b.type.rank > 2 else "0"
     gen.line(depth, f"cuvil_sgemm_batched({batch}, {c_dim(m)}, {c_dim(n)}, {c_dim(k)}, 1.0f, {pa}, {rsa}, {csa}, "
                     f"{sa}, {pb}, {rsb}, {csb}, {sb}, 0.0f, {pc}, {c_dim(n)}, {c_dim(m * n)}, {pbias}, {act});")
+
+
+LOWP_WEIGHTS = {DType.bf16: 0, DType.f16: 1}  # a 16-bit constant weight -> cuvil_lowp_gemm_packed's is_f16
+
+
+def _lowp_gemm(gen, a, ta: bool, b, out, bias, act: int, depth: int, a_layout) -> None:
+    """A GEMM against a bf16 / fp16 constant K x N weight (cuvil/passes/precision.py), packed once at load."""
+    rsa, csa, k = a_layout
+    n = out.type.shape[-1]
+    if b.type.rank != 2 or (ta and a.type.rank > 2):
+        raise UnsupportedError(f"a {b.type.dtype} weight {b.type} for a GEMM of {a.type}: only a 2-D weight, read "
+                               "by a 2-D or untransposed left operand")
+    f16 = LOWP_WEIGHTS[b.type.dtype]
+    packed = gen.prepared(b, f"(cuvil_lowp_packed_size({k}, {n}, {f16}) + 1) / 2",
+                          f"cuvil_lowp_pack_b({k}, {n}, {f16}, (const uint16_t *)src, {n}, 1, (uint16_t *)dst)")
+    if packed is None:
+        raise UnsupportedError(f"a {b.type.dtype} GEMM weight must be a module constant")
+    pa, pc = gen.args_of([a, out])
+    pbias = gen.args_of([bias])[0] if bias is not None else "NULL"
+    rows = c_dim(_prod(out.type.shape[:-1]))
+    gen.line(depth, f"cuvil_lowp_gemm_packed({rows}, {n}, {k}, {pa}, {rsa}, {csa}, (const uint16_t *){packed}, "
+                    f"{f16}, {pc}, {n}, {pbias}, {act});")
 
 
 # Below this many columns a GEMM against a weight stored transposed (an ONNX/PyTorch Linear: W[N, K]) is N dot

@@ -16,7 +16,7 @@ import re
 import jax
 import numpy as np
 
-from ... import compiler
+from ... import compiler, quantize
 from ...errors import UnsupportedError
 from ...ir.core import Module
 from .context import PRIMITIVES, primitive
@@ -67,8 +67,10 @@ class JaxFunction:
     `dynamic_dims={"x": {0: "batch"}}` keeps those sizes symbolic, so one compilation serves them all.
     """
 
-    def __init__(self, fn, target: str = "cpu", passes=(), level: int = 2, dynamic_dims: dict | None = None):
+    def __init__(self, fn, target: str = "cpu", passes=(), level: int = 2, dynamic_dims: dict | None = None,
+                 precision: str = "fp32", calibrate_dataset=None, calibration: str = "minmax"):
         self.fn, self.target, self.passes, self.level = fn, target, tuple(passes), level
+        self.precision = {"precision": precision, "calibrate_dataset": calibrate_dataset, "calibration": calibration}
         self.dynamic_dims = dynamic_dims or {}
         self.cache: dict = {}
         self.__wrapped__ = fn
@@ -110,7 +112,8 @@ class JaxFunction:
     def _compile(self, specs):
         _, out_shapes = jax.make_jaxpr(self.fn, return_shape=True)(*specs)
         module = compile_to_ir(self.fn, *specs)
-        executable = compiler.compile_module(module, target=self.target, passes=self.passes, level=self.level)
+        executable = quantize.compile_module(module, target=self.target, passes=self.passes, level=self.level,
+                                             **self.precision)
         return executable, jax.tree_util.tree_structure(out_shapes)
 
     @property
@@ -140,7 +143,8 @@ def _as_array(x) -> np.ndarray:
 def jit(fn=None, **options):
     """Compile a JAX function with Cuvil on first call: `cuvil.frontends.jax.jit(f)(x)`.
 
-    Options: `target` ("cpu" or "interpreter"), `passes`, `level`, `dynamic_dims` ({arg: {axis: name}}).
+    Options: `target` ("cpu" or "interpreter"), `passes`, `level`, `dynamic_dims` ({arg: {axis: name}}),
+    `precision` (with `calibrate_dataset`, `calibration`: docs/precision.md).
     """
     if fn is None:
         return lambda f: JaxFunction(f, **options)

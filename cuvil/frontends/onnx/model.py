@@ -89,21 +89,23 @@ class OnnxModel:
         return [from_carrier(np.asarray(o), s.elem) for o, s in zip(arrays, self.outputs)]
 
     def optimize(self, target: str = "cpu", precision: str = "fp32", enable_fuse: bool = True,
-                 calibrate_dataset=None, passes=None) -> "OnnxModel":
+                 calibrate_dataset=None, passes=None, calibration: str = "minmax") -> "OnnxModel":
         """A callable compiled for `target` ("cpu": native code; "interpreter": the reference) through the
-        default pipeline plus `passes`. `enable_fuse=False` gives every op its own kernel; `calibrate_dataset`
-        is for quantised precisions, which are not supported yet."""
-        from ...compiler import TARGETS, compile_module
+        default pipeline plus `passes`. `enable_fuse=False` gives every op its own kernel. `precision` is "fp32",
+        "bf16", "fp16", "int8" or "int4" (docs/precision.md); the integer ones calibrate on `calibrate_dataset`
+        (input tuples or dicts) by `calibration` ("minmax", "percentile", "entropy")."""
+        from ...compiler import TARGETS
+        from ...quantize import compile_module
 
         if target not in TARGETS:
             raise UnsupportedError(f"optimize: unknown target {target!r} (supported: {', '.join(TARGETS)})")
-        if precision != "fp32":
-            raise UnsupportedError(f"optimize: precision {precision!r} is not supported yet (only 'fp32')")
-        exe = compile_module(self.module, target=target, passes=passes or (), enable_fusion=enable_fuse)
+        exe = compile_module(self.module, target=target, passes=passes or (), enable_fusion=enable_fuse,
+                             precision=precision, calibrate_dataset=calibrate_dataset, calibration=calibration)
         sized = self.for_sizes
         compiled = OnnxModel(exe.module, self.inputs, self.outputs, lambda arrays: exe(*arrays),
                              sized and (lambda shapes: sized(shapes).optimize(target, precision, enable_fuse,
-                                                                              calibrate_dataset, passes)))
+                                                                              calibrate_dataset, passes,
+                                                                              calibration)))
         compiled.executable = exe  # what cuvil.export writes
         return compiled
 
@@ -198,9 +200,12 @@ class SpecializingModel(OnnxModel):
         return self._outputs(self.specialize(arrays)._run_any_size(arrays))
 
     def optimize(self, target: str = "cpu", precision: str = "fp32", enable_fuse: bool = True,
-                 calibrate_dataset=None, passes=None) -> "SpecializingModel":
-        """The same per-value conversion, each specialization optimized for `target`."""
-        options = (target, precision, enable_fuse, calibrate_dataset, passes)
+                 calibrate_dataset=None, passes=None, calibration: str = "minmax") -> "SpecializingModel":
+        """The same per-value conversion, each specialization optimized for `target` at `precision`."""
+        from ...quantize import check_precision
+
+        check_precision(precision, calibration)
+        options = (target, precision, enable_fuse, calibrate_dataset, passes, calibration)
         return SpecializingModel(self.inputs, self.outputs, lambda values: self._convert(values).optimize(*options),
                                  self.value_inputs)
 

@@ -14,11 +14,12 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from ...compiler import TARGETS, Executable, compile_module
+from ...compiler import TARGETS, Executable
 from ...errors import CuvilError, ShapeError, UnsupportedError
 from ...ir.builder import Builder
 from ...ir.core import Module
 from ...ir.symbolic import SymExpr
+from ...quantize import check_precision, compile_module
 from . import emit as E
 from .merge import flatten, unflatten
 from .signature import CallSpec, Leaf, numpy_to_torch, take_apart
@@ -32,7 +33,9 @@ log = logging.getLogger("cuvil.frontends.python")
 OPTIONS = {
     "target": "cpu", "enable_fusion": True, "dynamic": False, "dynamic_dims": None, "fallback": None,
     "passes": (), "runtime_args": (), "unroll": 16, "level": 2, "num_threads": None,
+    "precision": "fp32", "calibrate_dataset": None, "calibration": "minmax",  # docs/precision.md
 }
+_PRECISION_OPTIONS = ("precision", "calibrate_dataset", "calibration")
 
 
 @dataclass
@@ -175,7 +178,7 @@ class JitFunction:
         if getattr(self, "_jax", None) is None:
             from ..jax import jit as jax_jit
 
-            keep = {k: self.options[k] for k in ("target", "passes", "level") if k in self.options}
+            keep = {k: self.options[k] for k in ("target", "passes", "level", *_PRECISION_OPTIONS) if k in self.options}
             self._jax = jax_jit(self.python_function, **keep)
         return self._jax
 
@@ -219,7 +222,8 @@ class JitFunction:
             self._cache[spec.key] = _FALLBACK  # if this compilation fails, later calls go straight to Python
         module, structure, static = self._translate(spec)
         executable = compile_module(module, target=self.options["target"], passes=self.options["passes"],
-                                    level=self.options["level"], num_threads=self.options["num_threads"])
+                                    level=self.options["level"], num_threads=self.options["num_threads"],
+                                    **{k: self.options[k] for k in _PRECISION_OPTIONS})
         self.compile_count += 1
         self._last = self._cache[spec.key] = Compiled(module, executable, structure, static, spec.mode)
         log.debug("compiled %s for %s", self.__wrapped__.__qualname__, spec.key)
@@ -305,6 +309,7 @@ def _check_options(fn, options: dict) -> dict:
     out = {**OPTIONS, **options}
     if out["target"] not in TARGETS:
         raise ValueError(f"cuvil.jit target must be one of {', '.join(TARGETS)}, got {out['target']!r}")
+    check_precision(out["precision"], out["calibration"])
     if out["fallback"] not in (None, "error", "python"):
         raise ValueError(f"cuvil.jit fallback must be 'python' or None, got {out['fallback']!r}")
     params = set(inspect.signature(fn).parameters)

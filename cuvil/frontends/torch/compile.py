@@ -15,14 +15,17 @@ import numpy as np
 import torch
 import torch.utils._pytree as pytree
 
-from ... import compiler
+from ... import compiler, quantize
 from ...cache import store
 from ...errors import UnsupportedError
 from ...ir.core import Module
+from ...quantize import check_precision
 from .signature import Signature, signature_from_json, signature_json, tensor_to_numpy
 
 log = logging.getLogger("cuvil.frontends.torch")
-_OPTIONS = ("dynamic_shapes", "dynamic", "passes", "target", "level", "cache", "num_threads")
+_OPTIONS = ("dynamic_shapes", "dynamic", "passes", "target", "level", "cache", "num_threads", "precision",
+            "calibrate_dataset", "calibration")
+_PRECISION_OPTIONS = ("precision", "calibrate_dataset", "calibration")
 
 
 class CompiledModule:
@@ -118,7 +121,9 @@ def compile_module(obj, example_inputs, **options) -> CompiledModule:
     model fixes: `Dim.AUTO` on every axis, symbols named `x_0` for input x's axis 0), `passes` (extra IR passes),
     `target` ("cpu" or "interpreter"), `level` (0-2), `cache` (default True: look in the artifact cache first, keyed
     by the module's code, attributes and weights, and save what is compiled; a hit runs neither `torch.export` nor a
-    pass; see `cache_key.py`), `num_threads` (this module's thread count; default: the process's).
+    pass; see `cache_key.py`), `num_threads` (this module's thread count; default: the process's), `precision`
+    ("fp32", "bf16", "fp16", "int8", "int4"; the integer ones calibrate on `calibrate_dataset` by `calibration`:
+    docs/precision.md).
     """
     unknown = sorted(set(options) - set(_OPTIONS))
     if unknown:
@@ -126,6 +131,7 @@ def compile_module(obj, example_inputs, **options) -> CompiledModule:
     if example_inputs is None:
         raise TypeError("cuvil.compile of a PyTorch module needs example_inputs (a tensor, tuple or dict)")
     threads = options.pop("num_threads", None)  # not part of the cache key: the same code runs on any count
+    check_precision(options.get("precision", "fp32"), options.get("calibration", "minmax"))
     key = _cache_key(obj, example_inputs, options)
     hit = store.load(key, rebuild=lambda: _compile(obj, example_inputs, options, key).executable) if key else None
     compiled = CompiledModule(hit[0], signature_from_json(hit[1])) if hit is not None else \
@@ -139,8 +145,9 @@ def _compile(obj, example_inputs, options: dict, key) -> CompiledModule:
     """Export, convert and compile (the artifact cache's miss), saving the result under `key` if there is one."""
     module, signature, program = convert(obj, example_inputs, options.get("dynamic_shapes"),
                                          options.get("dynamic", False))
-    executable = compiler.compile_module(module, target=options.get("target", "cpu"),
-                                         passes=options.get("passes", ()), level=options.get("level", 2))
+    executable = quantize.compile_module(module, target=options.get("target", "cpu"),
+                                         passes=options.get("passes", ()), level=options.get("level", 2),
+                                         **{k: options[k] for k in _PRECISION_OPTIONS if k in options})
     if key:
         executable.cache = "miss"
         try:
@@ -151,13 +158,16 @@ def _compile(obj, example_inputs, options: dict, key) -> CompiledModule:
 
 
 def _cache_key(obj, example_inputs, options: dict) -> str | None:
-    """The artifact cache's key (see cache_key.py), or None: cache off, user passes, another target."""
+    """The artifact cache's key (see cache_key.py), or None: cache off, user passes, another target, a calibration
+    dataset (an iterable the key cannot read without using it up). The precision is one of the options keyed."""
     if not options.pop("cache", True) or not store.enabled() or options.get("passes") or \
-            options.get("target", "cpu") != "cpu":
+            options.get("target", "cpu") != "cpu" or options.get("calibrate_dataset") is not None:
         return None
     from .cache_key import module_key
 
-    return module_key(obj, example_inputs, {k: v for k, v in options.items() if k != "passes"})
+    defaults = {("precision", "fp32"), ("calibration", "minmax"), ("calibrate_dataset", None)}  # keyed as if unset
+    keyed = {k: v for k, v in options.items() if k != "passes" and (k, v) not in defaults}
+    return module_key(obj, example_inputs, keyed)
 
 
 _MODES = ("inference", "train")

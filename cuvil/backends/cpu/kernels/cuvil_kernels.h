@@ -112,6 +112,19 @@ void cuvil_winograd_weight(const float *w, int64_t ob, int64_t cb, float *u);
 void cuvil_conv_winograd(const float *x, const float *u, const float *bias, const float *res, float *y,
                          const int64_t *geom, int act);
 
+/* Constant weights in 16 bits (gemm_lowp.c): B (K x N) of bf16 or fp16 bits packed once into
+ * cuvil_lowp_packed_size(K, N, is_f16) uint16_t (64-byte aligned), then C = act(A @ B + bias) with fp32
+ * accumulation (alpha 1, beta 0). Pack and multiply on the same machine: the size depends on the CPU's path.
+ * The bf16 kernel (0 portable, 1 AVX512_BF16, 2 AMX-BF16) is chosen by CPUID at the first call, less the features
+ * CUVIL_DISABLE_CPU_FEATURES names; cuvil_lowp_set_path forces one (-1: choose again) and returns the one in use. */
+int64_t cuvil_lowp_packed_size(int64_t K, int64_t N, int is_f16);
+void cuvil_lowp_pack_b(int64_t K, int64_t N, int is_f16, const uint16_t *B, int64_t rsb, int64_t csb,
+                       uint16_t *packed);
+int cuvil_lowp_path(void);
+int cuvil_lowp_set_path(int path);
+void cuvil_lowp_gemm_packed(int64_t M, int64_t N, int64_t K, const float *A, int64_t rsa, int64_t csa,
+                            const uint16_t *packed_b, int is_f16, float *C, int64_t ldc, const float *bias, int act);
+
 /* y[i] = act(x[i]) with the epilogue's vector math (x == y allowed). */
 void cuvil_activation(int act, int64_t n, const float *x, float *y);
 
