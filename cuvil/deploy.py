@@ -24,28 +24,30 @@ def export(obj, path, target: str = "cpu", *, entry: str = "main", example_input
     """Write `obj` to `path` as a `.cuv`: a `@cuvil.jit` function (every signature compiled so far, or those of
     `example_inputs`: a tuple of arguments, or a list of such tuples), a `cuvil.compile`d torch module, an optimised
     ONNX model (`load_onnx(p).optimize()`), a `cuvil.Executable`, or `{entry name: obj}` for several entry points.
-    `include_c` adds the generated C (`cuvil inspect --c` prints it)."""
-    if target != "cpu":
-        raise UnsupportedError(f"cuvil.export: target {target!r} is not supported yet (only 'cpu')")
+    `include_c` adds the generated C (`cuvil inspect --c` prints it). `target` (docs/targets.md): "cpu" (this
+    machine), a row ("x86_64-v3", "aarch64"), a family ("x86_64": every level, the loader picks the best), or a list
+    of rows of one architecture; a jit function with `example_inputs` is compiled for it."""
     from .backends.cpu import export as cpu_export
+    from .backends.cpu import targets
 
+    targets.levels(target)  # an unknown name fails before anything compiles
     named = obj if isinstance(obj, dict) else {entry: obj}
     executables: dict = {}
     for name, item in named.items():
-        variants = _executables(item, example_inputs if not isinstance(obj, dict) else None)
+        variants = _executables(item, example_inputs if not isinstance(obj, dict) else None, target)
         for k, (exe, route) in enumerate(variants):
-            if exe.target != "cpu":
-                raise UnsupportedError(f"cuvil.export: {name!r} was compiled for {exe.target!r}, not 'cpu'")
+            if exe.target == "interpreter":
+                raise UnsupportedError(f"cuvil.export: {name!r} was compiled for the interpreter, not native code")
             executables[name if k == 0 else f"{name}__{k}"] = (exe, {**route, **({"variant_of": name} if k else {})})
-    cpu_export.write(os.fspath(path), executables, include_c=include_c)
+    cpu_export.write(os.fspath(path), executables, include_c=include_c, target=target)
 
 
-def _executables(obj, example_inputs) -> list:
+def _executables(obj, example_inputs, target="cpu") -> list:
     """[(Executable, route data)] of one exported object, one per compiled signature."""
     if isinstance(obj, Executable):
         return [(obj, {"kind": "ir"})]
     if getattr(obj, "_cuvil_jit", False):
-        return _jit(obj, example_inputs)
+        return _jit(_for_target(obj, target) if example_inputs is not None else obj, example_inputs)
     exe = getattr(obj, "executable", None)
     if isinstance(exe, Executable) and hasattr(obj, "signature"):  # a cuvil.compile'd torch module
         out_spec = obj.signature.out_spec
@@ -73,6 +75,13 @@ def _jit(fn, example_inputs) -> list:
         raise UnsupportedError(f"cuvil.export: {fn.__wrapped__.__qualname__} has no compiled signature; call it "
                                "once or give example_inputs=")
     return [(c.executable, _jit_route(c)) for c in compiled]
+
+
+def _for_target(fn, target):
+    """The jit function compiling for `target` (its layout depends on the target's vector width)."""
+    if not isinstance(target, str) or fn.options["target"] == target:
+        return fn
+    return type(fn)(fn.python_function, receiver=fn.receiver, **{**fn.options, "target": target})
 
 
 def _jit_route(c) -> dict:

@@ -17,33 +17,39 @@ from ...ir.core import Module
 from ...ir import serialize
 from ...runtime import container, entries, host
 from ...version import __version__
-from . import codegen, fastcall, standalone
+from . import codegen, fastcall, standalone, targets
+from .executable import binding_table
 
 
 class _Entry:
-    """One executable taken apart: its generated C, constants, saved prepared buffers and signature."""
+    """One executable taken apart: its generated C, constants, saved prepared buffers and signature. For the host,
+    what its loaded function holds; for other targets, C generated again from the IR (under `targets.use`), no
+    prepared buffer saved (the target's own `prepare` fills them at load: their layout is the target's)."""
 
-    def __init__(self, exe, route: dict):
-        run = exe._run
-        program = run.program
-        if getattr(program, "source", None) is None:  # loaded from a file: generate its C again from the IR
+    def __init__(self, exe, route: dict, host_code: bool):
+        run = exe._run if host_code else None
+        program = getattr(run, "program", None)
+        if getattr(program, "source", None) is None:  # loaded from a file, or another target: C again from the IR
             program = codegen.generate(exe.module)
-        self.exe, self.route, self.run, self.program = exe, route, run, program
-        self.consts = run._consts[:len(program.constants)]
+        fn = program.function
+        self.exe, self.route, self.program = exe, route, program
+        self.arg_types, self.out_types, self.constraints = [a.type for a in fn.args], fn.result_types, fn.constraints
+        self.consts = run._consts[:len(program.constants)] if run else [np.ascontiguousarray(exe.module.constants[n])
+                                                                         for n in program.constants]
         self.prepared = {j: run.prepared[j] for j, keep in enumerate(program.prepared_saved)
-                         if keep and j < len(run.prepared)}
+                         if keep and j < len(run.prepared)} if run else {}
 
     def meta(self, prefix: str, layout: dict) -> dict:
-        run, program = self.run, self.program
+        program = self.program
         names = self.route.get("names") or [a.name for a in program.function.args]
-        out_names = self.route.get("output_names") or [f"output_{j}" for j in range(len(run.out_types))]
-        checks = fastcall.check_program(run.arg_types, run.out_types, program.symbols, run._binders,
-                                        run._constraints)
+        out_names = self.route.get("output_names") or [f"output_{j}" for j in range(len(self.out_types))]
+        checks = fastcall.check_program(self.arg_types, self.out_types, program.symbols,
+                                        binding_table(program.symbols, self.arg_types), self.constraints)
         return {
             "prefix": prefix, "fingerprint": fingerprint(self.exe.module),
-            "inputs": [_param(n, t) for n, t in zip(names, run.arg_types)],
-            "outputs": [_param(n, t) for n, t in zip(out_names, run.out_types)],
-            "symbols": list(program.symbols), "relations": [format_relation(r) for r in run._constraints],
+            "inputs": [_param(n, t) for n, t in zip(names, self.arg_types)],
+            "outputs": [_param(n, t) for n, t in zip(out_names, self.out_types)],
+            "symbols": list(program.symbols), "relations": [format_relation(r) for r in self.constraints],
             "arena_bytes": _arena_text(program.plan.slots),
             "constants": [{"name": n, "dtype": _dtype(a), "shape": list(a.shape), **layout["consts"][_key(a)]}
                           for n, a in zip(program.constants, self.consts)],
@@ -59,9 +65,13 @@ class _Entry:
         return print_module(view, elide_constants_over=serialize._INLINE_MAX_ELEMENTS)
 
 
-def write(path, executables: dict, include_c: bool = False) -> None:
-    """Write `{entry name: (Executable, route data)}` into one `.cuv` at `path` (atomically)."""
-    parts = {name: _Entry(exe, route) for name, (exe, route) in executables.items()}
+def write(path, executables: dict, include_c: bool = False, target="cpu") -> None:
+    """Write `{entry name: (Executable, route data)}` into one `.cuv` at `path` (atomically), with native code
+    for each level `target` names (targets.levels: a row, a family or a list of rows of one architecture)."""
+    rows = targets.levels(target)
+    host_code = targets.runs_here(rows)
+    with targets.use(rows):
+        parts = {name: _Entry(exe, route, host_code and exe.target == "cpu") for name, (exe, route) in executables.items()}
     for name in parts:
         if not entries.NAME.match(name):
             raise ValueError(f"entry name {name!r} must match [A-Za-z_][A-Za-z0-9_]* (at most 63 characters)")
@@ -69,14 +79,14 @@ def write(path, executables: dict, include_c: bool = False) -> None:
     prepared, prep_layout = _pack([a for p in parts.values() for a in p.prepared.values()])
     layout = {"consts": const_layout, "prepared": prep_layout}
     metas = {name: p.meta(standalone.entry_prefix(k), layout) for k, (name, p) in enumerate(parts.items())}
-    features = host.feature_bits()  # code built with -march=native needs what this CPU has
-    meta = {"format": 1, "cuvil_version": __version__, "target": "cpu", "triple": host.triple(),
-            "features": host.names(features), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "entries": metas}
     sources = [p.program.source for p in parts.values()]
+    natives = _natives(rows, sources)
+    features = min((s.features for s in natives), key=lambda f: bin(f).count("1"))  # the least demanding level
+    meta = {"format": 1, "cuvil_version": __version__, "target": target if isinstance(target, str) else list(target),
+            "levels": [r.name for r in rows], "triple": rows[0].triple, "features": host.names(features),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "entries": metas}
     sections = [container.Section("meta", [json.dumps(meta).encode()]),
-                container.Section("entries", [entries.format_entries(metas).encode()]),
-                container.Section("native", [standalone.build(sources)], features=features)]
+                container.Section("entries", [entries.format_entries(metas).encode()]), *natives]
     if consts:
         sections.append(container.Section("consts", consts))
     if prepared:
@@ -87,7 +97,16 @@ def write(path, executables: dict, include_c: bool = False) -> None:
         csrc = {name: standalone.prefixed(src, standalone.entry_prefix(k))  # the C as compiled
                 for k, (name, src) in enumerate(zip(parts, sources))}
         sections.append(container.Section("csrc", [zlib.compress(json.dumps(csrc).encode())], container.ZLIB))
-    container.write(path, sections, host.triple(), features)
+    container.write(path, sections, rows[0].triple, features)
+
+
+def _natives(rows: tuple, sources: list) -> list:
+    """One native section per level, `native`, `native.1`, ...: each with the CPU features its code needs (the
+    host's: every feature this CPU has, since -march=native may use any)."""
+    return [container.Section("native" if k == 0 else f"native.{k}",
+                              [standalone.build(sources, target=None if row.is_host else row)],
+                              features=host.cpuinfo_bits() if row.is_host else host.bits(row.features))
+            for k, row in enumerate(rows)]
 
 
 def _pack(arrays: list) -> tuple:

@@ -20,12 +20,12 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import ShapeError
-from . import toolchain
+from . import targets, toolchain
 
 ACTIVATIONS = {"none": 0, "relu": 1, "gelu_tanh": 2, "gelu_erf": 3, "sigmoid": 4, "tanh": 5, "relu6": 6}
 ABI_VERSION = 1
 SOURCES = ("gemm.c", "dwconv.c", "conv_nchwc.c", "winograd.c")  # one unit: the convs use gemm.c's threads and allocator
-HEADERS = ("cuvil_kernels.h", "cuvil_simd.h")
+HEADERS = ("cuvil_kernels.h", "cuvil_simd.h", "cuvil_omp.h")
 
 _i64, _f32, _int, _ptr = ctypes.c_int64, ctypes.c_float, ctypes.c_int, ctypes.c_void_p
 _SGEMM_ARGS = [_i64, _i64, _i64, _f32, _ptr, _i64, _i64, _ptr, _i64, _i64, _f32, _ptr, _i64, _ptr, _int]
@@ -52,10 +52,10 @@ SIGNATURES = {
 }
 
 
-def conv_block() -> int:
-    """Channels per block of the blocked convolution kernel: one vector of f32 on the host."""
-    features = toolchain.cpu_features()
-    return 16 if "avx512f" in features else 8 if "avx2" in features or "avx" in features else 4
+def conv_block():
+    """Channels per block of the blocked convolution kernel: one vector of f32 on the target compiled for (the
+    host by default); None where the levels of one file differ in width (convolutions stay unblocked)."""
+    return targets.layout_lanes()
 
 
 def include_dir() -> Path:

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <stdio.h>
-#include <omp.h>
+#include "cuvil_omp.h"
 #include <pthread.h>
 
 #include "cuvil_kernels.h"
