@@ -71,7 +71,8 @@ def write(path, executables: dict, include_c: bool = False, target="cpu") -> Non
     rows = targets.levels(target)
     host_code = targets.runs_here(rows)
     with targets.use(rows):
-        parts = {name: _Entry(exe, route, host_code and exe.target == "cpu") for name, (exe, route) in executables.items()}
+        parts = {name: _Entry(exe, route, host_code and exe.target == "cpu")
+                 for name, (exe, route) in executables.items()}
     for name in parts:
         if not entries.NAME.match(name):
             raise ValueError(f"entry name {name!r} must match [A-Za-z_][A-Za-z0-9_]* (at most 63 characters)")

@@ -116,7 +116,8 @@ def _cross_compiler(target) -> Compiler:
     """`CUVIL_CC_<ARCH>`, else the Debian cross gcc, else zig; the error names the packages that provide one."""
     arch = target.triple.split("-")[0]
     variable = f"CUVIL_CC_{arch.upper()}"
-    names = [os.environ[variable]] if os.environ.get(variable) else [f"{target.gcc_prefix}gcc"] * bool(target.gcc_prefix)
+    debian_gcc = [f"{target.gcc_prefix}gcc"] if target.gcc_prefix else []
+    names = [os.environ[variable]] if os.environ.get(variable) else debian_gcc
     for name in [] if _prefer_zig() else names:
         path = shutil.which(name)
         if path:
