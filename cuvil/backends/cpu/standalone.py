@@ -62,7 +62,10 @@ def _link(objects: list, prefixes: list, target=None) -> bytes:
     with tempfile.TemporaryDirectory(prefix="cuvil-link-") as tmp:
         script, out = Path(tmp) / "exports.map", Path(tmp) / "model.so"
         script.write_text(f"{{ global: {exported} local: *; }};\n")
-        cmd = [*compiler.command, "-shared", *toolchain.link_flags(compiler), "-o", str(out), *map(str, objects), "-lm",
+        inputs = [Path(tmp) / f"{k}.o" for k in range(len(objects))]  # the cache names them lib.so: zig's clang
+        for link, obj in zip(inputs, objects):  # would take those for shared libraries
+            link.symlink_to(obj)
+        cmd = [*compiler.command, "-shared", *toolchain.link_flags(compiler), "-o", str(out), *map(str, inputs), "-lm",
                f"-Wl,--version-script={script}", "-Wl,--no-undefined", "-Wl,-z,noexecstack", "-Wl,--as-needed"]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
