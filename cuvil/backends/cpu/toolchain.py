@@ -37,7 +37,6 @@ import time
 from pathlib import Path
 
 from ...errors import CuvilError
-from ...runtime import host
 
 try:  # POSIX only; without it concurrent builds still publish atomically, they may just compile twice.
     import fcntl
@@ -89,11 +88,13 @@ class Build:
 
 def find_compiler(target=None) -> Compiler:
     """The compiler for `target` (a targets.Target; None: the host), by the order in this module's docstring."""
-    if target is not None and target.triple != host.triple():
+    from ...runtime.host import triple  # not at import: the runtime package loads the backend's executable
+
+    if target is not None and target.triple != triple():
         return _cross_compiler(target)
     path = compiler_path()
     if path == _zig_path():
-        return _zig_compiler(host.triple(), path)
+        return _zig_compiler(triple(), path)
     return _probe_compiler(path, os.stat(path).st_mtime_ns)
 
 

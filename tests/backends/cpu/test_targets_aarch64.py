@@ -5,6 +5,7 @@ tolerances. CI installs qemu-user, gcc-aarch64-linux-gnu and libc6-arm64-cross (
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import zlib
@@ -83,3 +84,30 @@ def test_sve_level_needs_sve(runtime, tmp_path):
     done = subprocess.run([*runtime, str(path), "--info"], capture_output=True, text=True,
                           env={**os.environ, "QEMU_CPU": "cortex-a57"})
     assert done.returncode != 0 and "lacks sve" in done.stderr, done.stderr
+
+
+def _disassembly(obj) -> str:
+    objdump = models.require("aarch64-linux-gnu-objdump", "binutils-aarch64-linux-gnu (with the cross gcc)")
+    return subprocess.run([objdump, "-d", str(obj)], capture_output=True, text=True, check=True).stdout
+
+
+def test_kernels_use_neon_vectors(runtime):
+    """The kernel library's vector code (GEMM micro-kernel, convolutions, exp/tanh) lowers to 4-lane NEON
+    arithmetic for aarch64, not scalar loops (4-lane `fmul`/`fadd`, fused into `fmla` from -O2 on)."""
+    from cuvil.backends.cpu import standalone
+
+    kernels = standalone.library_objects(1, targets.get("aarch64"))[0]
+    text = _disassembly(kernels)
+    vector = len(re.findall(r"\t(?:fmla|fmul|fadd)\tv\d+\.4s", text))
+    scalar = len(re.findall(r"\t(?:fmadd|fmul|fadd)\ts\d+", text))
+    assert vector > 1000 and vector > 20 * scalar, (vector, scalar)
+
+
+def test_sve_level_uses_sve(runtime):
+    """The SVE level's code, at the release -O3, uses SVE's scalable vectors (z registers) where the compiler
+    vectorises loops itself; the kernels' explicit vectors stay 128-bit NEON."""
+    from cuvil.backends.cpu import standalone
+
+    text = _disassembly(standalone.library_objects(3, targets.get("aarch64-sve"))[0])
+    assert re.search(r"\tf(?:mul|add|mla|mad)\tz\d+\.s", text), "no SVE vector arithmetic"
+    assert len(re.findall(r"\tfmla\tv\d+\.4s", text)) > 1000

@@ -1,7 +1,9 @@
 /* Portable SIMD for Cuvil's kernels: GCC/Clang vector extensions sized by the target's features, and
  * vectorised exp, tanh, erf, sigmoid and the activations built on them.
  *
- * Lanes: 16 with AVX-512, 8 with AVX/AVX2, 4 otherwise (NEON, SSE; other targets lower to scalar code).
+ * Lanes: 16 with AVX-512, 8 with AVX/AVX2, 4 otherwise: NEON on aarch64 (every kernel's vectors are 4-lane
+ * NEON registers there: fmla/fmul/bsl, checked by tests/backends/cpu/test_targets_aarch64.py), SSE, and SIMD128 on
+ * wasm32. The target's flags (backends/cpu/targets.py) decide which of these macros the compiler defines.
  * Accuracy over finite inputs, measured against float64 by tests/backends/cpu/test_gemm.py:
  *   exp, sigmoid, tanh: relative error < 2e-7 (tests allow 3e-7);
  *   erf: absolute < 2e-7 (Abramowitz-Stegun 7.1.26); gelu: absolute < 2e-7 * max(1, |x|).
