@@ -12,13 +12,15 @@ from typing import Iterable, Optional
 
 import numpy as np
 
+from .backends.cpu import targets as native_targets
 from .errors import UnsupportedError, VerificationError
 from .interpreter import interpret
 from .ir.core import Module
 from .ir.verifier import verify
 
 log = logging.getLogger("cuvil.compiler")
-TARGETS = ("cpu", "interpreter")
+# "cpu" is the host; the C backend's other rows and families (backends/cpu/targets.py) compile for a `.cuv`.
+TARGETS = ("cpu", "interpreter", *native_targets.NAMES[1:])
 
 
 class Executable:
@@ -85,10 +87,16 @@ def compile_module(module: Module, target: str = "cpu", passes: Iterable = (), l
     if enable_fusion is None:
         enable_fusion = module.metadata.get("enable_fusion", "true") != "false"
     each_pass = verify_passes()
-    manager = run_pipeline(module, default_pipeline(target, level, passes, enable_fusion), verify=each_pass)
+    if target == "interpreter":
+        manager = run_pipeline(module, default_pipeline(target, level, passes, enable_fusion), verify=each_pass)
+    else:
+        with native_targets.use(target):  # the layout passes read the target's vector width
+            manager = run_pipeline(module, default_pipeline(target, level, passes, enable_fusion), verify=each_pass)
     if not each_pass:
         _verify_result(module)
     log.debug("pass timings:\n%s", manager.timing_report())
+    if target != "interpreter" and target != "cpu":
+        return Executable(module, target, _runs_elsewhere(target), dict(manager.timings))
     if target == "cpu":
         from .backends.cpu.backend import build_library
         from .backends.cpu.executable import CpuFunction
@@ -99,6 +107,15 @@ def compile_module(module: Module, target: str = "cpu", passes: Iterable = (), l
             exe.set_num_threads(num_threads)
         return exe
     return Executable(module, target, lambda inputs: interpret(module, inputs), dict(manager.timings))
+
+
+def _runs_elsewhere(target: str):
+    """The call of an executable compiled for another machine: only the host's code is loaded in-process."""
+    def run(inputs):
+        raise UnsupportedError(f"this function was compiled for target {target!r}, which this process does not run: "
+                               f"write it with cuvil.export(..., target={target!r}) and cuvil.load it on a machine "
+                               "that has that CPU (docs/targets.md)")
+    return run
 
 
 def verify_passes() -> bool:

@@ -18,7 +18,7 @@ import os
 from .compiler import Executable
 from .errors import UnsupportedError
 
-TARGETS = ("cpu", "wasm32")  # "wasm32": a WebAssembly module (SIMD128) that cuvil.js and cuvil.runtime.wasm run
+WASM = "wasm32"
 
 
 def export(obj, path, target: str = "cpu", *, entry: str = "main", example_inputs=None,
@@ -26,28 +26,32 @@ def export(obj, path, target: str = "cpu", *, entry: str = "main", example_input
     """Write `obj` to `path` as a `.cuv`: a `@cuvil.jit` function (every signature compiled so far, or those of
     `example_inputs`: a tuple of arguments, or a list of such tuples), a `cuvil.compile`d torch module, an optimised
     ONNX model (`load_onnx(p).optimize()`), a `cuvil.Executable`, or `{entry name: obj}` for several entry points.
-    `include_c` adds the generated C (`cuvil inspect --c` prints it)."""
-    if target not in TARGETS:
-        raise UnsupportedError(f"cuvil.export: target {target!r} is not supported (targets: {', '.join(TARGETS)})")
+    `include_c` adds the generated C (`cuvil inspect --c` prints it). `target` (docs/targets.md): "cpu" (this
+    machine), a row ("x86_64-v3", "aarch64"), a family ("x86_64": every level, the loader picks the best), a list
+    of rows of one architecture (a jit function with `example_inputs` is compiled for it), or "wasm32" (a
+    WebAssembly module, SIMD128, that cuvil.js and cuvil.runtime.wasm run; built from this machine's C)."""
     from .backends.cpu import export as cpu_export
+    from .backends.cpu import targets
 
+    if target != WASM:
+        targets.levels(target)  # an unknown name fails before anything compiles
     named = obj if isinstance(obj, dict) else {entry: obj}
     executables: dict = {}
     for name, item in named.items():
-        variants = _executables(item, example_inputs if not isinstance(obj, dict) else None)
+        variants = _executables(item, example_inputs if not isinstance(obj, dict) else None, target)
         for k, (exe, route) in enumerate(variants):
-            if exe.target != "cpu":
-                raise UnsupportedError(f"cuvil.export: {name!r} was compiled for {exe.target!r}, not 'cpu'")
+            if exe.target == "interpreter":
+                raise UnsupportedError(f"cuvil.export: {name!r} was compiled for the interpreter, not native code")
             executables[name if k == 0 else f"{name}__{k}"] = (exe, {**route, **({"variant_of": name} if k else {})})
     cpu_export.write(os.fspath(path), executables, include_c=include_c, target=target)
 
 
-def _executables(obj, example_inputs) -> list:
+def _executables(obj, example_inputs, target="cpu") -> list:
     """[(Executable, route data)] of one exported object, one per compiled signature."""
     if isinstance(obj, Executable):
         return [(obj, {"kind": "ir"})]
     if getattr(obj, "_cuvil_jit", False):
-        return _jit(obj, example_inputs)
+        return _jit(_for_target(obj, target) if example_inputs is not None else obj, example_inputs)
     exe = getattr(obj, "executable", None)
     if isinstance(exe, Executable) and hasattr(obj, "signature"):  # a cuvil.compile'd torch module
         out_spec = obj.signature.out_spec
@@ -75,6 +79,13 @@ def _jit(fn, example_inputs) -> list:
         raise UnsupportedError(f"cuvil.export: {fn.__wrapped__.__qualname__} has no compiled signature; call it "
                                "once or give example_inputs=")
     return [(c.executable, _jit_route(c)) for c in compiled]
+
+
+def _for_target(fn, target):
+    """The jit function compiling for `target` (its layout depends on the target's vector width)."""
+    if not isinstance(target, str) or target == WASM or fn.options["target"] == target:
+        return fn
+    return type(fn)(fn.python_function, receiver=fn.receiver, **{**fn.options, "target": target})
 
 
 def _jit_route(c) -> dict:

@@ -2,6 +2,7 @@
 from .builder import Builder
 from .core import UNKNOWN_LOC, Function, Location, Module, Op, Region, Relation, ShapeContext, Value
 from .dtypes import DType
+from . import printer  # noqa: F401, E402 (registers str(Module): the text form)
 from .symbolic import Dim, SymExpr, parse_dim, sym
 from .types import TensorType, parse_type
 

@@ -272,10 +272,12 @@ class Module:
             return next(iter(self.functions.values()))
         raise KeyError("module has no function @main")
 
-    def __str__(self) -> str:
-        from .printer import print_module
+    # The text form lives in printer.py, which registers it here (the core does not import the printer, which
+    # imports the core); importing cuvil.ir loads it.
+    printer = None
 
-        return print_module(self)
+    def __str__(self) -> str:
+        return Module.printer(self)
 
 
 class ShapeContext:

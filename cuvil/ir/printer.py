@@ -136,3 +136,6 @@ def print_function(module: Module, fn: Function) -> str:
     p = _Printer(None)
     p.function(fn, "")
     return "\n".join(p.lines) + "\n"
+
+
+Module.printer = print_module  # str(module), without a cycle between the core and its printer

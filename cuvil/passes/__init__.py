@@ -26,12 +26,12 @@ def default_pipeline(target: str = "cpu", level: int = 2, passes: Iterable[Pass]
     if level >= 1:
         pb.add_fixpoint("cleanup", FoldConstants(), Simplify(), Canonicalize(), CSE(), DCE())
         pb.add(Recompose(), FoldBatchNorm(), DCE())
-    if target == "cpu":
+    if target != "interpreter":  # a C-backend target (backends/cpu/targets.py)
         from ..backends.cpu.backend import conv_block, keeps_composite
         from ..backends.cpu.loops import REDUCE_OPS, is_loop_op
 
         pb.add(Decompose(keep=keeps_composite), SplitToSlices())
-        if level >= 1:
+        if level >= 1 and conv_block() is not None:
             pb.add(BlockLayout(conv_block()))
         pb.add_fixpoint("cleanup-lowered", FoldConstants(), Simplify(), Canonicalize(), CSE(), DCE())
         if enable_fusion:

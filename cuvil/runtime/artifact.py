@@ -134,7 +134,9 @@ def load(path) -> Artifact:
     if lib.cuvil_abi_version() != 1:
         raise ArtifactError(f"{container.path}: native ABI version {lib.cuvil_abi_version()}, this loader knows 1")
     _default_threads(lib)
-    return Artifact(container, meta, lib, verified)
+    artifact = Artifact(container, meta, lib, verified)
+    artifact.native = native  # the level chosen: `native`, `native.1`, ... (meta["levels"] names them in order)
+    return artifact
 
 
 def check(path) -> dict:

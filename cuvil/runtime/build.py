@@ -1,6 +1,7 @@
-"""Build the standalone C runtime (cuvil/runtime/c/) and `cuvil-run` with the system C compiler.
+"""Build the standalone C runtime (cuvil/runtime/c/) and `cuvil-run` with the system C compiler, or for another
+target with its cross toolchain (docs/targets.md).
 
-    cuvil build-runtime --out DIR [--sanitize]     (or python -m cuvil.runtime.build --out DIR)
+    cuvil build-runtime --out DIR [--sanitize] [--target aarch64]    (or python -m cuvil.runtime.build --out DIR)
 
 gives DIR/libcuvilrt.so, DIR/libcuvilrt.a, DIR/cuvil-run (linked with the static library, so it runs without
 Python or the build folder) and DIR/include/cuvil_runtime.h. The release build is -Os and stripped; `sanitize`
@@ -20,7 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..backends.cpu import toolchain
+from ..backends.cpu import targets, toolchain
 from ..errors import CuvilError
 
 SOURCE_DIR = Path(__file__).with_name("c")
@@ -49,26 +50,29 @@ def sources() -> list[Path]:
     return [SOURCE_DIR / name for name in (*LIBRARY_SOURCES, *HEADERS, CLI_SOURCE)]
 
 
-def build_runtime(out_dir, *, sanitize: bool = False) -> RuntimeBuild:
-    """Compile libcuvilrt.so, libcuvilrt.a and cuvil-run into `out_dir`; raises CompileError with the compiler's
-    message when a step fails."""
+def build_runtime(out_dir, *, sanitize: bool = False, target: str = "cpu") -> RuntimeBuild:
+    """Compile libcuvilrt.so, libcuvilrt.a and cuvil-run into `out_dir` for `target` (a row of targets.py: the
+    runtime is plain C99, so only its architecture matters); raises CompileError with the compiler's message
+    when a step fails."""
     out = Path(out_dir)
     objects_dir = out / "obj"
     objects_dir.mkdir(parents=True, exist_ok=True)
-    cc = toolchain.find_compiler().path
+    row = targets.levels(target)[0]
+    compiler = toolchain.find_compiler(None if row.is_host else row)
+    cc = compiler.command
     mode = SANITIZE_FLAGS if sanitize else RELEASE_FLAGS
     objects = []
     for name in LIBRARY_SOURCES:
         obj = objects_dir / name.replace(".c", ".o")
         extra = HASH_FLAGS if name == "cuvil_hash.c" and not sanitize else ()
-        _run([cc, *COMMON_FLAGS, *mode, *extra, "-c", str(SOURCE_DIR / name), "-o", str(obj)])
+        _run([*cc, *COMMON_FLAGS, *mode, *extra, "-c", str(SOURCE_DIR / name), "-o", str(obj)])
         objects.append(str(obj))
     strip = () if sanitize else ("-s", "-Wl,--gc-sections")
     shared, static, cli = out / "libcuvilrt.so", out / "libcuvilrt.a", out / "cuvil-run"
-    _run([cc, *mode, "-shared", *strip, *objects, "-o", str(shared), *LINK_LIBS])
+    _run([*cc, *mode, "-shared", *strip, *objects, "-o", str(shared), *LINK_LIBS])
     static.unlink(missing_ok=True)
-    _run([_archiver(cc), "rcs", str(static), *objects])
-    _run([cc, *COMMON_FLAGS, *mode, *strip, str(SOURCE_DIR / CLI_SOURCE), str(static), "-o", str(cli), *LINK_LIBS])
+    _run([*_archiver(compiler), "rcs", str(static), *objects])
+    _run([*cc, *COMMON_FLAGS, *mode, *strip, str(SOURCE_DIR / CLI_SOURCE), str(static), "-o", str(cli), *LINK_LIBS])
     include = out / "include"
     include.mkdir(exist_ok=True)
     header = Path(shutil.copy(SOURCE_DIR / "cuvil_runtime.h", include / "cuvil_runtime.h"))
@@ -76,17 +80,20 @@ def build_runtime(out_dir, *, sanitize: bool = False) -> RuntimeBuild:
     return RuntimeBuild(shared, static, cli, header, sizes)
 
 
-def _archiver(cc: str) -> str:
-    """The `ar` beside the compiler (gcc and clang name theirs), else the one on PATH."""
+def _archiver(compiler: toolchain.Compiler) -> list:
+    """zig's own `ar`; else the `ar` beside the compiler (gcc and clang name theirs), else the one on PATH."""
+    if compiler.family == "zig":
+        return [compiler.path, "ar"]
     try:
-        named = subprocess.run([cc, "-print-prog-name=ar"], capture_output=True, text=True, timeout=30).stdout.strip()
+        named = subprocess.run([compiler.path, "-print-prog-name=ar"], capture_output=True, text=True,
+                               timeout=30).stdout.strip()
     except OSError:
         named = ""
     found = shutil.which(named) if named else None
     found = found or shutil.which("ar")
     if not found:
         raise toolchain.CompilerNotFoundError("building libcuvilrt.a needs `ar` (binutils), which is not on PATH")
-    return found
+    return [found]
 
 
 def _run(cmd: list) -> None:
@@ -101,9 +108,10 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="cuvil build-runtime", description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, help="folder for libcuvilrt.so, libcuvilrt.a, cuvil-run, include/")
     parser.add_argument("--sanitize", action="store_true", help="build with AddressSanitizer (not stripped)")
+    parser.add_argument("--target", default="cpu", help="a target of docs/targets.md (default: this machine)")
     args = parser.parse_args(argv)
     try:
-        built = build_runtime(args.out, sanitize=args.sanitize)
+        built = build_runtime(args.out, sanitize=args.sanitize, target=args.target)
     except CuvilError as e:
         print(f"cuvil build-runtime: error: {e}", file=sys.stderr)
         return 1

@@ -24,9 +24,19 @@ def triple() -> str:
     return f"{machine}-{sys.platform}-gnu" if sys.platform == "linux" else f"{machine}-{sys.platform}"
 
 
-@functools.lru_cache(maxsize=1)
+MASK_VARIABLE = "CUVIL_DISABLE_CPU_FEATURES"
+
+
 def feature_bits() -> int:
-    """The host's feature bits, from /proc/cpuinfo (0 where it cannot be read: only featureless code loads)."""
+    """The host's feature bits, less those `CUVIL_DISABLE_CPU_FEATURES` names (comma-separated, as in
+    `host.FEATURE_BITS`: `avx512f` makes a file's AVX-512 level unusable, so its AVX2 level loads). The C runtime
+    reads the same variable."""
+    return cpuinfo_bits() & ~bits(os.environ.get(MASK_VARIABLE, "").replace(",", " ").split())
+
+
+@functools.lru_cache(maxsize=1)
+def cpuinfo_bits() -> int:
+    """From /proc/cpuinfo (0 where it cannot be read: only featureless code loads)."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ...progress import step as progress_step
 from ...ir.core import Module
-from . import codegen, fastcall, kernels, library_rows, toolchain
+from . import codegen, fastcall, kernels, library_rows, targets, toolchain
 from .kernels import conv_block  # noqa: F401 (the passes and tests ask the backend)
 from .executable import CpuFunction
 from .library import EMITTERS
@@ -46,12 +46,11 @@ def opt_level() -> int:
     return int(env) if env.isdigit() else 3
 
 
-def model_flags() -> tuple:
-    """Flags for generated model code: no errno from math (so sqrt vectorises), and full-width AVX-512 vectors
-    where the host has them (GCC's tuning otherwise prefers 256 bits; 512 runs the vectorised exp/tanh/sigmoid
-    1.5-2x faster here)."""
-    wide = ("-mprefer-vector-width=512",) if "avx512f" in toolchain.cpu_features() else ()
-    return ("-fno-math-errno", *wide)
+def model_flags(target=None) -> tuple:
+    """Flags for generated model code: no errno from math (so sqrt vectorises), and the target's own (full-width
+    AVX-512 vectors where it has them: GCC's tuning otherwise prefers 256 bits; 512 runs the vectorised
+    exp/tanh/sigmoid 1.5-2x faster here)."""
+    return ("-fno-math-errno", *(target or targets.host_target()).model_flags)
 
 
 def build(module: Module, instrument: bool = False) -> CpuFunction:

@@ -71,6 +71,18 @@ def _swap_threads(lib: ctypes.CDLL):
     return None
 
 
+def binding_table(symbols, arg_types) -> list:
+    """(input, axis) that binds each symbolic size."""
+    table = []
+    for name in symbols:
+        site = next(((i, ax) for i, t in enumerate(arg_types) for ax, d in enumerate(t.shape)
+                     if _plain_symbol(d) == name), None)
+        if site is None:
+            raise CuvilError(f"symbolic size {name} is not a dimension of any input, so a call cannot bind it")
+        table.append(site)
+    return table
+
+
 class CpuFunction:
     """The callable behind an Executable on the CPU target: NumPy arrays in, NumPy arrays out."""
 
@@ -89,7 +101,7 @@ class CpuFunction:
         self._arena_bytes.restype = ctypes.c_int64
         lib.cuvil_last_error.restype = ctypes.c_char_p
         self._failure = functools.partial(call_failure, lib.cuvil_last_error)  # holds the library, not self
-        self._binders = self._binding_table()
+        self._binders = binding_table(program.symbols, self.arg_types)
         self._constraints = list(fn.constraints)
         self._consts = [np.ascontiguousarray(constants[name]) for name in program.constants]
         saved = prepared or {}
@@ -135,16 +147,6 @@ class CpuFunction:
                              f"library's sizes {sizes} (64-byte aligned)")
         return [np.ascontiguousarray(saved[j]) if j in saved else aligned_empty(n, np.uint8)
                 for j, n in enumerate(sizes)]
-
-    def _binding_table(self) -> list:
-        table = []
-        for name in self.program.symbols:
-            site = next(((i, ax) for i, t in enumerate(self.arg_types) for ax, d in enumerate(t.shape)
-                         if _plain_symbol(d) == name), None)
-            if site is None:
-                raise CuvilError(f"symbolic size {name} is not a dimension of any input, so a call cannot bind it")
-            table.append(site)
-        return table
 
     # -- a call ------------------------------------------------------------------------------------
     def _fast_path_tables(self) -> None:

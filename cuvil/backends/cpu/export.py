@@ -17,35 +17,41 @@ from ...ir.core import Module
 from ...ir import serialize
 from ...runtime import container, entries, host
 from ...version import __version__
-from . import codegen, fastcall, standalone, wasm
+from . import codegen, fastcall, standalone, targets, wasm
+from .executable import binding_table
 
 
 class _Entry:
-    """One executable taken apart: its generated C, constants, saved prepared buffers and signature."""
+    """One executable taken apart: its generated C, constants, saved prepared buffers and signature. For the host,
+    what its loaded function holds; for other targets, C generated again from the IR (under `targets.use`), no
+    prepared buffer saved (the target's own `prepare` fills them at load: their layout is the target's)."""
 
-    def __init__(self, exe, route: dict, keep_prepared: bool = True):
-        run = exe._run
+    def __init__(self, exe, route: dict, host_code: bool, keep_prepared: bool = True):
+        run = exe._run if host_code else None
         if hasattr(run, "resolve"):  # a warm artifact-cache hit (cache/store.py): the CpuFunction its first call makes
             run = run.resolve()
-        program = run.program
-        if getattr(program, "source", None) is None:  # loaded from a file: generate its C again from the IR
+        program = getattr(run, "program", None)
+        if getattr(program, "source", None) is None:  # loaded from a file, or another target: C again from the IR
             program = codegen.generate(exe.module)
-        self.exe, self.route, self.run, self.program = exe, route, run, program
-        self.consts = run._consts[:len(program.constants)]
+        fn = program.function
+        self.exe, self.route, self.program = exe, route, program
+        self.arg_types, self.out_types, self.constraints = [a.type for a in fn.args], fn.result_types, fn.constraints
+        self.consts = run._consts[:len(program.constants)] if run else [np.ascontiguousarray(exe.module.constants[n])
+                                                                         for n in program.constants]
         self.prepared = {j: run.prepared[j] for j, keep in enumerate(program.prepared_saved)
-                         if keep and keep_prepared and j < len(run.prepared)}
+                         if keep and keep_prepared and j < len(run.prepared)} if run else {}
 
     def meta(self, prefix: str, layout: dict) -> dict:
-        run, program = self.run, self.program
+        program = self.program
         names = self.route.get("names") or [a.name for a in program.function.args]
-        out_names = self.route.get("output_names") or [f"output_{j}" for j in range(len(run.out_types))]
-        checks = fastcall.check_program(run.arg_types, run.out_types, program.symbols, run._binders,
-                                        run._constraints)
+        out_names = self.route.get("output_names") or [f"output_{j}" for j in range(len(self.out_types))]
+        checks = fastcall.check_program(self.arg_types, self.out_types, program.symbols,
+                                        binding_table(program.symbols, self.arg_types), self.constraints)
         return {
             "prefix": prefix, "fingerprint": fingerprint(self.exe.module),
-            "inputs": [_param(n, t) for n, t in zip(names, run.arg_types)],
-            "outputs": [_param(n, t) for n, t in zip(out_names, run.out_types)],
-            "symbols": list(program.symbols), "relations": [format_relation(r) for r in run._constraints],
+            "inputs": [_param(n, t) for n, t in zip(names, self.arg_types)],
+            "outputs": [_param(n, t) for n, t in zip(out_names, self.out_types)],
+            "symbols": list(program.symbols), "relations": [format_relation(r) for r in self.constraints],
             "arena_bytes": _arena_text(program.plan.slots),
             "constants": [{"name": n, "dtype": _dtype(a), "shape": list(a.shape), **layout["consts"][_key(a)]}
                           for n, a in zip(program.constants, self.consts)],
@@ -61,11 +67,20 @@ class _Entry:
         return print_module(view, elide_constants_over=serialize._INLINE_MAX_ELEMENTS)
 
 
-def write(path, executables: dict, include_c: bool = False, target: str = "cpu") -> None:
-    """Write `{entry name: (Executable, route data)}` into one `.cuv` at `path` (atomically), with native code for
-    `target`: "cpu" (this host) or "wasm32" (a WebAssembly module, whose loader prepares the packed weights itself:
-    their layout is the kernel library's of the target)."""
-    parts = {name: _Entry(exe, route, keep_prepared=target == "cpu") for name, (exe, route) in executables.items()}
+def write(path, executables: dict, include_c: bool = False, target="cpu") -> None:
+    """Write `{entry name: (Executable, route data)}` into one `.cuv` at `path` (atomically), with native code
+    for each level `target` names (targets.levels: a row, a family or a list of rows of one architecture), or
+    for "wasm32" one WebAssembly module (built from the host's C; its loader prepares the packed weights itself,
+    their layout being the target's kernel library's)."""
+    if target == "wasm32":
+        rows, parts = (), {name: _Entry(exe, route, exe.target == "cpu", keep_prepared=False)
+                           for name, (exe, route) in executables.items()}
+    else:
+        rows = targets.levels(target)
+        host_code = targets.runs_here(rows)
+        with targets.use(rows):
+            parts = {name: _Entry(exe, route, host_code and exe.target == "cpu")
+                     for name, (exe, route) in executables.items()}
     for name in parts:
         if not entries.NAME.match(name):
             raise ValueError(f"entry name {name!r} must match [A-Za-z_][A-Za-z0-9_]* (at most 63 characters)")
@@ -74,13 +89,18 @@ def write(path, executables: dict, include_c: bool = False, target: str = "cpu")
     layout = {"consts": const_layout, "prepared": prep_layout}
     metas = {name: p.meta(standalone.entry_prefix(k), layout) for k, (name, p) in enumerate(parts.items())}
     sources = [p.program.source for p in parts.values()]
-    native, triple, features = _native(target, sources, parts.values())
-    meta = {"format": 1, "cuvil_version": __version__, "target": target, "triple": triple,
-            "features": host.names(features), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "entries": metas}
+    if rows:
+        natives = _natives(rows, sources)
+        features = min((s.features for s in natives), key=lambda f: bin(f).count("1"))  # the least demanding level
+        triple, levels = rows[0].triple, [r.name for r in rows]
+    else:
+        natives, triple, features = _wasm_native(sources, parts.values())
+        levels = [target]
+    meta = {"format": 1, "cuvil_version": __version__, "target": target if isinstance(target, str) else list(target),
+            "levels": levels, "triple": triple, "features": host.names(features),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "entries": metas}
     sections = [container.Section("meta", [json.dumps(meta).encode()]),
-                container.Section("entries", [entries.format_entries(metas).encode()]),
-                container.Section("native", [native], features=features)]
+                container.Section("entries", [entries.format_entries(metas).encode()]), *natives]
     if consts:
         sections.append(container.Section("consts", consts))
     if prepared:
@@ -94,14 +114,22 @@ def write(path, executables: dict, include_c: bool = False, target: str = "cpu")
     container.write(path, sections, triple, features)
 
 
-def _native(target: str, sources: list, parts) -> tuple:
-    """(the native section's bytes, the target triple, the feature bits the code needs)."""
-    if target == "wasm32":
-        blocks = {op.operands[1].type.shape[5] for p in parts for op in p.exe.module.main.walk()
-                  if op.name == "conv_nchwc"}
-        return wasm.build(sources, max(blocks, default=None)), wasm.TARGET["triple"], host.bits(wasm.TARGET["features"])
-    features = host.feature_bits()  # code built with -march=native needs what this CPU has
-    return standalone.build(sources), host.triple(), features
+def _wasm_native(sources: list, parts) -> tuple:
+    """([the native section: one WebAssembly module], its triple, its feature bits), its kernels' vectors as wide as
+    the blocks the host's layout chose."""
+    blocks = {op.operands[1].type.shape[5] for p in parts for op in p.exe.module.main.walk() if op.name == "conv_nchwc"}
+    features = host.bits(wasm.TARGET["features"])
+    module = wasm.build(sources, max(blocks, default=None))
+    return [container.Section("native", [module], features=features)], wasm.TARGET["triple"], features
+
+
+def _natives(rows: tuple, sources: list) -> list:
+    """One native section per level, `native`, `native.1`, ...: each with the CPU features its code needs (the
+    host's: every feature this CPU has, since -march=native may use any)."""
+    return [container.Section("native" if k == 0 else f"native.{k}",
+                              [standalone.build(sources, target=None if row.is_host else row)],
+                              features=host.cpuinfo_bits() if row.is_host else host.bits(row.features))
+            for k, row in enumerate(rows)]
 
 
 def _pack(arrays: list) -> tuple:

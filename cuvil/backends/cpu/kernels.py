@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import ShapeError
-from . import toolchain
+from . import targets, toolchain
 
 ACTIVATIONS = {"none": 0, "relu": 1, "gelu_tanh": 2, "gelu_erf": 3, "sigmoid": 4, "tanh": 5, "relu6": 6, "silu": 7,
                "hardswish": 8}
@@ -29,7 +29,7 @@ ABI_VERSION = 1
 # allocator.
 SOURCES = ("cuvil_pool.c", "gemm.c", "dwconv.c", "conv_nchwc.c", "winograd.c", "gemm_int8.c", "gemm_int4.c",
            "gemm_lowp.c")
-HEADERS = ("cuvil_kernels.h", "cuvil_simd.h", "cuvil_math.inc")
+HEADERS = ("cuvil_kernels.h", "cuvil_simd.h", "cuvil_math.inc", "cuvil_omp.h")
 
 _i64, _f32, _int, _ptr = ctypes.c_int64, ctypes.c_float, ctypes.c_int, ctypes.c_void_p
 _SGEMM_ARGS = [_i64, _i64, _i64, _f32, _ptr, _i64, _i64, _ptr, _i64, _i64, _f32, _ptr, _i64, _ptr, _int]
@@ -87,10 +87,10 @@ def activation_code(op) -> int:
     return ACTIVATIONS[op.name]
 
 
-def conv_block() -> int:
-    """Channels per block of the blocked convolution kernel: one vector of f32 on the host."""
-    features = toolchain.cpu_features()
-    return 16 if "avx512f" in features else 8 if "avx2" in features or "avx" in features else 4
+def conv_block():
+    """Channels per block of the blocked convolution kernel: one vector of f32 on the target compiled for (the
+    host by default); None where the levels of one file differ in width (convolutions stay unblocked)."""
+    return targets.layout_lanes()
 
 
 def include_dir() -> Path:

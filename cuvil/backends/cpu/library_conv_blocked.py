@@ -23,8 +23,10 @@ def _conv_nchwc(gen, op, depth: int) -> None:
     block = w.type.shape[5]
 
     if block != conv_block():
-        raise UnsupportedError(f"'conv_nchwc' packs {block} channels per block; this machine's kernel library "
-                               f"uses {conv_block()} (the IR was laid out for another target)")
+        uses = f"uses {conv_block()}" if conv_block() else "has levels of several widths (no blocked layout)"
+        raise UnsupportedError(f"'conv_nchwc' packs {block} channels per block; the target's kernel library {uses}: "
+                               "the IR was laid out for another target. Compile it for this one (target= of "
+                               "cuvil.jit, cuvil.compile or .optimize, or export a jit function with example_inputs=)")
     sizes = (*x.type.shape[:5], w.type.shape[0], *y.type.shape[2:4], *w.type.shape[2:4], *a["strides"],
              *a["pads"][:2], *a["dilations"], a["channels"])
     gen.line(d, f"const int64_t g[17] = {{{', '.join(c_dim(s) for s in sizes)}}};")

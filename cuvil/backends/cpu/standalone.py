@@ -28,41 +28,47 @@ def prefixed(source: str, prefix: str) -> str:
     return "".join(f"#define cuvil_{s} {prefix}{s}\n" for s in ENTRY_SYMBOLS) + source
 
 
-def build(sources: list, opt_level: int | None = None) -> bytes:
-    """The shared object's bytes for the generated C `sources` (entry k gets `entry_prefix(k)`)."""
+def build(sources: list, opt_level: int | None = None, target=None) -> bytes:
+    """The shared object's bytes for the generated C `sources` (entry k gets `entry_prefix(k)`), for `target` (a
+    targets.Target; None: the host)."""
     level = backend.opt_level() if opt_level is None else opt_level
-    objects = [_object(prefixed(src, entry_prefix(k)), "entry", level, backend.model_flags())
+    objects = [_object(prefixed(src, entry_prefix(k)), "entry", level, backend.model_flags(target), target)
                for k, src in enumerate(sources)]
-    return _link(objects + library_objects(level), [entry_prefix(k) for k in range(len(sources))])
+    return _link(objects + library_objects(level, target), [entry_prefix(k) for k in range(len(sources))], target)
 
 
-def library_objects(opt_level: int) -> list:
-    """The objects every exported library links, whatever the model (built once per machine and level): the kernel
+def library_objects(opt_level: int, target=None) -> list:
+    """The objects every exported library links, whatever the model (built once per target and level): the kernel
     library compiled -fPIC and the once-per-library ABI (cuvil_export.c)."""
     kernel_src = "".join(f'#include "{name}"\n' for name in kernels.SOURCES)
-    return [_object(kernel_src, "kernels", opt_level, ()),
-            _object((backend.runtime_dir() / "cuvil_export.c").read_text(), "export", opt_level, ())]
+    return [_object(kernel_src, "kernels", opt_level, (), target),
+            _object((backend.runtime_dir() / "cuvil_export.c").read_text(), "export", opt_level, (), target)]
 
 
-def _object(source: str, name: str, opt_level: int, extra: tuple) -> Path:
+def _object(source: str, name: str, opt_level: int, extra: tuple, target=None) -> Path:
     """An object file compiled -fPIC from `source`, in the toolchain's cache (its entry calls it lib.so)."""
-    flags = tuple(f for f in toolchain.compile_flags(opt_level, extra) if f != "-shared") + ("-c",)
+    compiler = toolchain.find_compiler(target)
+    flags = tuple(f for f in toolchain.compile_flags(opt_level, extra, target, compiler) if f != "-shared") + ("-c",)
     folders = [backend.runtime_dir(), kernels.include_dir()]
     depends = [backend.runtime_dir() / "cuvil_rt.h"] + [kernels.include_dir() / h for h in
                                                         kernels.SOURCES + kernels.HEADERS]
     return toolchain.build_library(source, name=f"obj-{name}", flags=flags, include_dirs=folders,
-                                   depends=depends).path
+                                   depends=depends, target=target).path
 
 
-def _link(objects: list, prefixes: list) -> bytes:
+def _link(objects: list, prefixes: list, target=None) -> bytes:
     """Link with `--no-undefined` (anything not in the objects, libc, libm or libgomp fails here, not at load)."""
-    compiler = toolchain.find_compiler()
+    compiler = toolchain.find_compiler(target)
     exported = "".join(f"{p}{s};" for p in prefixes for s in ENTRY_SYMBOLS) + "".join(f"{s};" for s in LIBRARY_SYMBOLS)
     with tempfile.TemporaryDirectory(prefix="cuvil-link-") as tmp:
         script, out = Path(tmp) / "exports.map", Path(tmp) / "model.so"
         script.write_text(f"{{ global: {exported} local: *; }};\n")
-        cmd = [compiler.path, "-shared", "-fopenmp", "-pthread", "-o", str(out), *map(str, objects), "-lm",
-               f"-Wl,--version-script={script}", "-Wl,--no-undefined", "-Wl,-z,noexecstack", "-Wl,--as-needed"]
+        inputs = [Path(tmp) / f"{k}.o" for k in range(len(objects))]  # the cache names them lib.so: zig's clang
+        for link, obj in zip(inputs, objects):  # would take those for shared libraries
+            link.symlink_to(obj)
+        cmd = [*compiler.command, "-shared", *toolchain.link_flags(compiler), "-pthread", "-o", str(out),
+               *map(str, inputs), "-lm", f"-Wl,--version-script={script}", "-Wl,--no-undefined", "-Wl,-z,noexecstack",
+               "-Wl,--as-needed"]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
             raise toolchain.CompileError(f"linking the exported library failed: {' '.join(cmd)}\n{done.stderr}")

@@ -1,4 +1,5 @@
-"""The C toolchain of the CPU backend: find a compiler, read the host's features, build cached shared libraries.
+"""The C toolchain of the CPU backend: find a compiler for a target, read the host's features, build cached
+shared libraries.
 
     >>> from cuvil.backends.cpu import toolchain
     >>> lib = toolchain.load_library("int twice(int x) { return 2 * x; }", name="demo", opt_level=1)
@@ -11,6 +12,11 @@ so a second process loads them without compiling. Each entry is a folder (`lib.s
 library's digest) built in a temporary folder and published with one atomic rename; a lock file keeps two
 processes from compiling the same entry twice, and an entry whose library no longer matches its digest or fails
 to load is deleted and rebuilt.
+
+Compilers, per target (targets.py): the host takes `CC`, else cc, gcc or clang on PATH; another architecture
+takes `CUVIL_CC_<ARCH>` (`CUVIL_CC_AARCH64`), else the Debian cross gcc (`aarch64-linux-gnu-gcc`). Either falls
+back to the `ziglang` wheel's clang (`pip install cuvil[zig]`), which needs no system compiler at all;
+`CUVIL_TOOLCHAIN=zig` chooses it first. docs/targets.md says why.
 """
 from __future__ import annotations
 
@@ -25,6 +31,7 @@ import platform
 import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -40,6 +47,8 @@ log = logging.getLogger("cuvil.backends.cpu")
 
 COMPILER_CANDIDATES = ("cc", "gcc", "clang")
 BASE_FLAGS = ("-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu11")
+# zig's clang has no OpenMP runtime: `omp simd` still applies, the kernels run one thread (cuvil_omp.h).
+ZIG_OPENMP_FLAGS = ("-fopenmp-simd", "-Wno-unknown-pragmas", "-Wno-pass-failed")
 # Features read from /proc/cpuinfo under these names, and the predefined macros that imply them otherwise.
 FEATURE_MACROS = {"avx512f": "__AVX512F__", "avx2": "__AVX2__", "fma": "__FMA__", "avx": "__AVX__",
                   "neon": "__ARM_NEON", "sse2": "__SSE2__"}
@@ -47,7 +56,7 @@ ARM_FEATURE_ALIASES = {"asimd": "neon"}
 
 
 class CompilerNotFoundError(CuvilError):
-    """No C compiler on this machine (set `CC`, or install gcc or clang)."""
+    """No C compiler for the target on this machine (the message names what to install)."""
 
 
 class CompileError(CuvilError):
@@ -56,9 +65,16 @@ class CompileError(CuvilError):
 
 @dataclasses.dataclass(frozen=True)
 class Compiler:
-    """A C compiler: its absolute path and the first line of `--version`."""
+    """A C compiler: its absolute path, the first line of its version, and the arguments that come first (zig's
+    `cc -target TRIPLE`); `family` is "gcc" (gcc, clang, a cross gcc) or "zig"."""
     path: str
     version: str
+    args: tuple = ()
+    family: str = "gcc"
+
+    @property
+    def command(self) -> list:
+        return [self.path, *self.args]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,39 +86,86 @@ class Build:
     seconds: float
 
 
-def find_compiler() -> Compiler:
-    """The compiler named by `CC`, else the first of cc, gcc, clang on PATH."""
+def find_compiler(target=None) -> Compiler:
+    """The compiler for `target` (a targets.Target; None: the host), by the order in this module's docstring."""
+    from ...runtime.host import triple  # not at import: the runtime package loads the backend's executable
+
+    if target is not None and target.triple != triple():
+        return _cross_compiler(target)
     path = compiler_path()
+    if path == _zig_path():
+        return _zig_compiler(triple(), path)
     return _probe_compiler(path, os.stat(path).st_mtime_ns)
 
 
 def compiler_path() -> str:
-    """The resolved path of the compiler `find_compiler` would use, without running it."""
-    names = [os.environ["CC"]] if os.environ.get("CC") else list(COMPILER_CANDIDATES)
+    """The resolved path of the host compiler `find_compiler` would use, without running it."""
+    explicit = os.environ.get("CC")
+    names = [] if _prefer_zig() else [explicit] if explicit else list(COMPILER_CANDIDATES)
     for name in names:
         path = shutil.which(name)
         if path:
             return os.path.realpath(path)
-    where = f"CC={os.environ['CC']!r} was not found" if os.environ.get("CC") else "none of cc, gcc, clang is on PATH"
+    if not explicit and _zig_path():
+        return _zig_path()
+    where = f"CC={explicit!r} was not found" if explicit else "none of cc, gcc, clang is on PATH"
     raise CompilerNotFoundError(f"Cuvil's CPU backend needs a C compiler: {where}. Install gcc or clang, "
-                                "or set CC to a compiler's path.")
+                                "set CC to a compiler's path, or `pip install 'cuvil[zig]'` (a compiler as a wheel).")
+
+
+def _cross_compiler(target) -> Compiler:
+    """`CUVIL_CC_<ARCH>`, else the Debian cross gcc, else zig; the error names the packages that provide one."""
+    arch = target.triple.split("-")[0]
+    variable = f"CUVIL_CC_{arch.upper()}"
+    debian_gcc = [f"{target.gcc_prefix}gcc"] if target.gcc_prefix else []
+    names = [os.environ[variable]] if os.environ.get(variable) else debian_gcc
+    for name in [] if _prefer_zig() else names:
+        path = shutil.which(name)
+        if path:
+            path = os.path.realpath(path)
+            return _probe_compiler(path, os.stat(path).st_mtime_ns)
+    if _zig_path():
+        return _zig_compiler(target.triple, _zig_path())
+    debian = f"`apt-get install gcc-{target.gcc_prefix.rstrip('-')}` (Debian, Ubuntu), " if target.gcc_prefix else ""
+    raise CompilerNotFoundError(f"compiling for {target.name} ({target.triple}) needs a cross compiler: "
+                                f"{debian}or `pip install 'cuvil[zig]'`, or set {variable} to a compiler's path")
+
+
+def _prefer_zig() -> bool:
+    return os.environ.get("CUVIL_TOOLCHAIN", "") == "zig" and bool(_zig_path())
+
+
+@functools.lru_cache(maxsize=1)
+def _zig_path() -> str:
+    """The `zig` binary of the `ziglang` wheel, or "" when it is not installed."""
+    try:
+        import ziglang  # an optional extra (cuvil[zig])
+    except ImportError:
+        return ""
+    path = Path(ziglang.__file__).with_name("zig.exe" if sys.platform == "win32" else "zig")
+    return str(path) if path.is_file() else ""
+
+
+def _zig_compiler(triple: str, path: str) -> Compiler:
+    version = _probe_compiler(path, os.stat(path).st_mtime_ns, "version").version
+    return Compiler(path, f"zig {version}", ("cc", "-target", triple), "zig")
 
 
 @functools.lru_cache(maxsize=8)
-def _probe_compiler(path: str, mtime_ns: int) -> Compiler:
-    """Run `--version` once per compiler binary (mtime in the cache key catches an upgrade in place); the answer
-    is remembered in the cache folder, so a new process does not start the compiler just to ask."""
+def _probe_compiler(path: str, mtime_ns: int, ask: str = "--version") -> Compiler:
+    """Run `--version` (zig: `version`) once per compiler binary (mtime in the cache key catches an upgrade in
+    place); the answer is remembered in the cache folder, so a new process does not start the compiler to ask."""
     memo = cache_dir() / "cpu" / f"compiler-{hashlib.sha1(f'{path}@{mtime_ns}'.encode()).hexdigest()[:20]}.txt"
     try:
         return Compiler(path, memo.read_text())
     except OSError:
         pass
     try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
+        out = subprocess.run([path, ask], capture_output=True, text=True, timeout=30)
     except OSError as e:
         raise CompilerNotFoundError(f"the C compiler {path} cannot run: {e}") from e
     if out.returncode != 0:
-        raise CompilerNotFoundError(f"the C compiler {path} failed `--version`: {out.stderr.strip()}")
+        raise CompilerNotFoundError(f"the C compiler {path} failed `{ask}`: {out.stderr.strip()}")
     compiler = Compiler(path, (out.stdout.strip().splitlines() or [""])[0])
     write_text_atomic(memo, compiler.version)
     return compiler
@@ -144,7 +207,7 @@ def _native_macro_features() -> set[str]:
     """What `-march=native` turns on, from the predefined macros (macOS, or no /proc)."""
     try:
         cc = find_compiler()
-        out = subprocess.run([cc.path, "-march=native", "-dM", "-E", "-x", "c", os.devnull],
+        out = subprocess.run([*cc.command, "-march=native", "-dM", "-E", "-x", "c", os.devnull],
                              capture_output=True, text=True, timeout=30).stdout
     except (CuvilError, OSError):
         return set()
@@ -168,10 +231,20 @@ def physical_cores() -> int:
     return len(cores) or len(allowed or ()) or os.cpu_count() or 1
 
 
-def compile_flags(opt_level: int = 3, extra=()) -> tuple[str, ...]:
-    """The default flags: `-O<level> -march=native -fopenmp -fPIC -shared`, then `extra`, then the user's
-    `CUVIL_EXTRA_CFLAGS` (for example `-fsanitize=address` to check generated code)."""
-    return (f"-O{opt_level}", *BASE_FLAGS, *extra, *shlex.split(os.environ.get("CUVIL_EXTRA_CFLAGS", "")))
+def compile_flags(opt_level: int = 3, extra=(), target=None, compiler=None) -> tuple[str, ...]:
+    """The default flags: `-O<level> -march=native -fopenmp -fPIC -shared` (another target: its row's machine
+    flags; zig: no OpenMP runtime), then `extra`, then the user's `CUVIL_EXTRA_CFLAGS` (for example
+    `-fsanitize=address` to check generated code)."""
+    family = compiler.family if compiler is not None else "gcc"
+    base = BASE_FLAGS if target is None else (*target.flags(family), *BASE_FLAGS[1:])
+    if family == "zig":
+        base = tuple(f for f in base if f != "-fopenmp") + ZIG_OPENMP_FLAGS
+    return (f"-O{opt_level}", *base, *extra, *shlex.split(os.environ.get("CUVIL_EXTRA_CFLAGS", "")))
+
+
+def link_flags(compiler: Compiler) -> tuple:
+    """Flags for linking what `compile_flags` compiled: OpenMP's runtime where the toolchain has one."""
+    return () if compiler.family == "zig" else ("-fopenmp",)
 
 
 def cache_dir() -> Path:
@@ -184,7 +257,7 @@ def cache_dir() -> Path:
 def cache_key(source: str, flags, compiler: Compiler, depends=()) -> str:
     """SHA-256 over everything that changes the library: source, headers, flags, compiler, host CPU, Cuvil."""
     h = hashlib.sha256(b"cuvil-cpu-library-v1\n")
-    parts = [source, "\0".join(flags), compiler.path, compiler.version, platform.machine(),
+    parts = [source, "\0".join(flags), compiler.path, *compiler.args, compiler.version, platform.machine(),
              ",".join(sorted(_cpuinfo_flags())), _cuvil_version()]
     parts += [Path(p).read_text() for p in depends]
     for part in parts:
@@ -199,13 +272,14 @@ def _cuvil_version() -> str:
 
 
 def build_library(source: str, *, name: str = "lib", opt_level: int = 3, extra_flags=(), include_dirs=(),
-                  depends=(), flags=None) -> Build:
+                  depends=(), flags=None, target=None) -> Build:
     """Compile `source` to a shared library in the cache, or find it there; returns where it lies.
 
-    `depends` lists files (headers) whose contents join the cache key; `flags` replaces the default flags.
+    `depends` lists files (headers) whose contents join the cache key; `flags` replaces the default flags;
+    `target` (a targets.Target) compiles for it instead of the host.
     """
-    compiler = find_compiler()
-    flags = tuple(flags) if flags is not None else compile_flags(opt_level, extra_flags)
+    compiler = find_compiler(target)
+    flags = tuple(flags) if flags is not None else compile_flags(opt_level, extra_flags, target, compiler)
     flags += tuple(f"-I{d}" for d in include_dirs)
     key = cache_key(source, flags, compiler, depends)
     entry = cache_dir() / "cpu" / f"{name}-{key[:32]}"
@@ -250,7 +324,7 @@ def _compile_entry(source: str, flags, compiler: Compiler, entry: Path, key: str
     tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=entry.parent))
     try:
         (tmp / "source.c").write_text(source)
-        cmd = [compiler.path, *flags, "source.c", "-o", "lib.so"]
+        cmd = [*compiler.command, *flags, "source.c", "-o", "lib.so"]
         start = time.perf_counter()
         out = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True)
         seconds = time.perf_counter() - start

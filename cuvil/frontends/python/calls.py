@@ -7,7 +7,6 @@ Calls whose arguments are all compile-time values run at compile time (`np.arang
 from __future__ import annotations
 
 import math
-import sys
 
 import numpy as np
 
@@ -329,68 +328,3 @@ NUMPY_ATTRS = {
     "size": lambda cx, x: x.type.numel,
     "dtype": lambda cx, x: user_dtype(x.dtype, "numpy"),
 }
-
-
-# -- lookup ------------------------------------------------------------------------------------------------------
-_TABLES: dict = {}
-
-
-def _numpy_table() -> dict:
-    table = {}
-    for name, conv in NUMPY_FUNCS.items():
-        fn = getattr(np, name, None)
-        if fn is not None:
-            table.setdefault(fn, ("numpy", name, conv))
-    for name in NUMPY_FOLD_ONLY:
-        table.setdefault(getattr(np, name), ("numpy", name, None))
-    table[np.linalg.norm] = ("numpy", "linalg.norm", M.np_norm)
-    return table
-
-
-_MATH = {"sqrt": "sqrt", "exp": "exp", "log": "log", "tanh": "tanh", "sin": "sin", "cos": "cos", "tan": "tan",
-         "erf": "erf", "erfc": "erfc", "asin": "asin", "acos": "acos", "atan": "atan", "sinh": "sinh", "cosh": "cosh",
-         "asinh": "asinh", "acosh": "acosh", "atanh": "atanh", "log2": "log2", "log10": "log10", "log1p": "log1p",
-         "expm1": "expm1"}
-
-
-def _math_table() -> dict:
-    """math.* runs at compile time; on sizes known only at run time the float ones become tensor ops."""
-    table = {}
-    for name in dir(math):
-        fn = getattr(math, name)
-        if callable(fn):
-            table[fn] = ("math", name, unary(_MATH[name]) if name in _MATH else None)
-    return table
-
-
-def lookup(fn):
-    """(namespace, name, converter or None for compile-time-only) for a supported library function, else None."""
-    if "numpy" not in _TABLES:
-        _TABLES["numpy"], _TABLES["math"] = _numpy_table(), _math_table()
-    if "torch" not in _TABLES and "torch" in sys.modules:
-        from .calls_torch import torch_table
-
-        _TABLES["torch"] = torch_table()
-    for table in _TABLES.values():
-        try:
-            hit = table.get(fn)
-        except TypeError:  # unhashable
-            return None
-        if hit is not None:
-            return hit
-    return None
-
-
-def method_table(mode: str) -> tuple:
-    """(methods, attributes) of tensors in this mode."""
-    if mode == "torch":
-        from .calls_torch import TORCH_ATTRS, TORCH_METHODS
-
-        return TORCH_METHODS, TORCH_ATTRS
-    return NUMPY_METHODS, NUMPY_ATTRS
-
-
-def supported_names(namespace: str) -> str:
-    lookup(None)
-    names = sorted({name for ns, name, _ in _TABLES.get(namespace, {}).values()} if namespace in _TABLES else [])
-    return ", ".join(names)

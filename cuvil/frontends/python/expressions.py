@@ -17,7 +17,7 @@ from ...ir.symbolic import SymExpr
 from . import emit as E
 from .accumulate import Accumulator, ListMethod, items_of, list_method
 from .builtin_calls import BUILTINS
-from .calls import lookup, method_table, supported_names
+from .call_tables import lookup, method_table, supported_names
 from .indexing import getitem
 from .setitem import setitem
 from .source import Source, describe

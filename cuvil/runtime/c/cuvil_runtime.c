@@ -102,7 +102,33 @@ static void *aligned(size_t n)
 #define HOST_TRIPLE "unknown"
 #endif
 
-static uint64_t host_features(void)
+static const char *feature_name(int bit)
+{
+    static const char *const x86[] = {"sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
+                                      "avx512dq", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8",
+                                      "avx512_fp16", "avx_vnni"};
+    static const char *const arm[] = {"neon", "sve", "bf16", "i8mm", "dotprod"};
+    if (bit < 15) return x86[bit];
+    if (bit >= 32 && bit < 37) return arm[bit - 32];
+    return bit == 48 ? "simd128" : bit == 49 ? "threads" : "an unknown feature";
+}
+
+/* CUVIL_DISABLE_CPU_FEATURES: comma-separated feature names masked off the host's (as in the Python loader),
+ * to run a file's lower level on a CPU that has a higher one. */
+static uint64_t masked_features(void)
+{
+    const char *env = getenv("CUVIL_DISABLE_CPU_FEATURES");
+    uint64_t mask = 0;
+    while (env && *env) {
+        size_t n = strcspn(env, ", ");
+        for (int bit = 0; bit < 64 && n; bit++)
+            if (strlen(feature_name(bit)) == n && strncmp(feature_name(bit), env, n) == 0) mask |= 1ull << bit;
+        env += n + (env[n] != 0);
+    }
+    return mask;
+}
+
+static uint64_t cpu_features(void)
 {
     uint64_t f = 0;
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -131,16 +157,7 @@ static uint64_t host_features(void)
     return f;
 }
 
-static const char *feature_name(int bit)
-{
-    static const char *const x86[] = {"sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
-                                      "avx512dq", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8",
-                                      "avx512_fp16", "avx_vnni"};
-    static const char *const arm[] = {"neon", "sve", "bf16", "i8mm", "dotprod"};
-    if (bit < 15) return x86[bit];
-    if (bit >= 32 && bit < 37) return arm[bit - 32];
-    return bit == 48 ? "simd128" : bit == 49 ? "threads" : "an unknown feature";
-}
+static uint64_t host_features(void) { return cpu_features() & ~masked_features(); }
 
 static cuvil_status check_target(cuvil_model *m, const cuvil_section **native)
 {

@@ -108,7 +108,8 @@ def test_missing_compiler(monkeypatch):
         toolchain.build_library(SOURCE, name="t")
     monkeypatch.delenv("CC")
     monkeypatch.setenv("PATH", "/nonexistent")
-    with pytest.raises(CuvilError, match="none of cc, gcc, clang"):
+    monkeypatch.setattr(toolchain, "_zig_path", lambda: "")  # no `cuvil[zig]` either (with it, zig is the fallback)
+    with pytest.raises(CuvilError, match=r"none of cc, gcc, clang.*pip install 'cuvil\[zig\]'"):
         toolchain.find_compiler()
 
 

@@ -1,7 +1,9 @@
 /* Portable SIMD for Cuvil's kernels: GCC/Clang vector extensions sized by the target's features, and
  * vectorised exp, tanh, erf, sigmoid and the activations built on them.
  *
- * Lanes: 16 with AVX-512, 8 with AVX/AVX2, 4 otherwise (NEON, SSE; other targets lower to scalar code).
+ * Lanes: 16 with AVX-512, 8 with AVX/AVX2, 4 otherwise: NEON on aarch64 (every kernel's vectors are 4-lane
+ * NEON registers there: fmla/fmul/bsl, checked by tests/backends/cpu/test_targets_aarch64.py), SSE, and SIMD128 on
+ * wasm32. The target's flags (backends/cpu/targets.py) decide which of these macros the compiler defines.
  * The transcendentals and their accuracy: cuvil_math.inc, shared with the scalar forms of generated code.
  */
 #ifndef CUVIL_SIMD_H

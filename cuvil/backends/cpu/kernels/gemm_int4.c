@@ -9,7 +9,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
-#include <omp.h>
+#include "cuvil_omp.h"
 
 #include "cuvil_kernels.h"
 

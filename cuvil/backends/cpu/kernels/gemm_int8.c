@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <math.h>
-#include <omp.h>
+#include "cuvil_omp.h"
 
 #include "cuvil_kernels.h"
 
