@@ -101,7 +101,8 @@ def get(name) -> Target:
     if name == "cpu":
         return host_target()
     if name not in TABLE:
-        raise UnsupportedError(f"unknown target {name!r}; expected one of {', '.join(NAMES)}")
+        raise UnsupportedError(f"unknown target {name!r}; expected one of {', '.join(NAMES)} (and, for cuvil.export, "
+                               "wasm32: backends/cpu/wasm.py)")
     return TABLE[name]
 
 

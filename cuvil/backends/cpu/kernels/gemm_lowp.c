@@ -190,6 +190,8 @@ static void lp_block_generic(const float *A, int64_t rsa, int64_t csa, int64_t i
     }
 }
 
+#define LP_DR 8 /* rows of the AVX512_BF16 register block: 16 accumulators, 2 loads of B and 8 of A per 16; fewer
+                 * rows take the widening path on every CPU */
 /* -- AVX512_BF16: A rounded to bf16 pairs, vdpbf16ps into fp32, 8 rows x 32 columns ------------------------- */
 #if defined(__x86_64__) && defined(__GNUC__) && (__GNUC__ >= 11 || defined(__clang__))
 #define LP_HAVE_X86_BF16 1
@@ -213,7 +215,6 @@ static void lp_round_rows(const float *A, int64_t rsa, int64_t csa, int64_t i0, 
 }
 
 typedef float lp_f32_alias __attribute__((may_alias, aligned(4)));
-#define LP_DR 8 /* rows of the AVX512_BF16 register block: 16 accumulators, 2 loads of B and 8 of A per 16 */
 __attribute__((target("avx512f,avx512bw,avx512bf16")))
 static void lp_block_dpbf16(const uint16_t *a, int rows, int64_t kp, const uint16_t *panels, float *tile)
 {
