@@ -124,7 +124,15 @@ class _FirstCall:
         return self.exe._run
 
     def module(self) -> Module:
-        """The optimised IR (parsed when first asked for), or the rebuilt one's if the entry's is corrupt."""
+        """The optimised IR (parsed when first asked for), or the rebuilt one's if the entry's is corrupt or lacks
+        weights that its prepared forms replaced (the IR needs the originals: they are compiled again)."""
+        if any(c.get("derived") for c in self.art.metadata["entries"]["main"]["constants"]):
+            if self.rebuild is None:
+                raise CuvilError(f"{self.entry} stores packed weights in place of the originals, so its IR needs "
+                                 "the model compiled again, and no rebuild was given")
+            log.info("artifact %s: compiling again for the IR (its weights are stored packed)", self.entry)
+            self._replace(self.rebuild())
+            return self.exe.module
         try:
             return _parse_module(self.art)
         except ArtifactError as e:
@@ -136,7 +144,9 @@ class _FirstCall:
         discard(self.entry)
         if self.rebuild is None:
             raise error
-        fresh = self.rebuild()
+        self._replace(self.rebuild())
+
+    def _replace(self, fresh) -> None:
         self.exe._module, self.exe._run, self.exe.cache = fresh._module, fresh._run, "miss"
 
     def __getattr__(self, name):  # what callers read of a CpuFunction (call_exact, program, prepared)

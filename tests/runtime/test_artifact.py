@@ -75,7 +75,8 @@ def test_an_mlp_round_trips_in_a_fresh_process_and_stores_its_weights_once(tmp_p
     assert _round_trip(path, {"main": [([x], [want])]}, tmp_path) == {"main": 1}
     weights = models.W1.nbytes + models.B1.nbytes + models.W2.nbytes
     rows = container.Container.open(path).rows
-    assert weights <= rows["consts"].size < weights + 3 * 64  # each weight once, 64-byte aligned
+    stored = rows["consts"].size + rows["prepared"].size  # W1 only as its GEMM panels, which replace it
+    assert weights <= stored < weights + 3 * 64 and rows["prepared"].size == models.W1.nbytes  # each weight once
     assert os.path.getsize(path) - weights < 512 << 10  # the rest: code (kernels linked in), metadata, IR
     art = cuvil.load(path)
     assert art.entries == ["main"] and art.metadata["entries"]["main"]["route"]["kind"] == "jit"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from . import backend, kernels, toolchain
 
-ENTRY_SYMBOLS = ("main", "arena_bytes", "packed_count", "packed_bytes", "prepare")
+ENTRY_SYMBOLS = ("main", "arena_bytes", "packed_count", "packed_bytes", "packed_source", "prepare")
 LIBRARY_SYMBOLS = ("cuvil_abi_version", "cuvil_last_error", "cuvil_set_num_threads")
 
 
