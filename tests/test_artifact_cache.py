@@ -323,4 +323,55 @@ def test_winograd_weights_are_saved_and_mapped_on_a_hit(cache, tmp_path):
     (entry,) = _entries(cache)
     lib = cuvil.load(entry)._lib
     with pytest.raises(ValueError, match="prepared buffers"):
-        CpuFunction._prepared_buffers(lib.cuvil_e0_packed_count, lib.cuvil_e0_packed_bytes, {0: np.zeros(64, np.uint8)})
+        CpuFunction._prepared_buffers(lib.cuvil_packed_count, lib.cuvil_packed_bytes, {0: np.zeros(64, np.uint8)})
+
+
+def _conv_fc_file(tmp_path, rng, width: int = 64):
+    """A Winograd convolution, then a fully connected layer at least 64 wide: weights only cuvil_prepare reads."""
+    w, fc = rng.standard_normal((16, 16, 3, 3)).astype(np.float32) * 0.1, rng.standard_normal((16, width))
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["r"]),
+         helper.make_node("ReduceMean", ["r"], ["m"], axes=[2, 3], keepdims=0),
+         helper.make_node("MatMul", ["m", "fc"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 20, 20])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, width])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(fc.astype(np.float32), "fc")])
+    path = tmp_path / "conv_fc.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path, w.nbytes + fc.size * 4
+
+
+def test_packed_forms_replace_the_weights_they_were_made_from(cache, tmp_path):
+    """The entry stores the Winograd transform and the GEMM panels in place of the two weights (each weight once),
+    a hit maps them and never the originals, and asking a hit for its IR compiles the model again."""
+    rng = np.random.default_rng(4)
+    path, weight_bytes = _conv_fc_file(tmp_path, rng)
+    cold = cuvil.load_onnx(path).optimize()
+    (entry,) = _entries(cache)
+    meta = cuvil.load(entry).metadata["entries"]["main"]
+    derived = [c["name"] for c in meta["constants"] if c.get("derived")]
+    assert len(derived) == 2 and len(meta["prepared"]) == 2
+    rows = container.Container.open(entry).rows
+    assert rows["consts"].size < 1024  # the bias-free model keeps only small constants, if any
+    assert rows["prepared"].size == sum(a.nbytes for a in cold.executable._run.prepared)
+    warm = cuvil.load_onnx(path).optimize()
+    x = rng.standard_normal((1, 16, 20, 20)).astype(np.float32)
+    np.testing.assert_array_equal(warm(x)[0], cold(x)[0])
+    assert warm.executable.cache == "hit" and sum(c is None for c in warm.executable._run._consts) == 2
+    assert 'algorithm = "winograd"' in cuvil.inspect_ir(warm)  # compiled again for the IR's weights
+    np.testing.assert_array_equal(warm(x)[0], cold(x)[0])
+
+
+def test_a_miss_compiles_the_model_once(cache, tmp_path, monkeypatch):
+    """The object compiled for this process is the one the cache entry links: the generated C compiles once."""
+    from cuvil.backends.cpu import toolchain
+
+    built = []
+    compile_entry = toolchain._compile_entry
+    monkeypatch.setattr(toolchain, "_compile_entry", lambda source, flags, compiler, entry, key: (
+        built.append(entry.name), compile_entry(source, flags, compiler, entry, key))[1])
+    path, _ = _conv_fc_file(tmp_path, np.random.default_rng(5), width=72)  # C no other test compiled
+    cuvil.load_onnx(path).optimize()
+    assert len(_entries(cache)) == 1
+    models = [n for n in built if not n.startswith(("obj-kernels", "obj-export", "cuvil-kernels", "fastcall"))]
+    assert len(models) == 1 and models[0].startswith("obj-entry"), built

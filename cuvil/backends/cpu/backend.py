@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import os
-from importlib import resources
-from pathlib import Path
 
 from ...progress import step as progress_step
 from ...ir.core import Module
-from . import codegen, kernels, library_rows, toolchain
+from . import codegen, kernels, library_rows, standalone
+from .flags import model_flags, opt_level, runtime_dir  # noqa: F401 (callers ask the backend)
 from .kernels import conv_block  # noqa: F401 (the passes and tests ask the backend)
 from .executable import CpuFunction
 from .library import EMITTERS
@@ -35,24 +33,6 @@ def keeps_composite(op) -> bool:
 SUPPORTED = LOOP_OPS | REDUCE_OPS | frozenset(EMITTERS) | {"constant", "cond", "while", "fused", "yield", "return"}
 
 
-def runtime_dir() -> Path:
-    return Path(str(resources.files(__package__) / "runtime"))
-
-
-def opt_level() -> int:
-    """`CUVIL_OPT_LEVEL` (tests use 1 to compile faster), else 3."""
-    env = os.environ.get("CUVIL_OPT_LEVEL", "3")
-    return int(env) if env.isdigit() else 3
-
-
-def model_flags() -> tuple:
-    """Flags for generated model code: no errno from math (so sqrt vectorises), and full-width AVX-512 vectors
-    where the host has them (GCC's tuning otherwise prefers 256 bits; 512 runs the vectorised exp/tanh/sigmoid
-    1.5-2x faster here)."""
-    wide = ("-mprefer-vector-width=512",) if "avx512f" in toolchain.cpu_features() else ()
-    return ("-fno-math-errno", *wide)
-
-
 def build(module: Module, instrument: bool = False) -> CpuFunction:
     """Generate, compile (or find in the cache) and load C for `module`'s main function; `instrument` adds
     per-op timers (what `cuvil.profile` reads)."""
@@ -65,10 +45,7 @@ def build_library(module: Module, instrument: bool = False) -> tuple[codegen.CPr
     program = codegen.generate(module, instrument=instrument)
     progress_step("C compilation", f"{program.source.count('static void k')} kernels")
     kernels.load(opt_level())  # RTLD_GLOBAL: the model library resolves the kernel ABI against it
-    folders = [runtime_dir(), kernels.include_dir()]
-    depends = [runtime_dir() / "cuvil_rt.h", kernels.include_dir() / "cuvil_kernels.h"]
-    lib = toolchain.load_library(program.source, name="model", opt_level=opt_level(), include_dirs=folders,
-                                 depends=depends, extra_flags=model_flags(), mode=ctypes.RTLD_LOCAL)
+    lib = standalone.load_entry(program.source, opt_level())  # its object is what an export or a cache entry links
     log.debug("compiled %s: %d kernels, arena %s", module.main.name, program.source.count("static void k"),
               program.plan.slots)
     return program, lib
