@@ -375,3 +375,43 @@ def test_a_miss_compiles_the_model_once(cache, tmp_path, monkeypatch):
     assert len(_entries(cache)) == 1
     models = [n for n in built if not n.startswith(("obj-kernels", "obj-export", "cuvil-kernels", "fastcall"))]
     assert len(models) == 1 and models[0].startswith("obj-entry"), built
+
+
+def test_a_verified_record_skips_the_weights_hash_until_the_entry_is_written_to(cache, tmp_path, monkeypatch):
+    """After a warm start whose every SHA-256 passed, the entry's record (its stat and section table) lets the next
+    ones skip hashing the weights; a byte flipped in the packed weights afterwards, even with the old mtime put
+    back, changes the file's ctime: that load hashes everything again, finds the flip and rebuilds."""
+    monkeypatch.setattr(store, "RACY_S", -1.0)  # the entry was written just now: record it anyway
+    checked = []
+    check = container.Container.check
+    monkeypatch.setattr(container.Container, "check", lambda self, name: (checked.append(name), check(self, name)))
+    rng = np.random.default_rng(6)
+    path, _ = _conv_fc_file(tmp_path, rng)
+    cold = cuvil.load_onnx(path).optimize()
+    x = rng.standard_normal((1, 16, 20, 20)).astype(np.float32)
+    want = cold(x)[0]
+    (entry,) = _entries(cache)
+    for expect_hash in (True, False):
+        checked.clear()
+        warm = cuvil.load_onnx(path).optimize()
+        np.testing.assert_array_equal(warm(x)[0], want)
+        assert warm.executable.cache == "hit" and ("prepared" in checked) is expect_hash, checked
+    assert store._record_path(entry).exists()
+    st = entry.stat()
+    _flip(entry, container.Container.open(entry).rows["prepared"].offset + 100)
+    os.utime(entry, ns=(st.st_atime_ns, st.st_mtime_ns))
+    checked.clear()
+    again = cuvil.load_onnx(path).optimize()
+    np.testing.assert_array_equal(again(x)[0], want)  # never the flipped weights' answer
+    assert "prepared" in checked and again.executable.cache == "miss"
+
+
+def test_a_record_made_for_another_file_is_not_trusted(cache, tmp_path, monkeypatch):
+    monkeypatch.setattr(store, "RACY_S", -1.0)
+    path_a, _ = _onnx_file(tmp_path, 1)
+    path_b, _ = _onnx_file(tmp_path, 2)
+    for p in (path_a, path_b, path_a, path_b):
+        cuvil.load_onnx(p).optimize()(np.ones((2, 4), np.float32))
+    a, b = _entries(cache)
+    store._record_path(a).write_text(store._record_path(b).read_text())
+    assert not store._was_verified(a, container.Container.open(a))

@@ -16,9 +16,11 @@ lives under `CUVIL_CACHE_DIR` beside the C compiler's cache.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import logging
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +35,7 @@ from ..runtime.function import Signature
 
 log = logging.getLogger("cuvil.cache")
 SUFFIX = ".cuv"
+VERIFIED = ".verified"  # beside an entry: the stat and section table it had when every SHA-256 last passed
 
 
 def enabled() -> bool:
@@ -93,7 +96,7 @@ def load(key: str, rebuild=None):
 
 
 def _load_entry(entry: Path, key: str, rebuild):
-    art = runtime.load(entry)
+    art = runtime.load(entry, _verified_by=functools.partial(_was_verified, entry))
     e = art.metadata["entries"]["main"]
     route = e["route"]
     if route.get("kind") != "cache" or route.get("key") != key:
@@ -121,6 +124,8 @@ class _FirstCall:
             self.exe._run = self.art.function("main")._compiled()[0]
         except ArtifactError as e:
             self._rebuild(e)
+        else:  # every section passed its SHA-256 (waited for above), or the record said so already
+            _record_verified(self.entry, self.art._container)
         return self.exe._run
 
     def module(self) -> Module:
@@ -155,6 +160,41 @@ class _FirstCall:
         return getattr(self.resolve(), name)
 
 
+# -- verified records: an entry's weights are hashed once, not at every warm start -------------------------------
+RACY_S = 1.0  # a file changed this recently may change again within one timestamp: never recorded as verified
+
+
+def _record_path(entry: Path) -> Path:
+    return entry.with_suffix(VERIFIED)
+
+
+def _stamp(container) -> str:
+    """What the record binds: the mapped file's identity and times (a write to it changes its ctime, which no
+    user-space call sets back) and the SHA-256 of its section table, which lists every section's digest."""
+    st = container.stat
+    return f"{st.st_dev} {st.st_ino} {st.st_size} {st.st_mtime_ns} {st.st_ctime_ns} {container.table_sha.hex()}"
+
+
+def _was_verified(entry: Path, container) -> bool:
+    """Whether this very file (same inode, size, times and section table) passed every SHA-256 in an earlier load."""
+    if container.stat is None:
+        return False
+    try:
+        return _record_path(entry).read_text() == _stamp(container)
+    except OSError:
+        return False
+
+
+def _record_verified(entry: Path, container) -> None:
+    st = container.stat
+    if st is None or time.time() - max(st.st_mtime, st.st_ctime) <= RACY_S or _was_verified(entry, container):
+        return
+    try:
+        toolchain.write_text_atomic(_record_path(entry), _stamp(container))
+    except OSError as e:  # a read-only cache: every load hashes the weights
+        log.debug("cannot record %s as verified: %s", entry, e)
+
+
 @contextlib.contextmanager
 def _collector_paused():
     """Python's cyclic garbage collector off while an entry loads: the few thousand objects a load allocates
@@ -181,7 +221,11 @@ def _parse_module(art) -> Module:
 
 
 def discard(entry: Path) -> None:
-    """Delete an entry (a process that mapped it keeps its pages)."""
+    """Delete an entry and its verified record (a process that mapped it keeps its pages)."""
+    try:
+        os.unlink(_record_path(entry))
+    except OSError:
+        pass
     try:
         os.unlink(entry)
     except FileNotFoundError:
