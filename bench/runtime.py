@@ -75,8 +75,10 @@ print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "first_call_s": t3 - t
 
 def fresh_load(model: Path, x_path: Path) -> dict:
     """`cuvil.load` in a fresh Python process: seconds of the imports, of the load to a callable, of the first call."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # as deployed: bytecode cached
+    env.setdefault("PYTHONPYCACHEPREFIX", os.path.join(tempfile.gettempdir(), "cuvil-bench-pycache"))
     out = subprocess.run([sys.executable, "-c", FRESH_LOAD, str(model), str(x_path)], check=True, capture_output=True,
-                         text=True).stdout
+                         text=True, env=env).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
