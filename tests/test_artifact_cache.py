@@ -323,4 +323,95 @@ def test_winograd_weights_are_saved_and_mapped_on_a_hit(cache, tmp_path):
     (entry,) = _entries(cache)
     lib = cuvil.load(entry)._lib
     with pytest.raises(ValueError, match="prepared buffers"):
-        CpuFunction._prepared_buffers(lib.cuvil_e0_packed_count, lib.cuvil_e0_packed_bytes, {0: np.zeros(64, np.uint8)})
+        CpuFunction._prepared_buffers(lib.cuvil_packed_count, lib.cuvil_packed_bytes, {0: np.zeros(64, np.uint8)})
+
+
+def _conv_fc_file(tmp_path, rng, width: int = 64):
+    """A Winograd convolution, then a fully connected layer at least 64 wide: weights only cuvil_prepare reads."""
+    w, fc = rng.standard_normal((16, 16, 3, 3)).astype(np.float32) * 0.1, rng.standard_normal((16, width))
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["r"]),
+         helper.make_node("ReduceMean", ["r"], ["m"], axes=[2, 3], keepdims=0),
+         helper.make_node("MatMul", ["m", "fc"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 20, 20])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, width])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(fc.astype(np.float32), "fc")])
+    path = tmp_path / "conv_fc.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path, w.nbytes + fc.size * 4
+
+
+def test_packed_forms_replace_the_weights_they_were_made_from(cache, tmp_path):
+    """The entry stores the Winograd transform and the GEMM panels in place of the two weights (each weight once),
+    a hit maps them and never the originals, and asking a hit for its IR compiles the model again."""
+    rng = np.random.default_rng(4)
+    path, weight_bytes = _conv_fc_file(tmp_path, rng)
+    cold = cuvil.load_onnx(path).optimize()
+    (entry,) = _entries(cache)
+    meta = cuvil.load(entry).metadata["entries"]["main"]
+    derived = [c["name"] for c in meta["constants"] if c.get("derived")]
+    assert len(derived) == 2 and len(meta["prepared"]) == 2
+    rows = container.Container.open(entry).rows
+    assert rows["consts"].size < 1024  # the bias-free model keeps only small constants, if any
+    assert rows["prepared"].size == sum(a.nbytes for a in cold.executable._run.prepared)
+    warm = cuvil.load_onnx(path).optimize()
+    x = rng.standard_normal((1, 16, 20, 20)).astype(np.float32)
+    np.testing.assert_array_equal(warm(x)[0], cold(x)[0])
+    assert warm.executable.cache == "hit" and sum(c is None for c in warm.executable._run._consts) == 2
+    assert 'algorithm = "winograd"' in cuvil.inspect_ir(warm)  # compiled again for the IR's weights
+    np.testing.assert_array_equal(warm(x)[0], cold(x)[0])
+
+
+def test_a_miss_compiles_the_model_once(cache, tmp_path, monkeypatch):
+    """The object compiled for this process is the one the cache entry links: the generated C compiles once."""
+    from cuvil.backends.cpu import toolchain
+
+    built = []
+    compile_entry = toolchain._compile_entry
+    monkeypatch.setattr(toolchain, "_compile_entry", lambda source, flags, compiler, entry, key: (
+        built.append(entry.name), compile_entry(source, flags, compiler, entry, key))[1])
+    path, _ = _conv_fc_file(tmp_path, np.random.default_rng(5), width=72)  # C no other test compiled
+    cuvil.load_onnx(path).optimize()
+    assert len(_entries(cache)) == 1
+    models = [n for n in built if not n.startswith(("obj-kernels", "obj-export", "cuvil-kernels", "fastcall"))]
+    assert len(models) == 1 and models[0].startswith("obj-entry"), built
+
+
+def test_a_verified_record_skips_the_weights_hash_until_the_entry_is_written_to(cache, tmp_path, monkeypatch):
+    """After a warm start whose every SHA-256 passed, the entry's record (its stat and section table) lets the next
+    ones skip hashing the weights; a byte flipped in the packed weights afterwards, even with the old mtime put
+    back, changes the file's ctime: that load hashes everything again, finds the flip and rebuilds."""
+    monkeypatch.setattr(store, "RACY_S", -1.0)  # the entry was written just now: record it anyway
+    checked = []
+    check = container.Container.check
+    monkeypatch.setattr(container.Container, "check", lambda self, name: (checked.append(name), check(self, name)))
+    rng = np.random.default_rng(6)
+    path, _ = _conv_fc_file(tmp_path, rng)
+    cold = cuvil.load_onnx(path).optimize()
+    x = rng.standard_normal((1, 16, 20, 20)).astype(np.float32)
+    want = cold(x)[0]
+    (entry,) = _entries(cache)
+    for expect_hash in (True, False):
+        checked.clear()
+        warm = cuvil.load_onnx(path).optimize()
+        np.testing.assert_array_equal(warm(x)[0], want)
+        assert warm.executable.cache == "hit" and ("prepared" in checked) is expect_hash, checked
+    assert store._record_path(entry).exists()
+    st = entry.stat()
+    _flip(entry, container.Container.open(entry).rows["prepared"].offset + 100)
+    os.utime(entry, ns=(st.st_atime_ns, st.st_mtime_ns))
+    checked.clear()
+    again = cuvil.load_onnx(path).optimize()
+    np.testing.assert_array_equal(again(x)[0], want)  # never the flipped weights' answer
+    assert "prepared" in checked and again.executable.cache == "miss"
+
+
+def test_a_record_made_for_another_file_is_not_trusted(cache, tmp_path, monkeypatch):
+    monkeypatch.setattr(store, "RACY_S", -1.0)
+    path_a, _ = _onnx_file(tmp_path, 1)
+    path_b, _ = _onnx_file(tmp_path, 2)
+    for p in (path_a, path_b, path_a, path_b):
+        cuvil.load_onnx(p).optimize()(np.ones((2, 4), np.float32))
+    a, b = _entries(cache)
+    store._record_path(a).write_text(store._record_path(b).read_text())
+    assert not store._was_verified(a, container.Container.open(a))

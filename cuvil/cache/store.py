@@ -16,9 +16,11 @@ lives under `CUVIL_CACHE_DIR` beside the C compiler's cache.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import logging
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +35,7 @@ from ..runtime.function import Signature
 
 log = logging.getLogger("cuvil.cache")
 SUFFIX = ".cuv"
+VERIFIED = ".verified"  # beside an entry: the stat and section table it had when every SHA-256 last passed
 
 
 def enabled() -> bool:
@@ -93,7 +96,7 @@ def load(key: str, rebuild=None):
 
 
 def _load_entry(entry: Path, key: str, rebuild):
-    art = runtime.load(entry)
+    art = runtime.load(entry, _verified_by=functools.partial(_was_verified, entry))
     e = art.metadata["entries"]["main"]
     route = e["route"]
     if route.get("kind") != "cache" or route.get("key") != key:
@@ -121,10 +124,20 @@ class _FirstCall:
             self.exe._run = self.art.function("main")._compiled()[0]
         except ArtifactError as e:
             self._rebuild(e)
+        else:  # every section passed its SHA-256 (waited for above), or the record said so already
+            _record_verified(self.entry, self.art._container)
         return self.exe._run
 
     def module(self) -> Module:
-        """The optimised IR (parsed when first asked for), or the rebuilt one's if the entry's is corrupt."""
+        """The optimised IR (parsed when first asked for), or the rebuilt one's if the entry's is corrupt or lacks
+        weights that its prepared forms replaced (the IR needs the originals: they are compiled again)."""
+        if any(c.get("derived") for c in self.art.metadata["entries"]["main"]["constants"]):
+            if self.rebuild is None:
+                raise CuvilError(f"{self.entry} stores packed weights in place of the originals, so its IR needs "
+                                 "the model compiled again, and no rebuild was given")
+            log.info("artifact %s: compiling again for the IR (its weights are stored packed)", self.entry)
+            self._replace(self.rebuild())
+            return self.exe.module
         try:
             return _parse_module(self.art)
         except ArtifactError as e:
@@ -136,13 +149,50 @@ class _FirstCall:
         discard(self.entry)
         if self.rebuild is None:
             raise error
-        fresh = self.rebuild()
+        self._replace(self.rebuild())
+
+    def _replace(self, fresh) -> None:
         self.exe._module, self.exe._run, self.exe.cache = fresh._module, fresh._run, "miss"
 
     def __getattr__(self, name):  # what callers read of a CpuFunction (call_exact, program, prepared)
         if name.startswith("_") or name in ("art", "entry", "rebuild", "exe"):
             raise AttributeError(name)
         return getattr(self.resolve(), name)
+
+
+# -- verified records: an entry's weights are hashed once, not at every warm start -------------------------------
+RACY_S = 1.0  # a file changed this recently may change again within one timestamp: never recorded as verified
+
+
+def _record_path(entry: Path) -> Path:
+    return entry.with_suffix(VERIFIED)
+
+
+def _stamp(container) -> str:
+    """What the record binds: the mapped file's identity and times (a write to it changes its ctime, which no
+    user-space call sets back) and the SHA-256 of its section table, which lists every section's digest."""
+    st = container.stat
+    return f"{st.st_dev} {st.st_ino} {st.st_size} {st.st_mtime_ns} {st.st_ctime_ns} {container.table_sha.hex()}"
+
+
+def _was_verified(entry: Path, container) -> bool:
+    """Whether this very file (same inode, size, times and section table) passed every SHA-256 in an earlier load."""
+    if container.stat is None:
+        return False
+    try:
+        return _record_path(entry).read_text() == _stamp(container)
+    except OSError:
+        return False
+
+
+def _record_verified(entry: Path, container) -> None:
+    st = container.stat
+    if st is None or time.time() - max(st.st_mtime, st.st_ctime) <= RACY_S or _was_verified(entry, container):
+        return
+    try:
+        toolchain.write_text_atomic(_record_path(entry), _stamp(container))
+    except OSError as e:  # a read-only cache: every load hashes the weights
+        log.debug("cannot record %s as verified: %s", entry, e)
 
 
 @contextlib.contextmanager
@@ -171,7 +221,11 @@ def _parse_module(art) -> Module:
 
 
 def discard(entry: Path) -> None:
-    """Delete an entry (a process that mapped it keeps its pages)."""
+    """Delete an entry and its verified record (a process that mapped it keeps its pages)."""
+    try:
+        os.unlink(_record_path(entry))
+    except OSError:
+        pass
     try:
         os.unlink(entry)
     except FileNotFoundError:

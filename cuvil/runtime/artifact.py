@@ -115,6 +115,9 @@ class Artifact:
         view = self._container.data(section, check=False)  # checked by the background verification
         out = []
         for c in items:
+            if c.get("derived"):  # left out: its prepared forms are saved in its place (docs/artifact.md)
+                out.append(None)
+                continue
             try:
                 dt = np.dtype(dtype) if dtype is not None else _numpy_dtype(c["dtype"])
                 shape = (c["nbytes"],) if dtype is not None else tuple(c["shape"])
@@ -124,12 +127,18 @@ class Artifact:
         return out
 
 
-def load(path) -> Artifact:
+LATE_SECTIONS = ("consts", "prepared", "ir", "csrc")  # check 5: hashed in the background, before the first call
+
+
+def load(path, *, _verified_by=None) -> Artifact:
     """Open a `.cuv` file, or its bytes (bytes, a memoryview or a uint8 array, used in place where 64-byte aligned,
-    else copied; docs/artifact.md): every check before its native code is mapped;
-    `cuvil.ArtifactError` names the one that failed (a file that cannot be opened raises its OSError)."""
+    else copied; docs/artifact.md): every check before its native code is mapped; `cuvil.ArtifactError` names the
+    one that failed (a file that cannot be opened raises its OSError).
+    (`_verified_by(container)`: the artifact cache's record that this very file passed check 5 already, see
+    cuvil/cache/store.py; True skips check 5.)"""
     container, meta, native = _checked(path)
-    verified = _Verification(container, [n for n in ("consts", "prepared", "ir", "csrc") if n in container.rows])
+    late = [] if _verified_by is not None and _verified_by(container) else LATE_SECTIONS
+    verified = _Verification(container, [n for n in late if n in container.rows])
     lib = host.dlopen(container.data(native, check=False), os.path.basename(container.path).strip("<>"))
     if lib.cuvil_abi_version() != 1:
         raise ArtifactError(f"{container.path}: native ABI version {lib.cuvil_abi_version()}, this loader knows 1")
@@ -142,7 +151,7 @@ def load(path) -> Artifact:
 def check(path) -> dict:
     """Every check `load` makes, the constants' too, without loading the native code; returns `meta`."""
     container, meta, _ = _checked(path)
-    for name in ("consts", "prepared", "ir", "csrc"):
+    for name in LATE_SECTIONS:
         if name in container.rows:
             container.check(name)
     return meta

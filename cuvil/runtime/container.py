@@ -105,20 +105,24 @@ def _name(name: str) -> bytes:
 class Container:
     """A mapped `.cuv` whose header and table passed checks 1 and 2 (`open`); sections are checked on request."""
 
-    def __init__(self, buf, path: str, rows: dict, triple: str, required_features: int):
+    stat = None  # the mapped file's os.fstat (None for bytes)
+
+    def __init__(self, buf, path: str, rows: dict, triple: str, required_features: int, table_sha: bytes = b""):
         self.buf, self.path, self.rows = buf, path, rows
-        self.triple, self.required_features = triple, required_features
+        self.triple, self.required_features, self.table_sha = triple, required_features, table_sha
 
     @classmethod
     def open(cls, path) -> "Container":
         """Map and check the file at `path` (a file that cannot be opened raises its OSError)."""
         path = os.fspath(path)
         with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size < HEADER_SIZE:
-                raise ArtifactError(f"{path}: {size} bytes is too short for a .cuv file (the header is 128)")
+            stat = os.fstat(f.fileno())
+            if stat.st_size < HEADER_SIZE:
+                raise ArtifactError(f"{path}: {stat.st_size} bytes is too short for a .cuv file (the header is 128)")
             buf = memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
-        return cls.from_buffer(buf, path)
+        container = cls.from_buffer(buf, path)
+        container.stat = stat
+        return container
 
     @classmethod
     def from_buffer(cls, buf, path: str = "<memory>") -> "Container":
@@ -139,7 +143,7 @@ class Container:
             raise ArtifactError(f"{path}: a malformed header (version {version}, size {header_size}, flags {flags}, "
                                 f"{count} sections)")
         rows = _rows(buf, path, table_at, count, table_sha)
-        return cls(buf, path, rows, _ascii(triple, path, "target triple"), features)
+        return cls(buf, path, rows, _ascii(triple, path, "target triple"), features, bytes(table_sha))
 
     def data(self, name: str, check: bool = True) -> memoryview:
         """A section's stored bytes (a view of the mapping), its SHA-256 checked unless `check=False`."""

@@ -39,7 +39,8 @@ def format_entries(entries: dict) -> str:
         for kind in ("input", "output"):
             lines += [f"{kind} {c_name(p['name'], i, kind)} {p['dtype']} {len(p['shape'])}"
                       for i, p in enumerate(e[kind + "s"])]
-        lines += [f"const {k} {c['offset']} {c['nbytes']}" for k, c in enumerate(e["constants"])]
+        lines += [f"derived {k}" if c.get("derived") else f"const {k} {c['offset']} {c['nbytes']}"
+                  for k, c in enumerate(e["constants"])]
         lines += [f"prepared {p['index']} {p['offset']} {p['nbytes']}" for p in e["prepared"]]
         lines.append(" ".join(["checks", str(len(e["checks"])), *map(str, e["checks"])]))
         lines.append("end")
@@ -80,6 +81,9 @@ def check_meta_entry(name: str, e: dict, consts_size: int, prepared_size: int, p
         raise ArtifactError(f"{path}: entry {name!r} in meta is malformed ({err!r})") from None
     if not ok:
         raise ArtifactError(f"{path}: entry {name!r} in meta has a bad name, dtype, shape or check program")
+    if not all(c.get("derived", False) in (False, True) and (not c.get("derived") or c.get("nbytes") == 0)
+               for c in e["constants"] if isinstance(c, dict)):
+        raise ArtifactError(f"{path}: entry {name!r}: a derived constant must be a flag with no bytes stored")
     _inside(name, e["constants"], consts_size, "consts", path)
     _inside(name, e["prepared"], prepared_size, "prepared", path)
 

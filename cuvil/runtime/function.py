@@ -7,7 +7,7 @@ import threading
 from typing import NamedTuple
 
 from ..backends.cpu.executable import CpuFunction
-from ..errors import ShapeError
+from ..errors import ArtifactError, ShapeError
 from ..ir.parser import parse_relation
 from ..ir.symbolic import parse_dim
 from ..ir.types import TensorType
@@ -47,7 +47,10 @@ class Function:
         e = self._artifact.metadata["entries"][name]
         consts, prepared = self._artifact.constants(name)
         program = Program(Signature(e), e["symbols"], [c["name"] for c in e["constants"]])
-        return CpuFunction(program, self._artifact._lib, consts, prepared, prefix=e["prefix"])
+        try:
+            return CpuFunction(program, self._artifact._lib, consts, prepared, prefix=e["prefix"])
+        except ValueError as err:  # saved buffers that do not fit the library's
+            raise ArtifactError(f"{self._artifact.path}: entry {name!r}: {err}") from None
 
     # -- calling --------------------------------------------------------------------------------------------------
     def __call__(self, *args, **named):

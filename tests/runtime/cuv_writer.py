@@ -70,14 +70,15 @@ def resign(data: bytes) -> bytes:
 
 def entries_text(entries: list) -> bytes:
     """The `entries` section of entries given as dicts (name, prefix, inputs, outputs: [(name, dtype, rank)], symbols,
-    consts: [(offset, nbytes)], prepared: [(index, offset, nbytes)], checks)."""
+    consts: [(offset, nbytes), or None for a constant left out as `derived`], prepared: [(index, offset, nbytes)],
+    checks)."""
     lines = ["cuvil-entries 1"]
     for e in entries:
         lines.append(f"entry {e['name']} {e['prefix']} {len(e['inputs'])} {len(e['outputs'])} {len(e['symbols'])} "
                      f"{len(e['consts'])} {len(e['prepared'])}")
         lines += [f"symbol {s}" for s in e["symbols"]]
         lines += [f"input {n} {d} {r}" for n, d, r in e["inputs"]] + [f"output {n} {d} {r}" for n, d, r in e["outputs"]]
-        lines += [f"const {k} {o} {n}" for k, (o, n) in enumerate(e["consts"])]
+        lines += [f"derived {k}" if c is None else f"const {k} {c[0]} {c[1]}" for k, c in enumerate(e["consts"])]
         lines += [f"prepared {j} {o} {n}" for j, o, n in e["prepared"]]
         lines += ["checks " + " ".join(map(str, [len(e["checks"]), *e["checks"]])), "end"]
     return ("\n".join(lines) + "\n").encode()

@@ -126,6 +126,7 @@ void cuvil_set_num_threads(int n) { (void)n; }
 int64_t t_arena_bytes(const int64_t *dims) { return dims[0] * 16; }
 int64_t t_packed_count(void) { return 2; }
 int64_t t_packed_bytes(int64_t j) { (void)j; return 16; }
+int64_t t_packed_source(int64_t j) { (void)j; return 0; }
 void t_prepare(void *const *consts, int64_t j)
 {
     float *dst = consts[1 + j];
@@ -165,7 +166,7 @@ def natives(tmp_path_factory):
 
 
 def _own_file(natives, *, levels=((0, 0),), triple="x86_64-linux-gnu", version=1, features=0, extra=(),
-              meta=b'{"format": 1, "entries": {"main": {}}}', more_checks=()):
+              meta=b'{"format": 1, "entries": {"main": {}}}', more_checks=(), consts=((0, 16),)):
     """A .cuv from the tests' writer: entry `main` (x f32[n, 4] -> y f32[n, 4]), one constant, prepared buffer 0
     saved and 1 made at load; `levels` = (LEVEL, feature bits) of each native section."""
     n = sym("n")
@@ -173,7 +174,7 @@ def _own_file(natives, *, levels=((0, 0),), triple="x86_64-linux-gnu", version=1
     c = np.array([1, 2, 3, 4], np.float32)
     checks = check_program([t], [t], ["n"], [(0, 0)], []) + list(more_checks)
     entries = cuv_writer.entries_text([{"name": "main", "prefix": "t_", "inputs": [("x", "f32", 2)],
-                                        "outputs": [("y", "f32", 2)], "symbols": ["n"], "consts": [(0, 16)],
+                                        "outputs": [("y", "f32", 2)], "symbols": ["n"], "consts": list(consts),
                                         "prepared": [(0, 0, 16)], "checks": checks}])
     sections = [("meta", meta), ("entries", entries)]
     sections += [("native" if k == 0 else f"native.{k}", natives[level], 0, bits)
@@ -195,6 +196,14 @@ def test_own_writer_file_with_saved_and_made_prepared_buffers(natives, tmp_path)
     assert out.returncode == 0, out.stderr
     c = np.array([1, 2, 3, 4], np.float32)
     np.testing.assert_array_equal(np.load(tmp_path / "out" / "output_0.npy"), x * c + 2 * c + 3 * c)
+
+
+def test_a_left_out_constant_that_prepare_would_read_is_refused_before_any_prepare(natives, tmp_path):
+    """Constant 0 is `derived` (left out), but prepared buffer 1, made from it, is not saved: the runtime refuses
+    the file (asking `packed_source`) instead of running prepare on a NULL constant."""
+    out = _run_own(tmp_path, _own_file(natives, consts=[None]), np.ones((2, 4), np.float32))
+    assert out.returncode != 0 and "prepared buffer 1 is neither saved nor made from a stored constant" in out.stderr, \
+        out.stderr
 
 
 def test_the_best_native_level_the_cpu_has_is_loaded(natives, tmp_path):

@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import os
 import threading
-from importlib import resources
-from pathlib import Path
 
 from ...progress import step as progress_step
 from ...ir.core import Module
-from . import codegen, fastcall, kernels, library_rows, targets, toolchain
+from . import codegen, fastcall, kernels, library_rows, standalone
+from .flags import model_flags, opt_level, runtime_dir  # noqa: F401 (callers ask the backend)
 from .kernels import conv_block  # noqa: F401 (the passes and tests ask the backend)
 from .executable import CpuFunction
 from .library import EMITTERS
@@ -36,23 +34,6 @@ def keeps_composite(op) -> bool:
 SUPPORTED = LOOP_OPS | REDUCE_OPS | frozenset(EMITTERS) | {"constant", "cond", "while", "fused", "yield", "return"}
 
 
-def runtime_dir() -> Path:
-    return Path(str(resources.files(__package__) / "runtime"))
-
-
-def opt_level() -> int:
-    """`CUVIL_OPT_LEVEL` (tests use 1 to compile faster), else 3."""
-    env = os.environ.get("CUVIL_OPT_LEVEL", "3")
-    return int(env) if env.isdigit() else 3
-
-
-def model_flags(target=None) -> tuple:
-    """Flags for generated model code: no errno from math (so sqrt vectorises), and the target's own (full-width
-    AVX-512 vectors where it has them: GCC's tuning otherwise prefers 256 bits; 512 runs the vectorised
-    exp/tanh/sigmoid 1.5-2x faster here)."""
-    return ("-fno-math-errno", *(target or targets.host_target()).model_flags)
-
-
 def build(module: Module, instrument: bool = False) -> CpuFunction:
     """Generate, compile (or find in the cache) and load C for `module`'s main function; `instrument` adds
     per-op timers (what `cuvil.profile` reads)."""
@@ -72,10 +53,6 @@ def build_library(module: Module, instrument: bool = False) -> tuple[codegen.CPr
     """The generated program and its loaded library (the profiler reads an instrumented one's timers)."""
     program = codegen.generate(module, instrument=instrument)
     progress_step("C compilation", f"{program.source.count('static void k')} kernels")
-    folders = [runtime_dir(), kernels.include_dir()]
-    depends = [runtime_dir() / "cuvil_rt.h"] + [folders[1] / h for h in ("cuvil_kernels.h", "cuvil_math.inc")]
-    options = dict(name="model", opt_level=opt_level(), include_dirs=folders, depends=depends,
-                   extra_flags=model_flags())
     # On a new machine three compilations wait: the kernel library, this model and the C call path; they run at once
     # (the compiler is a subprocess), and the model loads after the kernel library, whose ABI it resolves (RTLD_GLOBAL).
     builds = [threading.Thread(target=_quietly, args=(fn,), daemon=True)
@@ -83,12 +60,12 @@ def build_library(module: Module, instrument: bool = False) -> tuple[codegen.CPr
     for t in builds:
         t.start()
     try:
-        toolchain.build_library(program.source, **options)
+        obj = standalone.entry_object(program.source, opt_level())  # what an export or a cache entry links
     finally:
         for t in builds:
             t.join()
     kernels.load(opt_level())  # loaded by now, or raises the error its thread met
-    lib = toolchain.load_library(program.source, mode=ctypes.RTLD_LOCAL, **options)
+    lib = standalone.load_entry(obj)
     log.debug("compiled %s: %d kernels, arena %s", module.main.name, program.source.count("static void k"),
               program.plan.slots)
     return program, lib

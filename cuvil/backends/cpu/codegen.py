@@ -14,6 +14,7 @@ axis); `cuvil_last_error()` is then that failure's message, for the calling thre
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from ...errors import UnsupportedError
@@ -24,6 +25,7 @@ from .c_exprs import STORAGE, c_dim, index_check
 from .library_util import pooled_helper
 from .loops import LoopKernel
 
+_CONST_SLOT = re.compile(r"\bconsts\[(\d+)\]")  # how generated code reads a module constant (emit_op)
 PRELUDE = """#include <stdint.h>
 #include <string.h>
 #include <math.h>
@@ -43,6 +45,8 @@ class CProgram:
     timed: list = field(default_factory=list)  # instrumented builds: the TimedRegion of each timer index
     # per prepared buffer: whether a cache entry keeps it (costlier to remake than to map: not a plain repacking)
     prepared_saved: list = field(default_factory=list)
+    prepared_from: list = field(default_factory=list)  # per prepared buffer: the constant slot it is made from
+    direct_consts: frozenset = frozenset()  # constant slots the entry reads itself (the others only prepare reads)
 
 
 def is_alias(op: Op) -> bool:
@@ -97,9 +101,11 @@ class CodeGen:
         helpers = "\n".join(map(pooled_helper, self.helpers.values()))  # threaded loops on Cuvil's pool
         source += f"#define CUVIL_NCONST {len(self.constants)}\n\n" + helpers
         source += "\n" + "\n".join(self.kernels) + "\n"
+        direct = frozenset(int(k) for k in _CONST_SLOT.findall(source + "\n".join(self.body)))
         source += self._entry()
         return CProgram(source, self.fn, self.symbols, self.constants, self.plan, dict(self.direct), self.timed,
-                        [saved for _, _, _, saved in self.prepares])
+                        [saved for _, _, _, saved in self.prepares], [slot for slot, _, _, _ in self.prepares],
+                        direct)
 
     def _entry(self) -> str:
         sym = "".join(f"    const int64_t s_{s} = dims[{i}];\n" for i, s in enumerate(self.symbols))
@@ -149,7 +155,10 @@ class CodeGen:
         fills = "".join(f"    case {j}: {{\n        const float *src = (const float *)consts[{slot}];\n"
                         f"        float *dst = (float *)consts[CUVIL_NCONST + {j}];\n        {fill};\n        break;\n"
                         "    }\n" for j, (slot, _, fill, _) in enumerate(self.prepares))
-        count = f"int64_t cuvil_packed_count(void) {{ return {len(self.prepares)}; }}\n\n"
+        sources = "".join(f"    case {j}: return {slot};\n" for j, (slot, _, _, _) in enumerate(self.prepares))
+        count = (f"int64_t cuvil_packed_count(void) {{ return {len(self.prepares)}; }}\n\n"
+                 f"int64_t cuvil_packed_source(int64_t j)\n{{\n    switch (j) {{\n{sources}"
+                 "    default: return -1;\n    }\n}\n\n")
         size = (f"int64_t cuvil_packed_bytes(int64_t j)\n{{\n    switch (j) {{\n{sizes}"
                 "    default: return 0;\n    }\n}\n\n")
         return count + size + (f"void cuvil_prepare(void *const *consts, int64_t j)\n{{\n    (void)consts;\n"

@@ -103,11 +103,20 @@ class CpuFunction:
         self._failure = functools.partial(call_failure, lib.cuvil_last_error)  # holds the library, not self
         self._binders = binding_table(program.symbols, self.arg_types)
         self._constraints = list(fn.constraints)
-        self._consts = [np.ascontiguousarray(constants[name]) for name in program.constants]
+        # None: a constant a .cuv left out because only prepare reads it and its prepared forms are saved
+        self._consts = [None if constants[name] is None else np.ascontiguousarray(constants[name])
+                        for name in program.constants]
         saved = prepared or {}
         self.prepared = self._prepared_buffers(entry(prefix + "packed_count"), entry(prefix + "packed_bytes"), saved)
+        source = entry(prefix + "packed_source")
+        source.argtypes, source.restype = [ctypes.c_int64], ctypes.c_int64
+        for j in range(len(self.prepared)):  # before any prepare: what it reads must be there
+            src = int(source(j))
+            if j not in saved and not (0 <= src < len(self._consts) and self._consts[src] is not None):
+                raise ValueError(f"prepared buffer {j} is neither saved nor made from a stored constant ({src})")
         self._consts += self.prepared
-        self._const_ptrs = (ctypes.c_void_p * max(len(self._consts), 1))(*[c.ctypes.data for c in self._consts])
+        self._const_ptrs = (ctypes.c_void_p * max(len(self._consts), 1))(
+            *[None if c is None else c.ctypes.data for c in self._consts])
         prepare = entry(prefix + "prepare")
         prepare.argtypes = [ctypes.c_void_p, ctypes.c_int64]
         for j in range(len(self.prepared)):

@@ -21,10 +21,18 @@ from . import codegen, fastcall, standalone, targets, wasm
 from .executable import binding_table
 
 
+PACKED_SLACK = 0.02  # a weight's packed form replaces it in the file when it is at most 2% larger
+
+
 class _Entry:
     """One executable taken apart: its generated C, constants, saved prepared buffers and signature. For the host,
     what its loaded function holds; for other targets, C generated again from the IR (under `targets.use`), no
-    prepared buffer saved (the target's own `prepare` fills them at load: their layout is the target's)."""
+    prepared buffer saved (the target's own `prepare` fills them at load: their layout is the target's).
+
+    Weights are stored once: a host constant that only `prepare` reads (a GEMM or Winograd weight) is left out and
+    its prepared forms are saved in its place (`derived`, see `_derived`); besides those, only the buffers the code
+    generator marks as worth keeping are saved. A loader runs `prepare` only for a buffer made from a stored
+    constant (it asks `packed_source`)."""
 
     def __init__(self, exe, route: dict, host_code: bool, keep_prepared: bool = True):
         run = exe._run if host_code else None
@@ -32,14 +40,30 @@ class _Entry:
             run = run.resolve()
         program = getattr(run, "program", None)
         if getattr(program, "source", None) is None:  # loaded from a file, or another target: C again from the IR
-            program = codegen.generate(exe.module)
+            program = codegen.generate(exe.module)  # (a cache hit with derived weights compiles its module anew)
         fn = program.function
         self.exe, self.route, self.program = exe, route, program
         self.arg_types, self.out_types, self.constraints = [a.type for a in fn.args], fn.result_types, fn.constraints
-        self.consts = run._consts[:len(program.constants)] if run else [np.ascontiguousarray(exe.module.constants[n])
-                                                                         for n in program.constants]
-        self.prepared = {j: run.prepared[j] for j, keep in enumerate(program.prepared_saved)
-                         if keep and keep_prepared and j < len(run.prepared)} if run else {}
+        self.derived, self.prepared = set(), {}
+        if run is None:
+            self.consts = [np.ascontiguousarray(exe.module.constants[n]) for n in program.constants]
+            return
+        self.consts = run._consts[:len(program.constants)]
+        if keep_prepared:
+            self.derived = _derived(program, self.consts, run.prepared)
+            keep = [saved or src in self.derived for saved, src in zip(program.prepared_saved, program.prepared_from)]
+            self.prepared = {j: run.prepared[j] for j, saved in enumerate(keep) if saved and j < len(run.prepared)}
+        if any(c is None for k, c in enumerate(self.consts) if k not in self.derived):
+            raise ValueError("a constant the code reads is missing (a loaded function whose weights were replaced)")
+
+    def const_meta(self, layout: dict) -> list:
+        """Meta's `constants`: where each lies in `consts`, or `derived` (left out: its prepared forms replace it)."""
+        return [{"name": n, "dtype": _dtype(a), "shape": list(a.shape),
+                 **({"offset": 0, "nbytes": 0, "derived": True} if k in self.derived else layout["consts"][_key(a)])}
+                for k, (n, a) in enumerate(zip(self.program.constants, self.consts))]
+
+    def stored_consts(self) -> list:
+        return [a for k, a in enumerate(self.consts) if k not in self.derived]
 
     def meta(self, prefix: str, layout: dict) -> dict:
         program = self.program
@@ -53,8 +77,7 @@ class _Entry:
             "outputs": [_param(n, t) for n, t in zip(out_names, self.out_types)],
             "symbols": list(program.symbols), "relations": [format_relation(r) for r in self.constraints],
             "arena_bytes": _arena_text(program.plan.slots),
-            "constants": [{"name": n, "dtype": _dtype(a), "shape": list(a.shape), **layout["consts"][_key(a)]}
-                          for n, a in zip(program.constants, self.consts)],
+            "constants": self.const_meta(layout),
             "prepared": [{"index": j, **layout["prepared"][_key(a)]} for j, a in self.prepared.items()],
             "checks": checks, "route": self.route, "pass_timings": self.exe.pass_timings,
             "metadata": self.exe.module.metadata,
@@ -84,7 +107,7 @@ def write(path, executables: dict, include_c: bool = False, target="cpu") -> Non
     for name in parts:
         if not entries.NAME.match(name):
             raise ValueError(f"entry name {name!r} must match [A-Za-z_][A-Za-z0-9_]* (at most 63 characters)")
-    consts, const_layout = _pack([a for p in parts.values() for a in p.consts])
+    consts, const_layout = _pack([a for p in parts.values() for a in p.stored_consts()])
     prepared, prep_layout = _pack([a for p in parts.values() for a in p.prepared.values()])
     layout = {"consts": const_layout, "prepared": prep_layout}
     metas = {name: p.meta(standalone.entry_prefix(k), layout) for k, (name, p) in enumerate(parts.items())}
@@ -101,7 +124,7 @@ def write(path, executables: dict, include_c: bool = False, target="cpu") -> Non
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "entries": metas}
     sections = [container.Section("meta", [json.dumps(meta).encode()]),
                 container.Section("entries", [entries.format_entries(metas).encode()]), *natives]
-    if consts:
+    if any(p.consts for p in parts.values()):  # even if every constant is derived: a loader expects the section
         sections.append(container.Section("consts", consts))
     if prepared:
         sections.append(container.Section("prepared", prepared))
@@ -130,6 +153,18 @@ def _natives(rows: tuple, sources: list) -> list:
                               [standalone.build(sources, target=None if row.is_host else row)],
                               features=host.cpuinfo_bits() if row.is_host else host.bits(row.features))
             for k, row in enumerate(rows)]
+
+
+def _derived(program, consts: list, prepared: list) -> set:
+    """The constants a file leaves out, its prepared forms saved instead: those only `prepare` reads, whose forms
+    are saved anyway (Winograd transforms) or take no more room than they do (GEMM panels of a wide matrix; a
+    narrow one's panels are padded, so it is stored as it is and packed at load)."""
+    forms: dict = {}
+    for j, (src, saved) in enumerate(zip(program.prepared_from, program.prepared_saved)):
+        forms.setdefault(src, []).append((j, saved))
+    return {k for k, js in forms.items() if k not in program.direct_consts and consts[k] is not None and (
+        all(saved for _, saved in js) or
+        sum(prepared[j].nbytes for j, _ in js) <= consts[k].nbytes * (1 + PACKED_SLACK))}
 
 
 def _pack(arrays: list) -> tuple:

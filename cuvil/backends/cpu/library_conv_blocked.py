@@ -18,8 +18,13 @@ def _conv_nchwc(gen, op, depth: int) -> None:
     names = {"x": x, "w": w, "bias": op.operands[2], "y": y}
     if len(op.operands) == 4:
         names["res"] = op.operands[3]
-    d = open_block(gen, depth, op, names)
     a = op.attrs
+    ob, cb = w.type.shape[:2]
+    u = gen.prepared(w, f"cuvil_winograd_weight_size({ob}, {cb})", f"cuvil_winograd_weight(src, {ob}, {cb}, dst)",
+                     saved=True) if a["algorithm"] == "winograd" else None
+    if u is not None:  # the code reads only the transform (so a .cuv stores it in place of the weight)
+        del names["w"]
+    d = open_block(gen, depth, op, names)
     block = w.type.shape[5]
 
     if block != conv_block():
@@ -31,9 +36,6 @@ def _conv_nchwc(gen, op, depth: int) -> None:
              *a["pads"][:2], *a["dilations"], a["channels"])
     gen.line(d, f"const int64_t g[17] = {{{', '.join(c_dim(s) for s in sizes)}}};")
     res, act = "res" if "res" in names else "NULL", int(a["activation"] == "relu")
-    ob, cb = w.type.shape[:2]
-    u = gen.prepared(w, f"cuvil_winograd_weight_size({ob}, {cb})", f"cuvil_winograd_weight(src, {ob}, {cb}, dst)",
-                     saved=True) if a["algorithm"] == "winograd" else None
     if u is not None:
         gen.line(d, f"cuvil_conv_winograd(x, {u}, bias, {res}, y, g, {act});")
     else:  # a weight computed at run time is not transformed on every call

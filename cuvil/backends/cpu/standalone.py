@@ -8,49 +8,80 @@ backend.py); export and the artifact cache do. Every object file is cached by th
 """
 from __future__ import annotations
 
+import ctypes
+import os
+import shlex
 import subprocess
 import tempfile
 from pathlib import Path
 
-from . import backend, kernels, toolchain
+from . import kernels, toolchain
+from .flags import model_flags, opt_level, runtime_dir
 
-ENTRY_SYMBOLS = ("main", "arena_bytes", "packed_count", "packed_bytes", "prepare")
+ENTRY_SYMBOLS = ("main", "arena_bytes", "packed_count", "packed_bytes", "packed_source", "prepare")
 LIBRARY_SYMBOLS = ("cuvil_abi_version", "cuvil_last_error", "cuvil_set_num_threads", "cuvil_swap_call_threads")
 
 
 def entry_prefix(k: int) -> str:
-    return f"cuvil_e{k}_"
+    """Entry 0 keeps the generated names (`cuvil_main`), so its object is the one in-process code loads."""
+    return "cuvil_" if k == 0 else f"cuvil_e{k}_"
 
 
 def prefixed(source: str, prefix: str) -> str:
     """Generated C whose entry points (`cuvil_main`, ...) are named `PREFIX main`, ...: by macros, so the code
     generator stays as it is."""
+    if prefix == "cuvil_":
+        return source
     return "".join(f"#define cuvil_{s} {prefix}{s}\n" for s in ENTRY_SYMBOLS) + source
 
 
-def build(sources: list, opt_level: int | None = None, target=None) -> bytes:
+def build(sources: list, level: int | None = None, target=None) -> bytes:
     """The shared object's bytes for the generated C `sources` (entry k gets `entry_prefix(k)`), for `target` (a
     targets.Target; None: the host)."""
-    level = backend.opt_level() if opt_level is None else opt_level
-    objects = [_object(prefixed(src, entry_prefix(k)), "entry", level, backend.model_flags(target), target)
+    level = opt_level() if level is None else level
+    objects = [_object(prefixed(src, entry_prefix(k)), "entry", level, model_flags(target), target)
                for k, src in enumerate(sources)]
     return _link(objects + library_objects(level, target), [entry_prefix(k) for k in range(len(sources))], target)
 
 
-def library_objects(opt_level: int, target=None) -> list:
+def library_objects(level: int, target=None) -> list:
     """The objects every exported library links, whatever the model (built once per target and level): the kernel
     library compiled -fPIC and the once-per-library ABI (cuvil_export.c)."""
     kernel_src = "".join(f'#include "{name}"\n' for name in kernels.SOURCES)
-    return [_object(kernel_src, "kernels", opt_level, (), target),
-            _object((backend.runtime_dir() / "cuvil_export.c").read_text(), "export", opt_level, (), target)]
+    return [_object(kernel_src, "kernels", level, (), target),
+            _object((runtime_dir() / "cuvil_export.c").read_text(), "export", level, (), target)]
 
 
-def _object(source: str, name: str, opt_level: int, extra: tuple, target=None) -> Path:
+def entry_object(source: str, level: int) -> Path:
+    """The host object of generated C, compiled as `build` compiles entry 0."""
+    return _object(source, "entry", level, model_flags())
+
+
+def load_entry(obj: Path) -> ctypes.CDLL:
+    """An entry object loaded in this process (its kernels resolved against the loaded kernel library): saving it to
+    the artifact cache or a .cuv then compiles nothing again."""
+    lib = obj.with_name("model.so")
+    if not lib.exists():
+        fd, tmp = tempfile.mkstemp(prefix=".model-", suffix=".so", dir=obj.parent)
+        os.close(fd)
+        try:
+            compiler = toolchain.find_compiler()
+            extra = shlex.split(os.environ.get("CUVIL_EXTRA_CFLAGS", ""))  # as compiled (-fsanitize=address)
+            _run_linker([*compiler.command, "-shared", *toolchain.link_flags(compiler), "-pthread", *extra, "-o", tmp,
+                         str(obj), "-lm"])
+            os.replace(tmp, lib)  # published whole: another process may be linking the same object
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    return ctypes.CDLL(str(lib), mode=ctypes.RTLD_LOCAL)
+
+
+def _object(source: str, name: str, level: int, extra: tuple, target=None) -> Path:
     """An object file compiled -fPIC from `source`, in the toolchain's cache (its entry calls it lib.so)."""
     compiler = toolchain.find_compiler(target)
-    flags = tuple(f for f in toolchain.compile_flags(opt_level, extra, target, compiler) if f != "-shared") + ("-c",)
-    folders = [backend.runtime_dir(), kernels.include_dir()]
-    depends = [backend.runtime_dir() / "cuvil_rt.h"] + [kernels.include_dir() / h for h in
+    flags = tuple(f for f in toolchain.compile_flags(level, extra, target, compiler) if f != "-shared") + ("-c",)
+    folders = [runtime_dir(), kernels.include_dir()]
+    depends = [runtime_dir() / "cuvil_rt.h"] + [kernels.include_dir() / h for h in
                                                         kernels.SOURCES + kernels.HEADERS]
     return toolchain.build_library(source, name=f"obj-{name}", flags=flags, include_dirs=folders,
                                    depends=depends, target=target).path
@@ -66,10 +97,13 @@ def _link(objects: list, prefixes: list, target=None) -> bytes:
         inputs = [Path(tmp) / f"{k}.o" for k in range(len(objects))]  # the cache names them lib.so: zig's clang
         for link, obj in zip(inputs, objects):  # would take those for shared libraries
             link.symlink_to(obj)
-        cmd = [*compiler.command, "-shared", *toolchain.link_flags(compiler), "-pthread", "-o", str(out),
-               *map(str, inputs), "-lm", f"-Wl,--version-script={script}", "-Wl,--no-undefined", "-Wl,-z,noexecstack",
-               "-Wl,--as-needed"]
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise toolchain.CompileError(f"linking the exported library failed: {' '.join(cmd)}\n{done.stderr}")
+        _run_linker([*compiler.command, "-shared", *toolchain.link_flags(compiler), "-pthread", "-o", str(out),
+                     *map(str, inputs), "-lm", f"-Wl,--version-script={script}", "-Wl,--no-undefined",
+                     "-Wl,-z,noexecstack", "-Wl,--as-needed"])
         return out.read_bytes()
+
+
+def _run_linker(cmd: list) -> None:
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise toolchain.CompileError(f"linking a model library failed: {' '.join(cmd)}\n{done.stderr}")

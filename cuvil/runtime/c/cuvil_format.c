@@ -358,7 +358,7 @@ static cuvil_status buffer_line(reader *r, const char *kind, int64_t n, uint64_t
     if ((n > 0 && !integer(r, 0, n - 1, &j)) || !integer(r, 0, INT64_MAX, &off) || !integer(r, 0, INT64_MAX, &nb)
         || !line_done(r))
         return bad(r, kind[0] == 'c' ? "expected `const INDEX OFFSET NBYTES`" : "expected `prepared INDEX OFFSET NBYTES`");
-    if (seen[j] >= 0) return bad(r, "a constant index given twice");
+    if (seen[j] != -1) return bad(r, "a constant index given twice");
     if (off % 64 || (uint64_t)off > section_size || (uint64_t)nb > section_size - (uint64_t)off)
         return bad(r, "a buffer that does not lie 64-byte aligned inside its section");
     seen[j] = at[j] = off;
@@ -519,9 +519,16 @@ static cuvil_status entry_lines(reader *r, cuvil_entry *e)
     if (e->out_dims > CUVIL_MAX_OUT_DIMS) return bad(r, "too many output sizes");
     int64_t *at = e->const_at, *bytes = e->const_bytes;
     for (int k = 0; k < e->n_const; k++) at[k] = -1;
-    for (int k = 0; k < e->n_const && !rc; k++)
-        rc = record(r, "const") ? buffer_line(r, "const", e->n_const, consts ? consts->size : 0, at, bytes, at)
-                                : bad(r, "expected `const INDEX OFFSET NBYTES`");
+    for (int k = 0; k < e->n_const && !rc; k++) {
+        char key[16];
+        int64_t j;
+        if (!next_line(r) || !word(r, key, sizeof key)) rc = bad(r, "expected `const INDEX OFFSET NBYTES`");
+        else if (strcmp(key, "const") == 0) rc = buffer_line(r, "const", e->n_const, consts ? consts->size : 0, at, bytes, at);
+        else if (strcmp(key, "derived") != 0 || !integer(r, 0, e->n_const - 1, &j) || !line_done(r))
+            rc = bad(r, "expected `const INDEX OFFSET NBYTES` or `derived INDEX`");
+        else if (at[j] != -1) rc = bad(r, "a constant index given twice");
+        else at[j] = CUVIL_DERIVED, bytes[j] = 0;
+    }
     /* Prepared buffers: N_PREPARED lines give the saved ones; the library says how many there are in all
      * (PREFIX packed_count), so the loader checks the indices against that (cuvil_runtime.c). */
     for (int k = 0; k < e->n_prep && !rc; k++) {

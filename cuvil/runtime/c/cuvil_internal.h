@@ -19,6 +19,7 @@
 #define CUVIL_MAX_SECTIONS 64
 #define CUVIL_MAX_NAME 63
 #define CUVIL_MAX_ENTRIES 1024
+#define CUVIL_DERIVED (-2) /* const_at of a constant the file leaves out (`derived INDEX`): only prepare read it */
 #define CUVIL_MAX_TENSORS 1024   /* inputs or outputs of one entry */
 #define CUVIL_MAX_SYMBOLS 1024
 #define CUVIL_MAX_OUT_DIMS 4096  /* sizes of all outputs of one entry together */
@@ -56,7 +57,7 @@ typedef struct {
     const char **bound_from; /* per symbol: the input size it is bound to ("x.shape[0]") */
     int64_t *code;
     cuvil_check_site *sites;
-    int64_t *const_at, *const_bytes;   /* offset and size in `consts` of each constant */
+    int64_t *const_at, *const_bytes;   /* offset and size in `consts` of each constant; CUVIL_DERIVED: not stored */
     int64_t *prep_index, *prep_at, *prep_bytes; /* the saved prepared buffers: index, offset and size in `prepared` */
     /* after loading */
     cuvil_main_fn main;

@@ -270,6 +270,7 @@ static cuvil_status bind_entry(cuvil_model *m, cuvil_entry *e)
     cuvil_count_fn count = (cuvil_count_fn)symbol(m, e->prefix, "packed_count", &rc);
     cuvil_bytes_fn bytes = (cuvil_bytes_fn)symbol(m, e->prefix, "packed_bytes", &rc);
     cuvil_prepare_fn prepare = (cuvil_prepare_fn)symbol(m, e->prefix, "prepare", &rc);
+    cuvil_bytes_fn source = (cuvil_bytes_fn)symbol(m, e->prefix, "packed_source", &rc);
     if (rc) return rc;
     int64_t n = count();
     if (n < 0 || n > (1 << 24))
@@ -279,7 +280,9 @@ static cuvil_status bind_entry(cuvil_model *m, cuvil_entry *e)
     uint8_t *saved = cuvil_take(m, (size_t)n + 1);
     if (!e->consts || !saved) return cuvil_fail(CUVIL_ERR_MEMORY, "out of memory");
     const cuvil_section *consts = cuvil_find_section(m, "consts"), *prep = cuvil_find_section(m, "prepared");
-    for (int k = 0; k < e->n_const; k++) e->consts[k] = (void *)(m->data + consts->offset + e->const_at[k]);
+    for (int k = 0; k < e->n_const; k++) {
+        e->consts[k] = e->const_at[k] == CUVIL_DERIVED ? NULL : (void *)(m->data + consts->offset + e->const_at[k]);
+    }
     for (int k = 0; k < e->n_prep; k++) {
         int64_t j = e->prep_index[k];
         if (j >= n || saved[j] || e->prep_bytes[k] < bytes(j))
@@ -287,6 +290,12 @@ static cuvil_status bind_entry(cuvil_model *m, cuvil_entry *e)
                               "library's (index, size)", m->where, e->name, (long long)j);
         saved[j] = 1;
         e->consts[e->n_const + j] = (void *)(m->data + prep->offset + e->prep_at[k]);
+    }
+    for (int64_t j = 0; j < n; j++) { /* before any prepare: each buffer it makes reads a constant that is there */
+        int64_t src = source(j);
+        if (!saved[j] && (src < 0 || src >= e->n_const || !e->consts[src]))
+            return cuvil_fail(CUVIL_ERR_LOAD, "%s: entry '%s': prepared buffer %lld is neither saved nor made from a "
+                              "stored constant", m->where, e->name, (long long)j);
     }
     for (int64_t j = 0; j < n; j++) {
         if (saved[j]) continue;

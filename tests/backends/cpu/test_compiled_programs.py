@@ -149,7 +149,7 @@ def test_second_process_hits_the_cache(tmp_path):
     env = {**__import__("os").environ, "CUVIL_CACHE_DIR": str(tmp_path)}
     first = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     second = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
-    assert "compiled model" in first.stderr and "compiled model" not in second.stderr
+    assert "compiled obj-entry" in first.stderr and "compiled obj-entry" not in second.stderr
     assert first.stdout == second.stdout == "4.0\n"
 
 
