@@ -28,7 +28,7 @@ def _shell_lines(block: str) -> list:
 
 def test_readme_deploy_example_runs_as_printed(tmp_path, monkeypatch):
     section = _deploy_section()
-    python = re.search(r"```py\n(.*?)```", section, re.S).group(1)
+    python = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     shell = _shell_lines(re.search(r"```sh\n(.*?)```", section, re.S).group(1))
     monkeypatch.chdir(tmp_path)
     (tmp_path / "export.py").write_text(python)  # a real file: @cuvil.jit reads the source

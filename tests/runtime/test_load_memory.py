@@ -45,7 +45,8 @@ def test_load_from_memory_at_any_alignment(winograd_cuv, offset):
     assert art.metadata["entries"]["main"]["prepared"], "the file should hold saved prepared buffers"
     np.testing.assert_array_equal(art(x), expected)
     consts, prepared = art.constants("main")
-    assert all(a.ctypes.data % 64 == 0 for a in [*consts.values(), *prepared.values()])
+    stored = [a for a in [*consts.values(), *prepared.values()] if a is not None]  # None: a weight left out
+    assert stored and all(a.ctypes.data % 64 == 0 for a in stored)
     assert np.shares_memory(prepared[0], buf) is (offset == 0)  # in place when aligned, else a copy
 
 

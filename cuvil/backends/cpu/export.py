@@ -49,7 +49,10 @@ class _Entry:
             self.consts = [np.ascontiguousarray(exe.module.constants[n]) for n in program.constants]
             return
         self.consts = run._consts[:len(program.constants)]
-        if keep_prepared:
+        if not keep_prepared:  # the weights a cache entry left out (its packed forms replace them), from the IR
+            self.consts = [c if c is not None else np.ascontiguousarray(exe.module.constants[n])
+                           for n, c in zip(program.constants, self.consts)]
+        else:
             self.derived = _derived(program, self.consts, run.prepared)
             keep = [saved or src in self.derived for saved, src in zip(program.prepared_saved, program.prepared_from)]
             self.prepared = {j: run.prepared[j] for j, saved in enumerate(keep) if saved and j < len(run.prepared)}
@@ -58,7 +61,8 @@ class _Entry:
 
     def const_meta(self, layout: dict) -> list:
         """Meta's `constants`: where each lies in `consts`, or `derived` (left out: its prepared forms replace it)."""
-        return [{"name": n, "dtype": _dtype(a), "shape": list(a.shape),
+        types = {op.attrs["name"]: op.results[0].type for op in self.program.function.walk() if op.name == "constant"}
+        return [{"name": n, **(_param(n, types[n]) if a is None else {"dtype": _dtype(a), "shape": list(a.shape)}),
                  **({"offset": 0, "nbytes": 0, "derived": True} if k in self.derived else layout["consts"][_key(a)])}
                 for k, (n, a) in enumerate(zip(self.program.constants, self.consts))]
 
@@ -83,10 +87,20 @@ class _Entry:
             "metadata": self.exe.module.metadata,
         }
 
+    def _left_out(self, name: str) -> np.ndarray:
+        """A weight a cache entry left out, for the IR text: elided there, so its type is enough (a stand-in of
+        that type); a small one is printed, so it comes from the module (a cache hit rebuilds it)."""
+        t = next(op.results[0].type for op in self.program.function.walk()
+                 if op.name == "constant" and op.attrs["name"] == name)
+        if t.numel > serialize._INLINE_MAX_ELEMENTS:
+            return np.broadcast_to(np.zeros((), t.dtype.numpy), t.shape)
+        return np.ascontiguousarray(self.exe.module.constants[name])
+
     def ir_text(self) -> str:
         view = Module()
         view.functions = self.exe.module.functions
-        view.constants = dict(zip(self.program.constants, self.consts))
+        view.constants = {n: a if a is not None else self._left_out(n) for n, a in zip(self.program.constants,
+                                                                                     self.consts)}
         return print_module(view, elide_constants_over=serialize._INLINE_MAX_ELEMENTS)
 
 
@@ -162,7 +176,8 @@ def _derived(program, consts: list, prepared: list) -> set:
     forms: dict = {}
     for j, (src, saved) in enumerate(zip(program.prepared_from, program.prepared_saved)):
         forms.setdefault(src, []).append((j, saved))
-    return {k for k, js in forms.items() if k not in program.direct_consts and consts[k] is not None and (
+    return {k for k, js in forms.items() if k not in program.direct_consts and (
+        consts[k] is None or  # left out already (a cache entry's): its forms are what was loaded
         all(saved for _, saved in js) or
         sum(prepared[j].nbytes for j, _ in js) <= consts[k].nbytes * (1 + PACKED_SLACK))}
 
