@@ -18,7 +18,7 @@ from .ir.core import Module
 from .ir.verifier import verify
 
 log = logging.getLogger("cuvil.compiler")
-TARGETS = ("cpu", "interpreter")
+TARGETS = ("cpu", "cuda", "interpreter")
 
 
 class Executable:
@@ -86,6 +86,10 @@ def compile_module(module: Module, target: str = "cpu", passes: Iterable = (), l
 
         program, lib = build_library(module)
         return Executable(module, target, CpuFunction(program, lib, module.constants), dict(manager.timings))
+    if target == "cuda":
+        from .backends.cuda.backend import build as cuda_build
+
+        return Executable(module, target, cuda_build(module), dict(manager.timings))
     return Executable(module, target, lambda inputs: interpret(module, inputs), dict(manager.timings))
 
 

@@ -37,6 +37,15 @@ def default_pipeline(target: str = "cpu", level: int = 2, passes: Iterable[Pass]
         if enable_fusion:
             pb.add(FuseLibraryEpilogue())
         pb.add(FuseOps(is_loop_op, REDUCE_OPS, join=enable_fusion))
+    elif target == "cuda":
+        from ..backends.common.index import is_loop_op
+        from ..backends.cuda.backend import REDUCE_OPS, keeps_composite
+
+        pb.add(Decompose(keep=keeps_composite), SplitToSlices())
+        pb.add_fixpoint("cleanup-lowered", FoldConstants(), Simplify(), Canonicalize(), CSE(), DCE())
+        if enable_fusion:
+            pb.add(FuseLibraryEpilogue())
+        pb.add(FuseOps(is_loop_op, REDUCE_OPS, join=enable_fusion))
     for p in passes:
         pb.insert(p)
     return pb.build()

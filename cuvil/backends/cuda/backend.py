@@ -1,0 +1,50 @@
+"""The CUDA backend's entry: what it implements (for the pipeline), and building a module into images and a program.
+
+    fused, planned IR --codegen--> CUDA C + host steps --toolchain (NVRTC or nvcc, cached)--> PTX, cubins
+        --runtime (driver API; a CUDA Graph per shape)--> CudaFunction
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...ir.core import Module
+from ...progress import step as progress_step
+from ..common.index import LOOP_OPS, REDUCE_INIT
+from . import codegen, toolchain
+from .library import EMITTERS, keeps
+
+# Composite ops the loop kernels compute directly, as on the CPU (the shared elementwise table has them).
+NATIVE_COMPOSITES = frozenset({"leaky_relu", "elu", "selu", "gelu", "softplus", "hardsigmoid", "hardswish", "silu",
+                               "clip"})
+REDUCE_OPS = frozenset(REDUCE_INIT)
+SUPPORTED = LOOP_OPS | REDUCE_OPS | frozenset(EMITTERS) | {"constant", "fused", "yield", "return"}
+
+
+def keeps_composite(op) -> bool:
+    """Whether the backend computes composite `op` itself (the decompose pass leaves it alone)."""
+    return op.name in NATIVE_COMPOSITES or keeps(op)
+
+
+@dataclass
+class CudaBuild:
+    """A module built for CUDA: its program (kernels and host steps) and the images of its kernels by arch."""
+
+    program: codegen.CudaProgram
+    images: dict
+
+
+def build_images(module: Module, archs=toolchain.ARCHS) -> CudaBuild:
+    """Generate and compile (or find in the cache) the kernels of `module`'s main function; needs no GPU."""
+    program = codegen.generate(module)
+    progress_step("CUDA compilation", f"{len(program.kernel_names)} kernels, {', '.join(archs)}")
+    return CudaBuild(program, toolchain.build_images(program.source, archs))
+
+
+def build(module: Module, archs=toolchain.ARCHS, driver=None, blas=None, stream_priority: int = 0):
+    """A `CudaFunction` running `module` on the GPU: built as above, loaded through `driver` (default: libcuda)."""
+    from .driver import CudaDriver
+    from .runtime import CudaFunction
+
+    driver = driver or CudaDriver.load()  # first: no GPU, no compilation
+    built = build_images(module, archs)
+    return CudaFunction(built.program, built.images, module.constants, driver, blas, stream_priority)
