@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import glob
-import os
 from dataclasses import dataclass
 
 from ...errors import UnsupportedError
 from .driver import CudaDriverError
+from .toolchain import wheel_libraries
 
 CUDA_R = {"f32": 0, "f16": 2, "bf16": 14}
 ITEMSIZE = {"f32": 4, "f16": 2, "bf16": 2}
@@ -60,15 +59,7 @@ def gemm_layouts(step, env_value) -> GemmLayouts:
 
 @functools.lru_cache(maxsize=None)
 def _library():
-    candidates = []
-    try:
-        import nvidia.cublas as pkg  # the wheel nvidia-cublas-cu12 (a namespace package)
-
-        for root in pkg.__path__:
-            candidates += sorted(glob.glob(os.path.join(root, "lib", "libcublasLt.so*")))
-    except ImportError:
-        pass
-    for c in candidates + ["libcublasLt.so", "libcublasLt.so.12", "libcublasLt.so.13"]:
+    for c in wheel_libraries("libcublasLt"):
         try:
             return ctypes.CDLL(c)
         except OSError:

@@ -31,21 +31,25 @@ def header_dir() -> Path:
     return Path(str(resources.files(__package__) / "runtime"))
 
 
-@functools.lru_cache(maxsize=None)
-def _nvrtc():
-    """The NVRTC library (ctypes), or None: the pip wheel's first, then the system's."""
-    candidates = []
+def wheel_libraries(stem: str) -> list:
+    """Shared libraries `stem`.so* in NVIDIA's pip wheels (the `nvidia` namespace package: nvidia/cuda_nvrtc/lib for
+    CUDA 12's wheels, nvidia/cu13/lib for CUDA 13's), newest first, then the plain names for the loader's path."""
+    found = []
     try:
-        import nvidia.cuda_nvrtc as pkg  # the wheel nvidia-cuda-nvrtc-cu12 (a namespace package)
+        import nvidia
 
-        for root in pkg.__path__:
-            candidates += sorted(glob.glob(os.path.join(root, "lib", "libnvrtc.so*")))
+        for root in nvidia.__path__:
+            found += glob.glob(os.path.join(root, "**", f"{stem}.so*"), recursive=True)
     except ImportError:
         pass
-    candidates += ["libnvrtc.so", "libnvrtc.so.12", "libnvrtc.so.13"]
-    for c in candidates:
-        if "builtins" in c or ".alt." in c:
-            continue
+    found = sorted((f for f in found if "builtins" not in f and ".alt." not in f), reverse=True)
+    return found + [f"{stem}.so.13", f"{stem}.so.12", f"{stem}.so"]
+
+
+@functools.lru_cache(maxsize=None)
+def _nvrtc():
+    """The NVRTC library (ctypes), or None: a pip wheel's first, then the system's."""
+    for c in wheel_libraries("libnvrtc"):
         try:
             lib = ctypes.CDLL(c)
         except OSError:
