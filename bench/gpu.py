@@ -2,8 +2,8 @@
 
 1. every op case of tests/ops (except the CUDA backend's NOT_YET list) compiled for target="cuda" and run on the GPU,
    against the reference interpreter (tolerances of tests/backends/cpu/test_ops_compiled.py);
-2. ResNet-18, BERT-base (s128) and GPT-2 small (s128), batch 1, random weights (bench/workloads.py), against
-   PyTorch on the same GPU;
+2. the tests' tiny CNN and transformer block (its attention is the fused flash-style kernel), ResNet-18, BERT-base
+   (s128) and GPT-2 small (s128), batch 1, random weights (bench/workloads.py), against PyTorch on the same GPU;
 3. latency at batch 1 of those models: Cuvil (graph replay) vs PyTorch eager, torch.compile (default) and
    torch.compile(mode="reduce-overhead") (CUDA Graphs), all in this one run; plus the host time of one replay.
 
@@ -25,7 +25,7 @@ import traceback
 
 import numpy as np
 
-MODELS = ("resnet18", "bert", "gpt2")
+MODELS = ("tiny_cnn", "tiny_transformer", "resnet18", "bert", "gpt2")  # the tiny ones: tests/backends/cuda/models.py
 BUDGET_S = {"ops": 150, "models": 200, "latency": 150}  # each stage stops starting work past its share
 
 
@@ -98,8 +98,11 @@ def stage_ops(dry_run: bool, results: dict, limit=None) -> None:
 
 
 def _workload(name: str):
-    from bench.workloads import ResNet18, transformer_workload, vision_workload
+    from bench.workloads import Built, ResNet18, transformer_workload, vision_workload
+    from tests.backends.cuda import models
 
+    if name.startswith("tiny_"):
+        return Built(*getattr(models, name)())
     return vision_workload(ResNet18) if name == "resnet18" else transformer_workload(name, 128)
 
 

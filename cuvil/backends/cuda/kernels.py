@@ -35,6 +35,7 @@ class KernelLaunch:
     per_block: int  # elements a block covers before the grid-stride loop repeats (1: one block per element)
     params: list
     shared_bytes: int = 0
+    threads: int = BLOCK  # threads a block (at most the kernel's __launch_bounds__)
 
     def grid(self, work: int) -> int:
         return max(1, min(MAX_GRID, -(-work // self.per_block)))

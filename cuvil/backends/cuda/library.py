@@ -5,7 +5,7 @@
 - softmax, log_softmax, layer_norm over trailing f32 rows: one block a row, block reductions (rows.py).
 - conv, max_pool, avg_pool (N-d, NCHW): one thread per output element, padding read as absent; a fused conv's clamp
   is applied on the way out. cuDNN would be faster; these are what runs everywhere first.
-- shape_of: one thread writes the dims.
+- cumsum: a thread a line along the axis; shape_of: one thread writes the dims.
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from ...ir.dtypes import DType
 from ..common.c_exprs import CType, c_dim, load
 from .program import Buf, Gemm
 from .kernels import BLOCK, CUDA_STORAGE, KernelLaunch
+from .attention import emit_attention
 from .rows import emit_layer_norm, emit_softmax
 
 CUBLASLT_DTYPES = {DType.f32: "f32", DType.f16: "f16", DType.bf16: "bf16"}
@@ -203,6 +204,32 @@ def _fused_conv(gen, op: Op) -> None:
     _conv(gen, outer, (clip.attrs["min"], clip.attrs["max"]))
 
 
+# -- cumsum ------------------------------------------------------------------------------------------------
+def _cumsum(gen, op: Op) -> None:
+    """One thread per line along the axis, summing in double (floats) or uint64 (integers wrap as NumPy's)."""
+    x = op.operands[0].type
+    axis = op.attrs["axis"] % x.rank
+    st, wide = CUDA_STORAGE[x.dtype], "double" if x.dtype.is_float else "uint64_t"
+    outer, n, inner = _prod(x.shape[:axis]), x.shape[axis], _prod(x.shape[axis + 1:])
+    total = _store(x.dtype, "(float)acc" if x.dtype.is_float and x.dtype.itemsize < 8 else "acc") \
+        if x.dtype.is_float else f"({st})acc"
+    kname = f"cuvil_cumsum_{x.dtype.value}"
+    gen.helpers[kname] = (
+        f'extern "C" __global__ void __launch_bounds__({BLOCK}) {kname}(int64_t outer, int64_t n, int64_t inner, '
+        f"int exclusive, int reverse, const {st} *__restrict__ x, {st} *__restrict__ y)\n{{\n"
+        "    for (int64_t line = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; line < outer * inner; "
+        "line += (int64_t)gridDim.x * blockDim.x) {\n"
+        f"        const int64_t o = line / inner, c = line % inner;\n        {wide} acc = 0;\n"
+        "        for (int64_t step = 0; step < n; step++) {\n"
+        "            const int64_t at = (o * n + (reverse ? n - 1 - step : step)) * inner + c;\n"
+        f"            const {wide} v = ({wide}){_load(x.dtype, 'x', 'at')};\n"
+        f"            if (!exclusive) acc += v;\n            y[at] = {total};\n            if (exclusive) acc += v;\n"
+        "        }\n    }\n}\n")
+    kinds = [("dim", outer), ("dim", n), ("dim", inner), ("i32", int(op.attrs["exclusive"])),
+             ("i32", int(op.attrs["reverse"])), "in", "out"]
+    gen.launch(KernelLaunch(kname, outer * inner, BLOCK, kinds), op.operands, op.results, kinds)
+
+
 # -- shape_of ------------------------------------------------------------------------------------------------
 def _shape_of(gen, op: Op) -> None:
     x, y = op.operands[0].type, op.results[0].type
@@ -227,11 +254,14 @@ def keeps(op: Op) -> bool:
 
 
 def emit_fused_library(gen, op: Op) -> None:
+    if op.attrs["name"] == "attention":  # FuseAttention's group
+        emit_attention(gen, op)
+        return
     anchor = next(o.name for o in op.regions[0].ops if o.name in FUSED_EMITTERS)
     FUSED_EMITTERS[anchor](gen, op)
 
 
 EMITTERS = {"matmul": _matmul, "softmax": emit_softmax, "log_softmax": emit_softmax, "layer_norm": emit_layer_norm,
-            "conv": _conv, "max_pool": _pool, "avg_pool": _pool, "shape_of": _shape_of}
+            "conv": _conv, "max_pool": _pool, "avg_pool": _pool, "shape_of": _shape_of, "cumsum": _cumsum}
 FUSED_EMITTERS = {"matmul": _fused_gemm, "conv": _fused_conv}
 __all__ = ["Buf", "EMITTERS", "FUSED_EMITTERS", "emit_fused_library", "keeps"]

@@ -22,12 +22,12 @@ from . import cublaslt
 from .program import Buf, Copy, CudaProgram, Gemm, Launch
 from .driver import CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, \
     CU_STREAM_NON_BLOCKING
-from .kernels import BLOCK
 
 log = logging.getLogger("cuvil.backends.cuda")
 ALIGN = 256  # cuBLASLt and vector loads want 256-byte aligned buffers
 ERROR_BYTES = 256
-PARAM_TYPES = {"null": ctypes.c_uint64, "sym": ctypes.c_int64, "dim": ctypes.c_int64, "f32": ctypes.c_float}  # and
+PARAM_TYPES = {"null": ctypes.c_uint64, "sym": ctypes.c_int64, "dim": ctypes.c_int64, "f32": ctypes.c_float,
+               "i32": ctypes.c_int32}  # and
 # a Buf: a device pointer (c_uint64)
 
 
@@ -186,7 +186,7 @@ class CudaFunction:
                 value = arg[1]
             params.append((ctypes.c_uint64 if isinstance(arg, Buf) else PARAM_TYPES[kind], value))
         grid = step.kernel.grid(work)
-        self.driver.cuLaunchKernel(self.functions[step.kernel.name], (grid, 1, 1), (BLOCK, 1, 1),
+        self.driver.cuLaunchKernel(self.functions[step.kernel.name], (grid, 1, 1), (step.kernel.threads, 1, 1),
                                    step.kernel.shared_bytes, self.stream, params)
 
     def address(self, buf: Buf, state: ShapeState) -> int:
