@@ -56,6 +56,7 @@ class ShapeState:
     out_shapes: list
     graph_exec: int = 0
     graph: int = 0
+    device_graph: int = 0  # the graph without host copies (run_device)
     replays: int = field(default=0)
 
 
@@ -133,7 +134,6 @@ class CudaFunction:
                            [d.cuMemAlloc(n) for n in out_bytes], [d.cuMemHostAlloc(n) for n in in_bytes],
                            [d.cuMemHostAlloc(n) for n in out_bytes], in_bytes, out_bytes,
                            [tuple(evaluate(x, env) for x in t.shape) for t in self.out_types])
-        self._capture(state)
         return state
 
     def _capture(self, state: ShapeState) -> None:
@@ -220,7 +220,35 @@ class CudaFunction:
             outs.append(out)
         return outs
 
+    def run_device(self, inputs: list) -> list:
+        """Device arrays in and out, zero-copy at the edges: each input is anything with a
+        `__cuda_array_interface__` (torch CUDA tensors, CuPy arrays; C-contiguous), copied device to device into the
+        graph's input buffers; the outputs are `DeviceArray` views of the graph's output buffers (torch.as_tensor(y,
+        device="cuda") and cupy.asarray(y) read them in place), valid until this function's next call."""
+        views = [_interface(x, i) for i, x in enumerate(inputs)]
+        state = self.state(self.bind([v["shape"] for v in views], [v["typestr"] for v in views]))
+        for k, v in enumerate(views):
+            if state.in_bytes[k]:
+                self.driver.cuMemcpyDtoDAsync(state.inputs[k], v["data"][0],
+                                              state.in_bytes[k], self.stream)
+        self._launch_graph_from_device(state)
+        return [DeviceArray(state.outputs[k], state.out_shapes[k], t.dtype.numpy) for k, t in enumerate(self.out_types)]
+
+    def _launch_graph_from_device(self, state: ShapeState) -> None:
+        """The graph without its host copies: captured once per shape, for device-resident inputs and outputs."""
+        if not state.device_graph:
+            d, s = self.driver, self.stream
+            d.cuStreamBeginCapture(s)
+            d.cuMemsetD32Async(self._err(state), 0, 4, s)
+            self.enqueue(state)
+            state.device_graph = d.cuGraphInstantiate(d.cuStreamEndCapture(s))
+        self.driver.cuGraphLaunch(state.device_graph, self.stream)
+        self.driver.cuStreamSynchronize(self.stream)
+        self._raise_recorded_error(state)
+
     def replay(self, state: ShapeState) -> None:
+        if not state.graph_exec:
+            self._capture(state)
         self.driver.cuGraphLaunch(state.graph_exec, self.stream)
         self.driver.cuStreamSynchronize(self.stream)
         state.replays += 1
@@ -239,6 +267,39 @@ class CudaFunction:
             index = "" if word[1] == -(1 << 63) else f" {word[1]}"
             raise IndexRangeError(f"'{name}': index{index} is out of bounds for axis {axis} with size {size}",
                                   loc or None)
+
+
+class DeviceArray:
+    """A C-contiguous array in device memory, readable in place through `__cuda_array_interface__` (version 3)."""
+
+    def __init__(self, ptr: int, shape: tuple, dtype):
+        self.ptr, self.shape, self.dtype = ptr, tuple(shape), np.dtype(dtype)
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False), "strides": None,
+                "version": 3}
+
+
+def _interface(x, i: int) -> dict:
+    """The `__cuda_array_interface__` of input `i`, refused (ShapeError) unless it is a C-contiguous device array."""
+    view = getattr(x, "__cuda_array_interface__", None)
+    if view is None:
+        raise ShapeError(f"input {i}: run_device takes device arrays (__cuda_array_interface__: torch CUDA tensors, "
+                         f"CuPy arrays), not {type(x).__name__}")
+    itemsize = np.dtype(view["typestr"]).itemsize
+    strides = view.get("strides")
+    if strides is not None and tuple(strides) != _contiguous_strides(view["shape"], itemsize):
+        raise ShapeError(f"input {i}: a non-contiguous device array (strides {tuple(strides)}); pass .contiguous()")
+    return view
+
+
+def _contiguous_strides(shape, itemsize: int) -> tuple:
+    out, step = [], itemsize
+    for d in reversed(shape):
+        out.append(step)
+        step *= d
+    return tuple(reversed(out))
 
 
 def _nbytes(t, env: dict) -> int:

@@ -173,3 +173,41 @@ def test_compile_module_target_cuda_without_a_driver_says_so(monkeypatch):
     monkeypatch.setattr(driver.CudaDriver, "load", classmethod(missing))
     with pytest.raises(UnsupportedError, match="libcuda"):
         compile_module(mlp_module()[0], target="cuda")
+
+
+class _FakeDeviceTensor:
+    """A torch/CuPy stand-in: device memory of the fake driver behind a __cuda_array_interface__."""
+
+    def __init__(self, driver, array: np.ndarray, strides=None):
+        self.ptr = driver.cuMemAlloc(array.nbytes)
+        ctypes.memmove(self.ptr, array.ctypes.data, array.nbytes)
+        self.__cuda_array_interface__ = {"shape": array.shape, "typestr": array.dtype.str, "data": (self.ptr, False),
+                                         "strides": strides, "version": 3}
+
+
+def _read(view) -> np.ndarray:
+    cai = view.__cuda_array_interface__
+    out = np.empty(cai["shape"], np.dtype(cai["typestr"]))
+    ctypes.memmove(out.ctypes.data, cai["data"][0], out.nbytes)
+    return out
+
+
+def test_run_device_exchanges_device_arrays_without_host_copies(cuda_compiler):
+    m = _module(lambda b, x: (b.reshape(x, shape=(6,)),), TensorType("f32", (2, 3)))
+    f, d = _build(m)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    (y,) = f.run_device([_FakeDeviceTensor(d, x)])
+    np.testing.assert_array_equal(_read(y), x.reshape(6))
+    assert y.__cuda_array_interface__["shape"] == (6,) and y.__cuda_array_interface__["typestr"] == "<f4"
+    assert d.count("cuMemcpyHtoDAsync") == 0 and d.count("cuMemcpyDtoHAsync") == 0
+    f.run_device([_FakeDeviceTensor(d, x)])
+    assert d.count("cuStreamBeginCapture") == 1  # one device graph for the shape, replayed
+
+
+def test_run_device_refuses_host_and_strided_arrays(cuda_compiler):
+    m = _module(lambda b, x: (b.neg(x),), TensorType("f32", (2, 3)))
+    f, d = _build(m)
+    with pytest.raises(ShapeError, match="device arrays"):
+        f.run_device([np.zeros((2, 3), np.float32)])
+    with pytest.raises(ShapeError, match="non-contiguous"):
+        f.run_device([_FakeDeviceTensor(d, np.zeros((2, 3), np.float32), strides=(4, 8))])
