@@ -167,7 +167,7 @@ def _latency_row(fn, built) -> dict:
             except Exception as e:  # noqa: BLE001
                 row[key] = f"{type(e).__name__}: {str(e)[:200]}"
     row["cuvil_ms"] = _time(lambda: fn(*built.inputs), lambda: None)
-    cuda_fn = fn.executable._run
+    cuda_fn = fn.executable._run.function
     state = next(iter(cuda_fn.states.values()))
     t = time.perf_counter()
     for _ in range(100):  # the host's share of a replay: launches queue without waiting

@@ -25,11 +25,18 @@ def export(obj, path, target: str = "cpu", *, entry: str = "main", example_input
     `example_inputs`: a tuple of arguments, or a list of such tuples), a `cuvil.compile`d torch module, an optimised
     ONNX model (`load_onnx(p).optimize()`), a `cuvil.Executable`, or `{entry name: obj}` for several entry points.
     `include_c` adds the generated C (`cuvil inspect --c` prints it)."""
-    if target != "cpu":
-        raise UnsupportedError(f"cuvil.export: target {target!r} is not supported yet (only 'cpu')")
+    if target not in ("cpu", "cuda"):
+        raise UnsupportedError(f"cuvil.export: target {target!r} is not supported yet (only 'cpu', 'cuda')")
+    named = obj if isinstance(obj, dict) else {entry: obj}
+    if target == "cuda":  # PTX and cubins built here, GPU or not (backends/cuda/artifact.py)
+        from .backends.cuda import artifact as cuda_artifact
+
+        exes = {name: _executables(item, example_inputs if not isinstance(obj, dict) else None)[0][0]
+                for name, item in named.items()}
+        cuda_artifact.write(path, cuda_artifact.export_target_cuda(exes))
+        return
     from .backends.cpu import export as cpu_export
 
-    named = obj if isinstance(obj, dict) else {entry: obj}
     executables: dict = {}
     for name, item in named.items():
         variants = _executables(item, example_inputs if not isinstance(obj, dict) else None)

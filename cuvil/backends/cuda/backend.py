@@ -40,11 +40,33 @@ def build_images(module: Module, archs=toolchain.ARCHS) -> CudaBuild:
     return CudaBuild(program, toolchain.build_images(program.source, archs))
 
 
-def build(module: Module, archs=toolchain.ARCHS, driver=None, blas=None, stream_priority: int = 0):
-    """A `CudaFunction` running `module` on the GPU: built as above, loaded through `driver` (default: libcuda)."""
-    from .driver import CudaDriver
-    from .runtime import CudaFunction
+class CudaRun:
+    """The callable of a `target="cuda"` Executable: the build is made at once (no GPU needed, so a CPU-only machine
+    can export it); the driver is opened and the kernels loaded at the first call."""
 
-    driver = driver or CudaDriver.load()  # first: no GPU, no compilation
-    built = build_images(module, archs)
-    return CudaFunction(built.program, built.images, module.constants, driver, blas, stream_priority)
+    def __init__(self, built: CudaBuild, constants: dict, driver=None, blas=None, stream_priority: int = 0):
+        self.built, self.constants = built, constants
+        self._driver, self._blas, self.stream_priority = driver, blas, stream_priority
+        self._function = None
+
+    @property
+    def function(self):
+        """The `CudaFunction` on the device (UnsupportedError on a machine without an NVIDIA driver)."""
+        if self._function is None:
+            from .driver import CudaDriver
+            from .runtime import CudaFunction
+
+            self._function = CudaFunction(self.built.program, self.built.images, self.constants,
+                                          self._driver or CudaDriver.load(), self._blas, self.stream_priority)
+        return self._function
+
+    def __call__(self, inputs: list) -> list:
+        return self.function(inputs)
+
+    def run_device(self, inputs: list) -> list:
+        return self.function.run_device(inputs)
+
+
+def build(module: Module, archs=toolchain.ARCHS, driver=None, blas=None, stream_priority: int = 0) -> CudaRun:
+    """`module` built for CUDA (see CudaRun): loaded through `driver` (default: libcuda) when first called."""
+    return CudaRun(build_images(module, archs), module.constants, driver, blas, stream_priority)

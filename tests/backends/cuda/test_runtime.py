@@ -21,7 +21,7 @@ from tests.backends.cuda.models import cuda_module
 def _build(module, driver=None, priority=0):
     run_pipeline(module, default_pipeline("cuda"))
     d = driver or FakeDriver()
-    return backend.build(module, archs=(), driver=d, blas=lambda: FakeBlas(d), stream_priority=priority), d
+    return backend.build(module, archs=(), driver=d, blas=lambda: FakeBlas(d), stream_priority=priority).function, d
 
 
 def _module(fn_body, *types):
@@ -144,7 +144,7 @@ def test_a_recorded_index_error_raises_the_interpreters_message(cuda_compiler):
 def test_the_transformer_block_runs_its_steps_in_order(cuda_compiler):
     module, inputs = cuda_module("transformer")
     d = FakeDriver()
-    f = backend.build(module, archs=(), driver=d, blas=lambda: FakeBlas(d))
+    f = backend.build(module, archs=(), driver=d, blas=lambda: FakeBlas(d)).function
     f(inputs)
     launched = [launch["kernel"] for launch in d.launches]
     assert launched == [s.kernel.name for s in f.program.steps if hasattr(s, "kernel")]
@@ -163,7 +163,8 @@ def test_compile_module_target_cuda_runs_on_the_driver(cuda_compiler, monkeypatc
     np.testing.assert_array_equal(exe(np.ones((2, 2), np.float32))[0], np.ones(4, np.float32))
 
 
-def test_compile_module_target_cuda_without_a_driver_says_so(monkeypatch):
+def test_target_cuda_builds_without_a_driver_and_says_so_when_called(cuda_compiler, monkeypatch):
+    """A machine with no GPU compiles for CUDA (ahead of time); only running needs the driver."""
     from cuvil.backends.cuda import driver
     from cuvil.errors import UnsupportedError
 
@@ -171,8 +172,10 @@ def test_compile_module_target_cuda_without_a_driver_says_so(monkeypatch):
         raise UnsupportedError("target='cuda' needs an NVIDIA driver (libcuda.so.1), and this machine has none")
 
     monkeypatch.setattr(driver.CudaDriver, "load", classmethod(missing))
+    exe = compile_module(mlp_module()[0], target="cuda")
+    assert set(exe._run.built.images) == {"ptx", "sm_80", "sm_90"}
     with pytest.raises(UnsupportedError, match="libcuda"):
-        compile_module(mlp_module()[0], target="cuda")
+        exe(np.zeros((1, 784), np.float32))
 
 
 class _FakeDeviceTensor:
@@ -211,3 +214,38 @@ def test_run_device_refuses_host_and_strided_arrays(cuda_compiler):
         f.run_device([np.zeros((2, 3), np.float32)])
     with pytest.raises(ShapeError, match="non-contiguous"):
         f.run_device([_FakeDeviceTensor(d, np.zeros((2, 3), np.float32), strides=(4, 8))])
+
+
+def test_export_target_cuda_writes_a_cuv_that_loads_and_runs(cuda_compiler, tmp_path, monkeypatch):
+    """Ahead of time with no GPU: the .cuv carries PTX and sm_80/sm_90 cubins, its IR and constants; loading it
+    regenerates the host program from the IR and runs it on the driver (here the fake)."""
+    import cuvil
+    from cuvil.backends.cuda import artifact, driver
+    from cuvil.runtime import container
+
+    monkeypatch.setattr(driver.CudaDriver, "load", classmethod(lambda cls: (_ for _ in ()).throw(
+        AssertionError("export must not open the driver"))))
+    m = _module(lambda b, x: (b.reshape(x, shape=(4,)),), TensorType("f32", (2, 2)))
+    path = tmp_path / "m.cuv"
+    mlp, weights = mlp_module()
+    cuvil.export({"main": compile_module(m, target="cuda"), "mlp": compile_module(mlp, target="cuda")}, path,
+                 target="cuda")
+    rows = container.Container.open(str(path)).rows
+    assert {"meta", "entries", "native", "sm_80", "sm_90", "consts", "ir"} <= set(rows)
+    d = FakeDriver()
+    runs = artifact.load(path, driver=d, blas=lambda: FakeBlas(d))
+    np.testing.assert_array_equal(runs["main"]([np.arange(4, dtype=np.float32).reshape(2, 2)])[0], np.arange(4.0))
+    f = runs["mlp"].function
+    for name, ptr in zip(f.program.constants, f.constants):  # the weights, uploaded from the file's consts
+        w = weights[name]
+        got = np.empty_like(w)
+        ctypes.memmove(got.ctypes.data, ptr, w.nbytes)
+        np.testing.assert_array_equal(got, w)
+
+
+def test_export_target_cuda_refuses_a_cpu_executable(tmp_path):
+    import cuvil
+    from cuvil.errors import UnsupportedError
+
+    with pytest.raises(UnsupportedError, match="target='cuda'"):
+        cuvil.export(compile_module(mlp_module()[0], target="cpu"), tmp_path / "m.cuv", target="cuda")
