@@ -249,3 +249,32 @@ def test_export_target_cuda_refuses_a_cpu_executable(tmp_path):
 
     with pytest.raises(UnsupportedError, match="target='cuda'"):
         cuvil.export(compile_module(mlp_module()[0], target="cpu"), tmp_path / "m.cuv", target="cuda")
+
+
+def test_jit_and_onnx_optimize_take_target_cuda(cuda_compiler, monkeypatch, tmp_path):
+    """The same entry points as the CPU: @cuvil.jit(target="cuda") and load_onnx(...).optimize(target="cuda")."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    import cuvil
+    from cuvil.backends.cuda import driver
+
+    d = FakeDriver()
+    monkeypatch.setattr(driver.CudaDriver, "load", classmethod(lambda cls: d))
+
+    @cuvil.jit(target="cuda")
+    def flat(x):
+        return x.reshape(6)
+
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(flat(x), x.reshape(6))
+    node = helper.make_node("Reshape", ["x", "s"], ["y"])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [6])],
+                              [helper.make_tensor("s", TensorProto.INT64, [1], [6])])
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(path))
+    model = cuvil.load_onnx(str(path)).optimize(target="cuda")
+    out = model(x=x)
+    np.testing.assert_array_equal(out[0] if isinstance(out, (list, tuple)) else out, x.reshape(6))
+    assert d.count("cuGraphLaunch") == 2
