@@ -236,7 +236,7 @@ class CudaKernel(ValueEmitter):
 def warp_reduce(acc: str, ctype: str, combine: str) -> str:
     """`acc` combined across a warp (lane 0 ends with the result) by shuffles."""
     step = combine.format(a=acc, x="cuvil_o")
-    return (f"for (int cuvil_d = 16; cuvil_d > 0; cuvil_d >>= 1) {{ const {ctype} cuvil_o = "
+    return (f"for (int cuvil_d = CUVIL_WARP / 2; cuvil_d > 0; cuvil_d >>= 1) {{ const {ctype} cuvil_o = "
             f"cuvil_shfl_down({acc}, cuvil_d); {acc} = {step}; }}")
 
 
@@ -246,5 +246,6 @@ def block_reduce(acc: str, ctype: str, init: str, combine: str) -> str:
     return (f"{warp}\n        if ((threadIdx.x & 31) == 0) cuvil_part[threadIdx.x >> 5] = {acc};\n"
             f"        __syncthreads();\n"
             f"        if (threadIdx.x < 32) {{\n"
-            f"            {acc} = threadIdx.x < (blockDim.x >> 5) ? cuvil_part[threadIdx.x] : ({ctype})({init});\n"
+            f"            {acc} = threadIdx.x < ((blockDim.x + 31) >> 5) ? cuvil_part[threadIdx.x] : "
+            f"({ctype})({init});\n"
             f"            {warp}\n        }}")

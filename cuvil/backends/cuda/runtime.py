@@ -208,7 +208,7 @@ class CudaFunction:
 
     # -- calls -----------------------------------------------------------------------------------------------
     def __call__(self, inputs: list) -> list:
-        arrays = [np.ascontiguousarray(x) for x in inputs]
+        arrays = [_contiguous(x) for x in inputs]
         state = self.state(self.bind([a.shape for a in arrays], [a.dtype for a in arrays]))
         for k, a in enumerate(arrays):
             ctypes.memmove(state.host_in[k], a.ctypes.data, a.nbytes)
@@ -300,6 +300,12 @@ def _contiguous_strides(shape, itemsize: int) -> tuple:
         out.append(step)
         step *= d
     return tuple(reversed(out))
+
+
+def _contiguous(x) -> np.ndarray:
+    """`x` as a C-contiguous array of its own rank (np.ascontiguousarray makes a 0-d array 1-d)."""
+    a = np.asarray(x)
+    return a if a.flags.c_contiguous else np.ascontiguousarray(a)
 
 
 def _nbytes(t, env: dict) -> int:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import ctypes
 import re
 
+import numpy as np
+
 from cuvil.backends.cuda.driver import CudaDriverError
 
 PTX_SIZES = {"u64": 8, "b64": 8, "s64": 8, "f64": 8, "u32": 4, "b32": 4, "s32": 4, "f32": 4, "u16": 2, "b16": 2,
@@ -44,6 +46,8 @@ class FakeDriver:
         self.graphs: dict = {}
         self.execs: dict = {}
         self.effects: dict = {}
+        self.library = None  # the emulator's host build of the kernels (emulator.py): launches then compute
+        self.prefix = ""  # the library's name for kernel k is prefix + k
         self._handles = 0x1000
         self.initialised = False
 
@@ -199,6 +203,8 @@ class FakeDriver:
             self.launches.append(launch)
             if name in self.effects:
                 self.effects[name](*launch["params"])
+            if self.library is not None:
+                getattr(self.library, self.prefix + name)(*[t(v) for t, v in params])
 
         self._on_stream(stream, run)
 
@@ -235,8 +241,8 @@ class FakeBlas:
     """cuBLASLt's matmul against the fake driver: checks each matrix's extent lies in device memory, records the
     layouts, and runs on the stream (into the graph while capturing)."""
 
-    def __init__(self, driver: FakeDriver):
-        self.driver = driver
+    def __init__(self, driver: FakeDriver, compute: bool = False):
+        self.driver, self.compute = driver, compute  # compute: the GEMM in NumPy on the fake's memory (f32)
         self.calls: list = []
 
     def matmul(self, step, g, a, b, c, bias, workspace, stream) -> None:
@@ -250,4 +256,29 @@ class FakeBlas:
             self.driver._check_device(bias, g.d.rows * item, "cublasLtMatmul bias")
         self.driver._check_device(workspace, WORKSPACE_BYTES, "cublasLtMatmul workspace")
         self.calls.append((step, g))
-        self.driver._on_stream(stream, lambda: None)
+        self.driver._on_stream(stream, (lambda: _numpy_gemm(step, g, a, b, c, bias)) if self.compute else lambda: None)
+
+
+def _matrices(ptr: int, batch: int, stride: int, rows: int, cols: int) -> np.ndarray:
+    count = (batch - 1) * stride + rows * cols
+    flat = np.frombuffer((ctypes.c_float * count).from_address(ptr), np.float32)
+    return np.lib.stride_tricks.as_strided(flat, (batch, rows, cols), (stride * 4, cols * 4, 4))
+
+
+def _numpy_gemm(step, g, a: int, b: int, c: int, bias: int) -> None:
+    """Row-major C = act(op(A) @ op(B) + bias), as cuBLASLt's column-major problem `g` defines it (f32)."""
+    if step.dtype != "f32":
+        raise CudaDriverError("fake cuBLASLt computes f32 GEMMs only")
+    m, n = g.d.cols, g.d.rows
+    k = g.a.rows if g.trans_a else g.a.cols
+    am = _matrices(a, g.batch, g.b.stride, *((k, m) if step.ta else (m, k)))
+    bm = _matrices(b, g.batch, g.a.stride, *((n, k) if step.tb else (k, n)))
+    out = np.matmul(am.transpose(0, 2, 1) if step.ta else am, bm.transpose(0, 2, 1) if step.tb else bm,
+                    dtype=np.float64)
+    if bias:
+        out += np.frombuffer((ctypes.c_float * n).from_address(bias), np.float32)
+    if step.epilogue == "relu":
+        out = np.maximum(out, 0)
+    elif step.epilogue == "gelu":
+        out = 0.5 * out * (1 + np.tanh(np.sqrt(2 / np.pi) * (out + 0.044715 * out ** 3)))
+    _matrices(c, g.batch, m * n, m, n)[...] = out.astype(np.float32)

@@ -1,6 +1,7 @@
 """Every kernel the CUDA backend generates for the op suite (tests/ops cases) and for small models compiles, with
 NVRTC or nvcc, for sm_80 and sm_90 (and to PTX for the models): no GPU needed. The op suite's kernels compile as one
 translation unit per architecture (each case's kernels renamed apart), cached on disk like every CUDA build."""
+import functools
 import re
 
 import pytest
@@ -24,19 +25,27 @@ def _program(case):
     return codegen.generate(m)
 
 
-@pytest.fixture(scope="module")
-def op_suite_source():
+def compiled_cases() -> list:
+    """(number, case) of every case the backend compiles; number i names its kernels c{i}_... in the merged source."""
+    return [(i, c) for i, c in enumerate(CASES) if c.op not in NOT_YET and c.name() not in NOT_YET_CASES]
+
+
+@functools.lru_cache(maxsize=None)
+def merged_op_suite() -> str:
     """One translation unit of every case's kernels, each case's kernel names prefixed apart."""
     parts = []
-    for i, case in enumerate(CASES):
-        if case.op in NOT_YET or case.name() in NOT_YET_CASES:
-            continue
+    for i, case in compiled_cases():
         body = _program(case).source.replace(codegen.PRELUDE, "")
         for name in sorted(set(re.findall(r"__global__ void __launch_bounds__\(\d+\) (\w+)\(", body)), key=len,
                            reverse=True):
             body = re.sub(rf"\b{name}\b", f"c{i}_{name}", body)
         parts.append(f"/* case {case.name()} */\n{body}")
     return codegen.PRELUDE + "\n".join(parts)
+
+
+@pytest.fixture(scope="module")
+def op_suite_source():
+    return merged_op_suite()
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name() for c in CASES])

@@ -5,7 +5,30 @@
 #ifndef CUVIL_CUDA_H
 #define CUVIL_CUDA_H
 
-#ifdef __CUDACC_RTC__
+#if defined(CUVIL_CUDA_EMULATION)
+/* Host emulation for the tests (tests/backends/cuda/emulator.py): each kernel runs as ONE thread of ONE block, so
+ * its grid-stride loops cover all the work in order, __syncthreads is nothing and a "warp" is one lane
+ * (CUVIL_WARP 1: the shuffle loops do not run). Kernels that need real lanes (attention) are not emulated. */
+#include <stdint.h>
+#include <string.h>
+#include <math.h>
+struct cuvil_dim3 { unsigned x, y, z; };
+static const cuvil_dim3 threadIdx = {0, 0, 0}, blockIdx = {0, 0, 0}, blockDim = {1, 1, 1}, gridDim = {1, 1, 1};
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __launch_bounds__(n)
+#define __shared__ static
+#define __restrict__
+#define CUVIL_WARP 1
+static inline void __syncthreads(void) {}
+static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
+static inline float __uint_as_float(uint32_t i) { float f; memcpy(&f, &i, 4); return f; }
+static inline uint32_t __float_as_uint(float f) { uint32_t i; memcpy(&i, &f, 4); return i; }
+static inline int atomicCAS(int *p, int cmp, int v) { int old = *p; if (old == cmp) *p = v; return old; }
+template <typename T> static inline T __shfl_down_sync(unsigned, T v, int) { return v; }
+#define CUVIL_HALF_BY_COMPILER 1
+#elif defined(__CUDACC_RTC__)
 typedef signed char int8_t;
 typedef short int16_t;
 typedef int int32_t;
@@ -18,12 +41,16 @@ typedef unsigned long long uint64_t;
 #else
 #include <stdint.h>
 #endif
+#ifndef CUVIL_WARP
+#define CUVIL_WARP 32
+#endif
 
 #define CUVIL_D static __device__ __forceinline__
 #undef INFINITY
 #undef NAN
 #define INFINITY __int_as_float(0x7f800000)
 #define NAN __int_as_float(0x7fc00000)
+#ifndef INT64_MIN /* NVRTC has no <stdint.h> */
 #define INT64_MIN (-9223372036854775807LL - 1)
 #define INT64_MAX 9223372036854775807LL
 #define INT32_MIN (-2147483647 - 1)
@@ -32,8 +59,9 @@ typedef unsigned long long uint64_t;
 #define INT16_MAX 32767
 #define INT8_MIN (-128)
 #define INT8_MAX 127
-#define UINT8_MIN 0
 #define UINT8_MAX 255
+#endif
+#define UINT8_MIN 0
 
 /* bf16: the upper half of an f32, rounded to nearest even, NaN stays NaN (as cuvil_rt.h). */
 CUVIL_D float cuvil_bf16_to_f32(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
@@ -44,8 +72,13 @@ CUVIL_D uint16_t cuvil_f32_to_bf16(float f)
     return (uint16_t)(f != f ? ((u >> 16) | 0x40u) : rounded);
 }
 /* f16: IEEE binary16 bits, converted by the hardware (round to nearest even). */
+#ifdef CUVIL_HALF_BY_COMPILER
+CUVIL_D float cuvil_f16_to_f32(uint16_t h) { _Float16 x; memcpy(&x, &h, 2); return (float)x; }
+CUVIL_D uint16_t cuvil_f32_to_f16(float f) { _Float16 x = (_Float16)f; uint16_t h; memcpy(&h, &x, 2); return h; }
+#else
 CUVIL_D float cuvil_f16_to_f32(uint16_t h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
 CUVIL_D uint16_t cuvil_f32_to_f16(float f) { uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
+#endif
 
 CUVIL_D float cuvil_expf(float x) { return expf(x); }
 CUVIL_D double cuvil_exp(double x) { return exp(x); }
