@@ -22,6 +22,7 @@ import os
 import sys
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -79,18 +80,27 @@ def stage_ops(dry_run: bool, results: dict, limit=None) -> None:
 
     cases = op_cases(limit)
     start, passed, failed = time.time(), 0, {}
-    for case in cases:
-        if time.time() - start > BUDGET_S["ops"]:
-            failed["(budget)"] = f"stopped after {passed + len(failed)} of {len(cases)} cases"
-            break
-        try:
-            m = build_case(case)
-            got = compile_module(m, target="cuda")(*case.inputs)
-            if not dry_run:
-                assert_matches(got, interpret(m, case.inputs), case.name())
-            passed += 1
-        except Exception as e:  # noqa: BLE001 (every failure is reported, the run goes on)
-            failed[case.name()] = f"{type(e).__name__}: {str(e)[:300]}"
+
+    def build(case):  # compile_module: NVRTC calls release the GIL, so cases build side by side
+        m = build_case(case)
+        return m, compile_module(m, target="cuda")
+
+    with ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 1)) as pool:
+        builds = [pool.submit(build, c) for c in cases]
+        for case, future in zip(cases, builds):
+            if time.time() - start > BUDGET_S["ops"]:
+                failed["(budget)"] = f"stopped after {passed + len(failed)} of {len(cases)} cases"
+                break
+            try:
+                m, exe = future.result()
+                got = exe(*case.inputs)
+                if not dry_run:
+                    assert_matches(got, interpret(m, case.inputs), case.name())
+                passed += 1
+            except Exception as e:  # noqa: BLE001 (every failure is reported, the run goes on)
+                failed[case.name()] = f"{type(e).__name__}: {str(e)[:300]}"
+        for future in builds:
+            future.cancel()
     results["ops"] = {"cases": len(cases), "passed": passed, "failed": failed, "seconds": round(time.time() - start)}
     print(f"ops: {passed}/{len(cases)} passed in {time.time() - start:.0f} s", flush=True)
     for name, why in list(failed.items())[:40]:

@@ -6,5 +6,6 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export CUVIL_CACHE_DIR="${CUVIL_CACHE_DIR:-/tmp/cuvil-gpu-cache}"
+export CUVIL_CUDA_ARCHS="${CUVIL_CUDA_ARCHS:-sm_90}"  # the H200's cubins only (and PTX): half the compilation
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 exec timeout 570 python3 -m bench.gpu "$@"

@@ -33,8 +33,9 @@ class CudaBuild:
     images: dict
 
 
-def build_images(module: Module, archs=toolchain.ARCHS) -> CudaBuild:
+def build_images(module: Module, archs=None) -> CudaBuild:
     """Generate and compile (or find in the cache) the kernels of `module`'s main function; needs no GPU."""
+    archs = toolchain.default_archs() if archs is None else archs
     program = codegen.generate(module)
     progress_step("CUDA compilation", f"{len(program.kernel_names)} kernels, {', '.join(archs)}")
     return CudaBuild(program, toolchain.build_images(program.source, archs))
@@ -67,6 +68,6 @@ class CudaRun:
         return self.function.run_device(inputs)
 
 
-def build(module: Module, archs=toolchain.ARCHS, driver=None, blas=None, stream_priority: int = 0) -> CudaRun:
+def build(module: Module, archs=None, driver=None, blas=None, stream_priority: int = 0) -> CudaRun:
     """`module` built for CUDA (see CudaRun): loaded through `driver` (default: libcuda) when first called."""
     return CudaRun(build_images(module, archs), module.constants, driver, blas, stream_priority)

@@ -3,6 +3,7 @@ or `nvcc`, cached on disk beside the CPU libraries (`CUVIL_CACHE_DIR`), keyed by
 compiler. Needs no GPU: an ahead-of-time build on a CPU-only machine makes the same images.
 
 `CUVIL_CUDA_COMPILER=nvcc` or `=nvrtc` picks one; by default NVRTC when its library loads, else nvcc on the PATH.
+`CUVIL_CUDA_ARCHS` narrows the cubins built for `target="cuda"` (export always builds ARCHS).
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 from importlib import resources
 from pathlib import Path
 
@@ -21,6 +23,12 @@ from ...errors import CuvilError, UnsupportedError
 from ..cpu.toolchain import cache_dir
 
 ARCHS = ("sm_80", "sm_90")  # the cubins a .cuv for cuda carries; PTX for the oldest runs on newer GPUs by JIT
+
+
+def default_archs() -> tuple:
+    """`CUVIL_CUDA_ARCHS` (comma separated, e.g. "sm_90": build for one GPU only, faster), else ARCHS."""
+    env = os.environ.get("CUVIL_CUDA_ARCHS", "")
+    return tuple(a.strip() for a in env.split(",") if a.strip()) or ARCHS
 
 
 class CudaCompileError(CuvilError):
@@ -90,7 +98,7 @@ def compile_source(source: str, arch: str, kind: str) -> bytes:
         return path.read_bytes()
     image = _nvrtc_compile(source, arch, kind) if which == "nvrtc" else _nvcc_compile(source, arch, kind)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")  # builds may run in threads
     tmp.write_bytes(image)
     os.replace(tmp, path)
     return image

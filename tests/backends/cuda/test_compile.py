@@ -77,3 +77,14 @@ def test_model_kernels_compile_to_ptx_and_cubins(cuda_compiler, name):
 def test_compile_error_names_the_compiler_and_the_line(cuda_compiler):
     with pytest.raises(toolchain.CudaCompileError, match="error"):
         toolchain.compile_source('extern "C" __global__ void k(float *x) { x[0] = undefined_name; }', "sm_80", "ptx")
+
+
+def test_cuda_archs_narrows_the_cubins_built(cuda_compiler, monkeypatch):
+    from cuvil.backends.cuda import backend
+    from cuvil.demo_models import mlp_module
+
+    monkeypatch.setenv("CUVIL_CUDA_ARCHS", "sm_90")
+    assert toolchain.default_archs() == ("sm_90",)
+    m, _ = mlp_module()
+    run_pipeline(m, default_pipeline("cuda"))
+    assert set(backend.build_images(m).images) == {"ptx", "sm_90"}
