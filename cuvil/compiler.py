@@ -20,7 +20,7 @@ from .ir.verifier import verify
 
 log = logging.getLogger("cuvil.compiler")
 # "cpu" is the host; the C backend's other rows and families (backends/cpu/targets.py) compile for a `.cuv`.
-TARGETS = ("cpu", "interpreter", *native_targets.NAMES[1:])
+TARGETS = ("cpu", "cuda", "interpreter", *native_targets.NAMES[1:])
 
 
 class Executable:
@@ -106,6 +106,10 @@ def compile_module(module: Module, target: str = "cpu", passes: Iterable = (), l
         if num_threads is not None:
             exe.set_num_threads(num_threads)
         return exe
+    if target == "cuda":
+        from .backends.cuda.backend import build as cuda_build
+
+        return Executable(module, target, cuda_build(module), dict(manager.timings))
     return Executable(module, target, lambda inputs: interpret(module, inputs), dict(manager.timings))
 
 

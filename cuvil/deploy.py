@@ -28,14 +28,22 @@ def export(obj, path, target: str = "cpu", *, entry: str = "main", example_input
     ONNX model (`load_onnx(p).optimize()`), a `cuvil.Executable`, or `{entry name: obj}` for several entry points.
     `include_c` adds the generated C (`cuvil inspect --c` prints it). `target` (docs/targets.md): "cpu" (this
     machine), a row ("x86_64-v3", "aarch64"), a family ("x86_64": every level, the loader picks the best), a list
-    of rows of one architecture (a jit function with `example_inputs` is compiled for it), or "wasm32" (a
-    WebAssembly module, SIMD128, that cuvil.js and cuvil.runtime.wasm run; built from this machine's C)."""
+    of rows of one architecture (a jit function with `example_inputs` is compiled for it), "wasm32" (a WebAssembly
+    module, SIMD128, that cuvil.js and cuvil.runtime.wasm run; built from this machine's C), or "cuda" (PTX and
+    sm_80/sm_90 cubins, built here, GPU or not)."""
+    named = obj if isinstance(obj, dict) else {entry: obj}
+    if target == "cuda":  # PTX and cubins built here, GPU or not (backends/cuda/artifact.py)
+        from .backends.cuda import artifact as cuda_artifact
+
+        exes = {name: _executables(item, example_inputs if not isinstance(obj, dict) else None)[0][0]
+                for name, item in named.items()}
+        cuda_artifact.write(path, cuda_artifact.export_target_cuda(exes))
+        return
     from .backends.cpu import export as cpu_export
     from .backends.cpu import targets
 
     if target != WASM:
         targets.levels(target)  # an unknown name fails before anything compiles
-    named = obj if isinstance(obj, dict) else {entry: obj}
     executables: dict = {}
     for name, item in named.items():
         variants = _executables(item, example_inputs if not isinstance(obj, dict) else None, target)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from .attention import FuseAttention
 from .decompose import decompose
 from .fuse import FuseLibraryEpilogue, FuseOps
 from .inference import FoldBatchNorm
@@ -37,6 +38,15 @@ def default_pipeline(target: str = "cpu", level: int = 2, passes: Iterable[Pass]
         if enable_fusion:
             pb.add(FuseLibraryEpilogue())
         pb.add(FuseOps(is_loop_op, REDUCE_OPS, join=enable_fusion))
+    elif target == "cuda":
+        from ..backends.common.index import is_loop_op
+        from ..backends.cuda.backend import REDUCE_OPS, keeps_composite
+
+        pb.add(Decompose(keep=keeps_composite), SplitToSlices())
+        pb.add_fixpoint("cleanup-lowered", FoldConstants(), Simplify(), Canonicalize(), CSE(), DCE())
+        if enable_fusion:
+            pb.add(FuseAttention(), FuseLibraryEpilogue())
+        pb.add(FuseOps(is_loop_op, REDUCE_OPS, join=enable_fusion))
     for p in passes:
         pb.insert(p)
     return pb.build()
@@ -50,6 +60,6 @@ def run_pipeline(module, pipeline: Pipeline | None = None, **manager_options) ->
 
 
 __all__ = ["BlockLayout", "CSE", "Canonicalize", "DCE", "Decompose", "FoldBatchNorm", "FoldConstants",
-           "FuseLibraryEpilogue", "FuseOps", "Match", "Pass", "PassManager", "Pat", "Pipeline", "PipelineBuilder",
-           "Recompose", "Rule", "Simplify", "SplitToSlices", "apply_rules", "decompose", "default_pipeline",
-           "run_pipeline"]
+           "FuseAttention", "FuseLibraryEpilogue", "FuseOps", "Match", "Pass", "PassManager", "Pat", "Pipeline",
+           "PipelineBuilder", "Recompose", "Rule", "Simplify", "SplitToSlices", "apply_rules", "decompose",
+           "default_pipeline", "run_pipeline"]

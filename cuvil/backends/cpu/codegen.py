@@ -21,6 +21,7 @@ from ...errors import UnsupportedError
 from ...ir.core import Function, Module, Op, Region, Value
 from ...passes.memory import MemoryPlan, plan_memory
 from . import instrument, library
+from ..common.buffers import defines_buffer as _defines_buffer, is_alias, nbytes as _nbytes
 from .c_exprs import STORAGE, c_dim, index_check
 from .library_util import pooled_helper
 from .loops import LoopKernel
@@ -47,12 +48,6 @@ class CProgram:
     prepared_saved: list = field(default_factory=list)
     prepared_from: list = field(default_factory=list)  # per prepared buffer: the constant slot it is made from
     direct_consts: frozenset = frozenset()  # constant slots the entry reads itself (the others only prepare reads)
-
-
-def is_alias(op: Op) -> bool:
-    """A fused group that only reshapes its input is a view: it shares the input's buffer."""
-    body = op.regions[0].ops if op.name == "fused" else []
-    return len(body) == 2 and body[0].name == "reshape" and body[0].operands[0] is op.regions[0].args[0]
 
 
 class CodeGen:
@@ -332,16 +327,6 @@ def _cond_yield_aliases(fn: Function) -> dict:
                         and not (owner.name == "fused" and is_alias(owner)):
                     out[id(y)] = r
     return out
-
-
-def _nbytes(v: Value):
-    return v.type.numel * v.type.dtype.itemsize
-
-
-def _defines_buffer(v: Value) -> bool:
-    """Results of kernels, library ops and control flow own buffers; inputs, constants and views do not."""
-    op = v.owner
-    return isinstance(op, Op) and op.name not in ("constant",) and not (op.name == "fused" and is_alias(op))
 
 
 def _all_symbols(fn: Function) -> set:
