@@ -87,7 +87,7 @@ def compile_module(module: Module, target: str = "cpu", passes: Iterable = (), l
     if enable_fusion is None:
         enable_fusion = module.metadata.get("enable_fusion", "true") != "false"
     each_pass = verify_passes()
-    if target == "interpreter":
+    if target in ("interpreter", "cuda"):
         manager = run_pipeline(module, default_pipeline(target, level, passes, enable_fusion), verify=each_pass)
     else:
         with native_targets.use(target):  # the layout passes read the target's vector width
@@ -95,6 +95,10 @@ def compile_module(module: Module, target: str = "cpu", passes: Iterable = (), l
     if not each_pass:
         _verify_result(module)
     log.debug("pass timings:\n%s", manager.timing_report())
+    if target == "cuda":
+        from .backends.cuda.backend import build as cuda_build
+
+        return Executable(module, target, cuda_build(module), dict(manager.timings))
     if target != "interpreter" and target != "cpu":
         return Executable(module, target, _runs_elsewhere(target), dict(manager.timings))
     if target == "cpu":
@@ -106,10 +110,6 @@ def compile_module(module: Module, target: str = "cpu", passes: Iterable = (), l
         if num_threads is not None:
             exe.set_num_threads(num_threads)
         return exe
-    if target == "cuda":
-        from .backends.cuda.backend import build as cuda_build
-
-        return Executable(module, target, cuda_build(module), dict(manager.timings))
     return Executable(module, target, lambda inputs: interpret(module, inputs), dict(manager.timings))
 
 

@@ -35,7 +35,7 @@ def export(obj, path, target: str = "cpu", *, entry: str = "main", example_input
     if target == "cuda":  # PTX and cubins built here, GPU or not (backends/cuda/artifact.py)
         from .backends.cuda import artifact as cuda_artifact
 
-        exes = {name: _executables(item, example_inputs if not isinstance(obj, dict) else None)[0][0]
+        exes = {name: _executables(item, example_inputs if not isinstance(obj, dict) else None, target)[0][0]
                 for name, item in named.items()}
         cuda_artifact.write(path, cuda_artifact.export_target_cuda(exes))
         return

@@ -27,7 +27,7 @@ def default_pipeline(target: str = "cpu", level: int = 2, passes: Iterable[Pass]
     if level >= 1:
         pb.add_fixpoint("cleanup", FoldConstants(), Simplify(), Canonicalize(), CSE(), DCE())
         pb.add(Recompose(), FoldBatchNorm(), DCE())
-    if target != "interpreter":  # a C-backend target (backends/cpu/targets.py)
+    if target not in ("interpreter", "cuda"):  # a C-backend target (backends/cpu/targets.py)
         from ..backends.cpu.backend import conv_block, keeps_composite
         from ..backends.cpu.loops import REDUCE_OPS, is_loop_op
 

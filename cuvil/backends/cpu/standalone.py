@@ -67,8 +67,9 @@ def load_entry(obj: Path) -> ctypes.CDLL:
         try:
             compiler = toolchain.find_compiler()
             extra = shlex.split(os.environ.get("CUVIL_EXTRA_CFLAGS", ""))  # as compiled (-fsanitize=address)
-            _run_linker([*compiler.command, "-shared", *toolchain.link_flags(compiler), "-pthread", *extra, "-o", tmp,
-                         str(obj), "-lm"])
+            with tempfile.TemporaryDirectory(prefix="cuvil-link-") as folder:
+                _run_linker([*compiler.command, "-shared", *toolchain.link_flags(compiler), "-pthread", *extra, "-o",
+                             tmp, *map(str, _named_objects([obj], folder)), "-lm"])
             os.replace(tmp, lib)  # published whole: another process may be linking the same object
         finally:
             if os.path.exists(tmp):
@@ -94,13 +95,19 @@ def _link(objects: list, prefixes: list, target=None) -> bytes:
     with tempfile.TemporaryDirectory(prefix="cuvil-link-") as tmp:
         script, out = Path(tmp) / "exports.map", Path(tmp) / "model.so"
         script.write_text(f"{{ global: {exported} local: *; }};\n")
-        inputs = [Path(tmp) / f"{k}.o" for k in range(len(objects))]  # the cache names them lib.so: zig's clang
-        for link, obj in zip(inputs, objects):  # would take those for shared libraries
-            link.symlink_to(obj)
         _run_linker([*compiler.command, "-shared", *toolchain.link_flags(compiler), "-pthread", "-o", str(out),
-                     *map(str, inputs), "-lm", f"-Wl,--version-script={script}", "-Wl,--no-undefined",
-                     "-Wl,-z,noexecstack", "-Wl,--as-needed"])
+                     *map(str, _named_objects(objects, tmp)), "-lm", f"-Wl,--version-script={script}",
+                     "-Wl,--no-undefined", "-Wl,-z,noexecstack", "-Wl,--as-needed"])
         return out.read_bytes()
+
+
+def _named_objects(objects: list, folder) -> list:
+    """The objects linked under `.o` names in `folder`: the cache names them lib.so, which zig's clang would take
+    for shared libraries."""
+    links = [Path(folder) / f"{k}.o" for k in range(len(objects))]
+    for link, obj in zip(links, objects):
+        link.symlink_to(obj)
+    return links
 
 
 def _run_linker(cmd: list) -> None:
