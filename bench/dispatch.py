@@ -41,8 +41,12 @@ def layers() -> dict:
 
 def measure(calls: int, rounds: int) -> dict:
     """Microseconds per call of each layer: the best batch over `rounds` interleaved batches of `calls` calls."""
+    return best_batch_us(layers(), calls, rounds)
+
+
+def best_batch_us(todo: dict, calls: int, rounds: int) -> dict:
+    """{name: microseconds per call of `todo[name]()`}: the best of `rounds` interleaved batches of `calls` calls."""
     best: dict = {}
-    todo = layers()
     for _ in range(rounds):
         for name, call in todo.items():
             t0 = time.perf_counter()

@@ -19,6 +19,8 @@ import time
 
 import numpy as np
 
+from .dispatch import best_batch_us
+
 PAIRS = 8  # (ReduceMax, Sub) pairs: 16 kernels
 
 
@@ -62,15 +64,7 @@ def peers(n: int, threads: int) -> dict:
 
 def fixed_cost(threads: int, calls: int, rounds: int) -> dict:
     """Microseconds per call of the 16-kernel chain on 8K floats: the best of `rounds` interleaved batches."""
-    todo, best = peers(8192, threads), {}
-    for _ in range(rounds):
-        for name, call in todo.items():
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                call()
-            us = (time.perf_counter() - t0) / calls * 1e6
-            best[name] = min(best.get(name, us), us)
-    return best
+    return best_batch_us(peers(8192, threads), calls, rounds)
 
 
 def tails(threads: int, gap_ms: float, calls: int) -> dict:

@@ -73,17 +73,7 @@ typedef uint32_t cuvil_vu __attribute__((vector_size(CUVIL_VL * 4)));
 #define CM_FIELD(e) ((cuvil_vf)((cuvil_vu)(e) << 23))
 #define CM_SPLAT(c) cuvil_splat(c)
 #define CM_INLINE CUVIL_INLINE
-#include "cuvil_math.inc"
-#undef CM_F
-#undef CM_I
-#undef CM_NAME
-#undef CM_SEL
-#undef CM_ABS
-#undef CM_WITH_SIGN
-#undef CM_TO_I
-#undef CM_FIELD
-#undef CM_SPLAT
-#undef CM_INLINE
+#include "cuvil_math.inc" /* it #undefs the CM_ macros */
 
 /* act is one of the CUVIL_ACT_* codes of cuvil_kernels.h. */
 CUVIL_INLINE cuvil_vf cuvil_activate(cuvil_vf x, int act)

@@ -38,17 +38,7 @@ CUVIL_RT_INLINE uint16_t cuvil_f32_to_bf16(float f)
 #define CM_FIELD(e) cuvil_bits_to_f32((uint32_t)(e) << 23)
 #define CM_SPLAT(c) (c)
 #define CM_INLINE CUVIL_RT_INLINE
-#include "cuvil_math.inc"
-#undef CM_F
-#undef CM_I
-#undef CM_NAME
-#undef CM_SEL
-#undef CM_ABS
-#undef CM_WITH_SIGN
-#undef CM_TO_I
-#undef CM_FIELD
-#undef CM_SPLAT
-#undef CM_INLINE
+#include "cuvil_math.inc" /* it #undefs the CM_ macros */
 
 CUVIL_RT_INLINE double cuvil_exp(double x) { return exp(x); }
 
