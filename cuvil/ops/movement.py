@@ -35,10 +35,11 @@ def _require_index(ctx, t: TensorType, name: str) -> None:
     require_dtype(ctx, t, lambda d: d in (DType.i32, DType.i64), name, "indices")
 
 
-def _wrap(idx, size: int, axis: int):
+def _wrap(idx, size: int, axis: int, negative: bool = True):
     """ONNX indices: negative ones count from the end, once; outside [-size, size) NumPy's IndexError names the first
-    (without the check, NumPy would wrap an index below -size a second time)."""
-    bad = (idx < -size) | (idx >= size)
+    (without the check, NumPy would wrap an index below -size a second time). Without `negative` (torch's embedding,
+    index_select and gather) the indices must lie in [0, size)."""
+    bad = (idx < (-size if negative else 0)) | (idx >= size)
     if bad.any():
         raise IndexError(f"index {idx[bad].flat[0]} is out of bounds for axis {axis} with size {size}")
     return np.where(idx < 0, idx + size, idx)
@@ -304,13 +305,17 @@ def _gather_shape(ctx, types, a):
     return [data.with_shape(data.shape[:axis] + idx.shape + data.shape[axis + 1:])]
 
 
+# negative=False: torch's embedding, index_select and gather, where an index below 0 is an error
+_GATHER_ATTRS = {"axis": Attr("int", 0), "negative": Attr("bool", True)}
+
+
 def _ref_gather(xs, a):
     data, idx = xs
-    return np.take(data, _wrap(idx, data.shape[a["axis"]], a["axis"]), axis=a["axis"])
+    return np.take(data, _wrap(idx, data.shape[a["axis"]], a["axis"], a["negative"]), axis=a["axis"])
 
 
 register_op("gather", operands=2, shape=_gather_shape, normalize=_axis_normalizer("gather"), reference=_ref_gather,
-            attrs={"axis": Attr("int", 0)}, doc="ONNX Gather: pick slices along axis; the indices' shape replaces it")
+            attrs=_GATHER_ATTRS, doc="ONNX Gather: pick slices along axis; the indices' shape replaces it")
 
 
 def _elements_shape(name, operands):
@@ -335,16 +340,16 @@ def _elements_shape(name, operands):
     return shape
 
 
-def _element_index(data, idx, axis: int) -> tuple:
+def _element_index(data, idx, axis: int, negative: bool = True) -> tuple:
     """The full NumPy index that addresses data[..., idx[...], ...] for every element of idx."""
     grid = list(np.indices(idx.shape, sparse=True))
-    grid[axis] = _wrap(idx, data.shape[axis], axis)
+    grid[axis] = _wrap(idx, data.shape[axis], axis, negative)
     return tuple(grid)
 
 
 def _ref_gather_elements(xs, a):
     data, idx = xs
-    return data[_element_index(data, idx, a["axis"])]
+    return data[_element_index(data, idx, a["axis"], a["negative"])]
 
 
 _SCATTER = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
@@ -365,7 +370,7 @@ def _ref_scatter_elements(xs, a):
 
 register_op("gather_elements", operands=2, shape=_elements_shape("gather_elements", 2),
             normalize=_axis_normalizer("gather_elements"), reference=_ref_gather_elements,
-            attrs={"axis": Attr("int", 0)}, doc="ONNX GatherElements: out[i][j] = data[idx[i][j]][j] (axis 0)")
+            attrs=_GATHER_ATTRS, doc="ONNX GatherElements: out[i][j] = data[idx[i][j]][j] (axis 0)")
 register_op("scatter_elements", operands=3, shape=_elements_shape("scatter_elements", 3),
             normalize=_axis_normalizer("scatter_elements"), reference=_ref_scatter_elements,
             attrs={"axis": Attr("int", 0), "reduction": Attr("str", "none", ("none", "add", "mul", "max", "min"))},

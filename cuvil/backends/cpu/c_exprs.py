@@ -12,4 +12,5 @@ def index_check(op, indices_ptr: str, indices_type, size) -> str:
     """The C statement that stops the call at the first of `op`'s indices (a tensor in memory) outside [-size, size)
     of its `axis` (cuvil_rt.h's cuvil_check_indices: one vectorised pass)."""
     return (f"CUVIL_TRY(cuvil_check_indices_{indices_type.dtype.value}({indices_ptr}, {c_dim(indices_type.numel)}, "
-            f"{c_dim(size)}, {c_string(op.name)}, {c_string(str(op.loc))}, {op.attrs['axis']}));")
+            f"{c_dim(size)}, {int(op.attrs.get('negative', True))}, {c_string(op.name)}, {c_string(str(op.loc))}, "
+            f"{op.attrs['axis']}));")

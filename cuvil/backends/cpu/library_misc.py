@@ -17,14 +17,16 @@ def _check_indices(gen, depth: int, op, idx) -> None:
     gen.line(depth, index_check(op, "ix", idx.type, op.operands[0].type.shape[op.attrs["axis"]]))
 
 
-def _element_coords(gen, depth: int, data, idx_ptr: str, idx_type, axis: int) -> list:
+def _element_coords(gen, depth: int, op, idx_ptr: str, idx_type) -> list:
     """Declare `j`, the (checked) index along `axis` wrapped into it, and return data's coordinates for the loop
     variables i0.. over the indices' shape. A coordinate that may exceed data's size (symbolic sizes the shape rule
     could not compare) is clamped."""
+    data, axis = op.operands[0], op.attrs["axis"]
     n = c_dim(data.type.shape[axis])
     loops = [f"i{k}" for k in range(idx_type.rank)]
     gen.line(depth, f"int64_t j = (int64_t){idx_ptr}[{flat(loops, idx_type.shape)}];")
-    gen.line(depth, f"j = j < 0 ? j + {n} : j;")
+    if op.attrs.get("negative", True):
+        gen.line(depth, f"j = j < 0 ? j + {n} : j;")
     coords = []
     for k, (i, d) in enumerate(zip(idx_type.shape, data.type.shape)):
         safe = i == d or isinstance(i, int) and isinstance(d, int) and i <= d
@@ -45,7 +47,7 @@ def _gather_elements(gen, op, depth: int) -> None:
             gen.line(d, f"if ({c_dim(data.type.numel)} == 0) memset(y, 0, {c_dim(out.type.numel)} * sizeof(*y));")
             gen.line(d, "else")
         inner = open_loops(gen, d, loops, idx.type.shape, c_dim(out.type.numel))
-        coords = _element_coords(gen, inner, data, "ix", idx.type, op.attrs["axis"])
+        coords = _element_coords(gen, inner, op, "ix", idx.type)
         gen.line(inner, f"y[{flat(loops, out.type.shape)}] = x[{flat(coords, data.type.shape)}];")
         close_loops(gen, inner, idx.type.rank)
     gen.line(depth, "}")
@@ -78,7 +80,7 @@ def _scatter_elements(gen, op, depth: int) -> None:
         if guard:
             gen.line(d, f"if ({numel} > 0) {{")
         inner = open_loops(gen, d + guard, loops, idx.type.shape)
-        coords = _element_coords(gen, inner, data, "ix", idx.type, op.attrs["axis"])
+        coords = _element_coords(gen, inner, op, "ix", idx.type)
         at = f"{'acc' if wide_copy else 'y'}[{flat(coords, data.type.shape)}]"
         u = f"u[{flat(loops, upd.type.shape)}]"
         if red == "none":

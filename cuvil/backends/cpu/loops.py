@@ -18,7 +18,7 @@ from typing import Optional
 
 from ...ir.core import Op, Value
 from ..common.index import INDEX_OPS, LOOP_OPS, REDUCE_COMBINE, REDUCE_INIT, DomainRefiner, Idx, ValueEmitter, \
-    group_expr, group_items, is_loop_op, kernel_symbols, \
+    group_expr, group_items, is_loop_op, kernel_symbols, wrapped_index, \
     reduce_init  # noqa: F401 (LOOP_OPS, is_loop_op: the CPU backend's loop ops are the shared ones)
 from .c_exprs import STORAGE, CType, c_dim, c_string, store_value
 
@@ -179,7 +179,7 @@ class LoopKernel(ValueEmitter):
         with the select), and the diagnosing copy returns its error."""
         j = f"t{self.counter}"
         self.counter += 1
-        self._line(depth, f"const int64_t {j} = (int64_t){raw} < 0 ? (int64_t){raw} + {size} : (int64_t){raw};")
+        self._line(depth, f"const int64_t {j} = {wrapped_index(op, raw, size)};")
         inside = f"((uint64_t){j} < (uint64_t){size})"
         if id(op) in self.prechecked:
             return j

@@ -16,7 +16,7 @@ from ...ir.core import Op, Value
 from ...ir.dtypes import DType
 from ..common.c_exprs import STORAGE, CType, c_dim, elementwise_expr, load, store_value
 from ..common.index import INDEX_OPS, REDUCE_COMBINE, REDUCE_INIT, DomainRefiner, Idx, ValueEmitter, kernel_symbols, \
-    reduce_init
+    reduce_init, wrapped_index
 
 BLOCK = 256  # threads a block; every kernel is built with __launch_bounds__(BLOCK)
 MAX_GRID = 1 << 16  # blocks a launch at most: grid-stride loops cover the rest
@@ -79,7 +79,7 @@ class CudaKernel(ValueEmitter):
         """`raw` counted from the end when negative; outside the axis it records the op's code and reads 0."""
         j = f"t{self.counter}"
         self.counter += 1
-        self._line(depth, f"const int64_t {j} = (int64_t){raw} < 0 ? (int64_t){raw} + {size} : (int64_t){raw};")
+        self._line(depth, f"const int64_t {j} = {wrapped_index(op, raw, size)};")
         inside = f"((uint64_t){j} < (uint64_t){size})"
         self._line(depth, f"if (!{inside}) cuvil_fail(cuvil_err, {self.error_code(op)}, (int64_t){raw});")
         return f"({inside} ? {j} : 0)"

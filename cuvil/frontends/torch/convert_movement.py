@@ -152,19 +152,20 @@ def _storage_positions(shape, strides) -> np.ndarray:
 
 
 # -- gathers ---------------------------------------------------------------------------------------------
+# torch refuses a negative index in these three (eager raises IndexError), unlike x[i]
 @aten("embedding")
 def embedding(cx, weight, indices, *rest):
-    return cx.b.gather(weight, _index(cx, indices), axis=0)
+    return cx.b.gather(weight, _index(cx, indices), axis=0, negative=False)
 
 
 @aten("index_select")
 def index_select(cx, x, dim, index):
-    return cx.b.gather(x, _index(cx, index), axis=dim)
+    return cx.b.gather(x, _index(cx, index), axis=dim, negative=False)
 
 
 @aten("gather")
 def gather(cx, x, dim, index, sparse_grad=False):
-    return cx.b.gather_elements(x, _index(cx, index), axis=dim)
+    return cx.b.gather_elements(x, _index(cx, index), axis=dim, negative=False)
 
 
 def _index(cx, idx):

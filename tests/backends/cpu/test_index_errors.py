@@ -160,8 +160,8 @@ def test_onnx_gather_embedding_and_positions():
     assert "index 128 is out of bounds for axis 0 with size 128" in text and "position_lookup" in text
 
 
-def _interpret_one(module: Module, x: np.ndarray) -> list:
-    return interpret(module, [x])
+def _interpret_one(module: Module, *inputs: np.ndarray) -> list:
+    return interpret(module, list(inputs))
 
 
 def test_torch_embeddings():
@@ -186,6 +186,32 @@ def test_torch_embeddings():
         assert ("index 128 is out of bounds for axis 0 with size 128" if ids.shape[1] == 150 else
                 "index 5000 is out of bounds for axis 0 with size 1000") in text, text
         assert "test_index_errors.py:" in text, text  # the forward's line
+
+
+def test_torch_refuses_negative_indices_where_eager_does():
+    """Embedding, index_select and gather raise on index -1 in eager PyTorch (x[i] wraps it): so do the compiled
+    module and its interpreter, in the fused gather, the C check of an input's indices and the library gather."""
+    torch = pytest.importorskip("torch")
+
+    class Lookups(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.words = torch.nn.Embedding(10, 4)
+
+        def forward(self, ids, x, cols):
+            return self.words(ids) * 2.0, torch.index_select(x, 0, ids[0]), torch.gather(x, 1, cols), x[ids[0]]
+
+    model = Lookups().eval()
+    ids, x, cols = torch.tensor([[1, 2, 3]]), torch.randn(10, 5), torch.tensor([[0, 4]] * 10)
+    compiled = cuvil.compile(model, example_inputs=(ids, x, cols))
+    for got, want in zip(compiled(torch.tensor([[0, 9, 4]]), x, cols), model(torch.tensor([[0, 9, 4]]), x, cols)):
+        np.testing.assert_allclose(got, want.detach(), rtol=1e-6)
+    reference = functools.partial(_interpret_one, compiled.module)
+    for args, needle in (((torch.tensor([[1, -1, 2]]), x, cols), "'gather': index -1 is out of bounds for axis 0"),
+                         ((ids, x, torch.tensor([[0, -5]] * 10)), "'gather_elements': index -5 is out of bounds")):
+        with pytest.raises((IndexError, RuntimeError)):
+            model(*args)
+        assert needle in _same_message(compiled.executable, reference, *[a.numpy() for a in args])
 
 
 def pick(x, idx):

@@ -128,16 +128,17 @@ static inline __attribute__((cold, noinline)) int cuvil_index_error(const char *
     return CUVIL_ERROR_INDEX;
 }
 
-/* 0 when every one of `count` indices is inside [-size, size) (negative ones count from the end), else the first that
- * is not, recorded: one vectorised pass, and a second only on failure. */
+/* 0 when every one of `count` indices is inside [-size, size) (negative ones count from the end; with `wrap` 0, inside
+ * [0, size)), else the first that is not, recorded: one vectorised pass, and a second only on failure. */
 #define CUVIL_CHECK_INDICES(name, T) \
-static inline int name(const T *idx, int64_t count, int64_t size, const char *op, const char *loc, int64_t axis) \
+static inline int name(const T *idx, int64_t count, int64_t size, int wrap, const char *op, const char *loc, \
+                       int64_t axis) \
 { \
     int bad = 0; \
     _Pragma("omp simd reduction(|:bad)") \
-    for (int64_t i = 0; i < count; i++) bad |= (uint64_t)(idx[i] < 0 ? idx[i] + size : idx[i]) >= (uint64_t)size; \
+    for (int64_t i = 0; i < count; i++) bad |= (uint64_t)(wrap && idx[i] < 0 ? idx[i] + size : idx[i]) >= (uint64_t)size; \
     for (int64_t i = 0; bad && i < count; i++) \
-        if ((uint64_t)(idx[i] < 0 ? idx[i] + size : idx[i]) >= (uint64_t)size) \
+        if ((uint64_t)(wrap && idx[i] < 0 ? idx[i] + size : idx[i]) >= (uint64_t)size) \
             return cuvil_index_error(op, loc, idx[i], axis, size); \
     return 0; \
 }
