@@ -6,8 +6,10 @@ The first time a model is seen it is converted at once, as without the cache (so
 converts only when something needs its IR. A warm `.optimize()` then loads the saved artifact and imports
 neither `onnx` nor the frontend: no parsing, no conversion, no pass, no C compiler.
 
-Models with external data files, quantised element types carried in other dtypes, or inputs whose values
-shape the graph (`SpecializingModel`) take the uncached path.
+A model with external data files (as `torch.onnx.export` writes them) is keyed by those files' digests too,
+each remembered by its stat like the model's; the marker lists the files. Models given as bytes with external
+data, quantised element types carried in other dtypes, or inputs whose values shape the graph
+(`SpecializingModel`) take the uncached path.
 """
 from __future__ import annotations
 
@@ -29,9 +31,20 @@ def load_onnx(model):
         return load(model)
     digest = file_digest(model, store.folder() / "stat") if isinstance(model, (str, os.PathLike)) \
         else bytes_digest(model)
-    if _marker(digest).exists():
-        return LazyOnnxModel(model, digest)
-    return _first_load(model, digest)
+    try:
+        return LazyOnnxModel(model, _with_data(model, digest, _marker(digest).read_text()))
+    except OSError:  # no marker (first sight), or an external data file gone: convert now, which says what is wrong
+        return _first_load(model, digest)
+
+
+def _with_data(model, digest: str, files: str) -> str:
+    """The model's digest together with those of the external data files the marker lists (one per line)."""
+    if not files:
+        return digest
+    folder = os.path.dirname(os.path.abspath(os.fspath(model)))
+    parts = [digest] + [f"{name}\0{file_digest(os.path.join(folder, name), store.folder() / 'stat')}"
+                        for name in files.split("\n")]
+    return bytes_digest("\n".join(parts).encode())
 
 
 def _marker(digest: str):
@@ -46,11 +59,12 @@ def _first_load(model, digest: str):
     proto, base_dir = loader.read_model(model)
     converted = loader.load_proto(proto, base_dir)
     specs = converted.inputs + converted.outputs
-    if loader.has_external_data(proto) or isinstance(converted, SpecializingModel) or \
-            any(s.elem in CARRIERS for s in specs):
+    files = loader.external_files(proto)
+    if files and base_dir is None or isinstance(converted, SpecializingModel) or any(s.elem in CARRIERS for s in specs):
         return converted
-    store.toolchain.write_text_atomic(_marker(digest), "")
-    return LazyOnnxModel(model, digest, converted)
+    marker = "\n".join(files)
+    store.toolchain.write_text_atomic(_marker(digest), marker)
+    return LazyOnnxModel(model, _with_data(model, digest, marker), converted)
 
 
 class LazyOnnxModel:

@@ -17,10 +17,11 @@ def scaled(ci_count: int) -> int:
     return max(1, ci_count * MUTANTS // 300)
 
 
-def fuzz(title: str, jobs: list, record_property, failures=FAILURES, timeout: float = 60.0, env=None) -> list:
+def fuzz(title: str, jobs: list, record_property, failures=FAILURES, timeout: float = 60.0, env=None,
+         first_timeout: float | None = None) -> list:
     """Run the jobs in a worker process, record the summary line, fail on any result in `failures`."""
     start = time.monotonic()
-    results = run_jobs(jobs, timeout, env)
+    results = run_jobs(jobs, timeout, env, first_timeout)
     line = summary(title, SEED, results, time.monotonic() - start)
     print(line)
     record_property("fuzz", line)

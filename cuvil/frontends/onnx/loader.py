@@ -44,9 +44,11 @@ def load_proto(proto, base_dir: str | None = None) -> OnnxModel:
         return model
 
 
-def has_external_data(proto) -> bool:
-    """Whether some initializer keeps its data in another file (whose contents a digest of the model misses)."""
-    return any(t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer)
+def external_files(proto) -> list:
+    """The files (as the model names them, relative to its folder) where initializers keep their data: contents
+    a digest of the model file misses."""
+    return sorted({e.value for t in proto.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL
+                   for e in t.external_data if e.key == "location"})
 
 
 def _convert(proto, base_dir, values: dict) -> OnnxModel:
