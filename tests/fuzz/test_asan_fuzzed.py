@@ -38,7 +38,8 @@ def test_fuzzed_models_are_memory_safe_under_asan(record_property):
     jobs = [{"kind": "graph", "args": {"seed": SEED, "index": i}} for i in range(scaled(GRAPHS))]
     jobs += [{"kind": "mutant", "args": {"seed_model": name, "seed": SEED, "index": i, "compiled": True}}
              for name in sorted(SEEDS) for i in range(scaled(MUTANTS))]
-    results = fuzz("under AddressSanitizer", jobs, record_property, timeout=300.0, env=_asan_env(), first_timeout=1800.0)
+    results = fuzz("under AddressSanitizer", jobs, record_property, timeout=300.0, env=_asan_env(),
+                   first_timeout=1800.0)
     assert sum(r.outcome == "cuvil-only" for r in results) >= scaled(GRAPHS), "too few compiled models ran"
 
 
