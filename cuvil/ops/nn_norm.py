@@ -97,7 +97,7 @@ def _dec_log_softmax(b, ops, a):
 
 def _ref_log_softmax(xs, a):
     x = f64(xs[0])
-    z = x - x.max(axis=a["axis"], keepdims=True)
+    z = x - x.max(axis=a["axis"], keepdims=True, initial=-np.inf)  # an empty axis has no maximum
     return (z - np.log(np.exp(z).sum(axis=a["axis"], keepdims=True))).astype(xs[0].dtype)
 
 

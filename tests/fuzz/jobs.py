@@ -35,7 +35,9 @@ def mutant_job(seed_model: str, seed: int, index: int, compiled: bool = False, p
         if model is None:
             return ("both-refuse" if outcome == "cuvil-error" and isinstance(want, Exception) else outcome), \
                 f"{kind}: {detail}"
-        outcome, detail = classify_call(lambda feeds=feeds: model(**feeds), want, extreme_weights(data))
+        empty = any(np.asarray(v).size == 0 for v in feeds.values())
+        outcome, detail = classify_call(lambda feeds=feeds: model(**feeds), want, extreme_weights(data),
+                                        None if compiled else lambda feeds=feeds: model.optimize()(**feeds), empty)
         results.append((outcome, f"{kind}: {detail}"))
     return worst(results)
 

@@ -192,6 +192,8 @@ SOFTMAX = [
     Case("softmax", as16([S]), expected=onnx("Softmax"), id="f16"),
     Case("softmax", as64([S]), {"axis": 0}, expected=onnx("Softmax", {"axis": 0}), id="f64"),
     Case("log_softmax", as16([S]), expected=onnx("LogSoftmax"), id="f16"),
+    *[Case(op, [np.zeros((2, 0, 3), np.float32)], {"axis": 1}, expected=lambda xs: [xs[0]], id="empty-axis")
+      for op in ("softmax", "log_softmax")],
 ]
 
 NORM = [

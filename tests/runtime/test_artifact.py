@@ -236,3 +236,19 @@ def test_an_optimised_onnx_model_keeps_its_input_names(tmp_path):
     x = RNG.standard_normal((5, 4)).astype(np.float32)
     np.testing.assert_allclose(fn(**{"input.1": x}), x @ w, rtol=1e-5)
     assert "input input_0 f32 2" in bytes(container.Container.open(tmp_path / "m.cuv").data("entries")).decode()
+
+
+def test_the_ir_text_parses_back_with_its_0d_constants(tmp_path):
+    """A 0-d constant (an attention scale) is stored as one element; the IR text keeps its 0-d type, so the text
+    parses back (a cache hit's `cuvil.inspect_ir` parses it)."""
+    from cuvil.ir import Builder, Module, TensorType
+    from cuvil.ir.parser import parse_module
+
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", (2, 3))], ["x"])
+    scale = b.broadcast_to(b.constant(np.array(0.125, np.float32), "scale"), shape=(2, 3))
+    b.ret(b.mul(b.args[0], scale))
+    cuvil.export(cuvil.compile_module(m), tmp_path / "scale.cuv")
+    text = cuvil.load(tmp_path / "scale.cuv").ir_text("main")
+    assert "f32[] = dense" in text, text
+    assert parse_module(text).constants["scale"].shape == ()

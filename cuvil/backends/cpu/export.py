@@ -5,6 +5,7 @@ Both `cuvil.export` and the artifact cache write through `write`; both read thro
 """
 from __future__ import annotations
 
+import functools
 import json
 import time
 import zlib
@@ -87,20 +88,32 @@ class _Entry:
             "metadata": self.exe.module.metadata,
         }
 
+    @functools.cached_property
+    def _declared_types(self) -> dict:
+        """Constant name -> the type of the constant op that reads it (packed forms have none)."""
+        return {op.attrs["name"]: op.results[0].type for op in self.program.function.walk() if op.name == "constant"}
+
+    def _declared(self, name: str):
+        return self._declared_types.get(name)
+
     def _left_out(self, name: str) -> np.ndarray:
         """A weight a cache entry left out, for the IR text: elided there, so its type is enough (a stand-in of
         that type); a small one is printed, so it comes from the module (a cache hit rebuilds it)."""
-        t = next(op.results[0].type for op in self.program.function.walk()
-                 if op.name == "constant" and op.attrs["name"] == name)
+        t = self._declared(name)
         if t.numel > serialize._INLINE_MAX_ELEMENTS:
             return np.broadcast_to(np.zeros((), t.dtype.numpy), t.shape)
         return np.ascontiguousarray(self.exe.module.constants[name])
 
+    def _printed(self, name: str, a) -> np.ndarray:
+        """A stored constant in its IR shape: the table keeps a 0-d one as one element."""
+        t = self._declared(name)
+        return a.reshape(t.shape) if t is not None and t.is_static and a.size == t.numel else a
+
     def ir_text(self) -> str:
         view = Module()
         view.functions = self.exe.module.functions
-        view.constants = {n: a if a is not None else self._left_out(n) for n, a in zip(self.program.constants,
-                                                                                     self.consts)}
+        view.constants = {n: self._printed(n, a) if a is not None else self._left_out(n)
+                          for n, a in zip(self.program.constants, self.consts)}
         return print_module(view, elide_constants_over=serialize._INLINE_MAX_ELEMENTS)
 
 
