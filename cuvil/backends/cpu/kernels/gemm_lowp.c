@@ -7,9 +7,10 @@
  * That is the B operand of `vdpbf16ps` (a zmm per pair of rows) and of AMX's `tdpbf16ps` (16 pairs of rows
  * make a tile of 16 rows x 64 bytes). The path is chosen by the CPU's features (CPUID) at the first call, so that
  * an exported artifact chooses on the machine that runs it: AMX-BF16 (M >= 16), AVX512_BF16 (M >= 8), and a
- * portable one that widens each block of the weight to fp32 once per block of rows: half the weight bytes read,
- * which is what bounds a matrix-vector product (below 8 rows every path takes it; measured on the Xeon, it beat
- * vdpbf16ps there, whose register block would compute padding rows). The two bf16
+ * portable one that widens each block of the weight to fp32 once per block of rows. Below 8 rows every path reads
+ * the 16-bit panels once and widens them in registers (lp_gemv_rows): half the weight bytes of fp32, which is what
+ * bounds a matrix-vector product (W2's 784 x 1024 at one row: 0.27x the fp32 GEMV's time on the Xeon, one thread;
+ * vdpbf16ps's register block there would compute padding rows). The two bf16
  * dot-product paths round A to bf16 first, as every bf16 GEMM does; fp16 weights always take the widening path
  * (F16C conversions). CUVIL_DISABLE_CPU_FEATURES=amx_bf16,avx512_bf16 masks features from the choice. */
 #include <stdint.h>
@@ -332,6 +333,107 @@ int cuvil_lowp_path(void)
     return path >= 0 ? path : cuvil_lowp_set_path(-1);
 }
 
+/* -- below 8 rows: the 16-bit panels read once, each pair row widened in registers (two shifts for bf16, F16C for
+ * fp16) and multiplied into every row of A in fp32. Accumulators split by even and odd k, so that one row keeps four
+ * FMA chains in flight (one chain's latency would bound the loop at a quarter of the load rate). ------------- */
+#define LP_SR 4 /* rows per pass over the panels */
+#define LP_SV (LP_NR / VL)
+
+CUVIL_INLINE void lp_widen_regs(const uint16_t *src, int is_f16, vf *lo, vf *hi)
+{
+#if defined(__AVX512F__) && defined(__F16C__)
+    if (is_f16) {
+        __m512i lanes = _mm512_loadu_si512((const void *)src);
+        lo[0] = (vf)_mm512_cvtph_ps(_mm512_cvtepi32_epi16(lanes));
+        hi[0] = (vf)_mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(lanes, 16)));
+        return;
+    }
+#endif
+    if (is_f16) {
+        for (int v = 0; v < LP_SV; v++)
+            for (int l = 0; l < VL; l++) {
+                lo[v][l] = lp_f16_to_f32(src[2 * (v * VL + l)]);
+                hi[v][l] = lp_f16_to_f32(src[2 * (v * VL + l) + 1]);
+            }
+        return;
+    }
+    for (int v = 0; v < LP_SV; v++) {
+        lp_vu lanes = *(const lp_vu *)(src + 2 * v * VL);
+        lo[v] = (vf)(lanes << 16);
+        hi[v] = (vf)(lanes & 0xffff0000u);
+    }
+}
+
+/* Rows i0 .. i0 + R of A against both panels of a work item into tile (R x LP_NC); R and is_f16 are constants
+ * where it is inlined. */
+CUVIL_INLINE void lp_gemv_rows(const float *A, int64_t rsa, int64_t csa, int64_t i0, const int R, int64_t K,
+                               int64_t kp, const uint16_t *panels, const int is_f16, float *tile)
+{
+    vf even[LP_SR][2][LP_SV], odd[LP_SR][2][LP_SV];
+    const float *a[LP_SR];
+    for (int q = 0; q < R; q++) {
+        a[q] = A + (i0 + q) * rsa;
+        for (int h = 0; h < 2; h++)
+            for (int v = 0; v < LP_SV; v++) even[q][h][v] = odd[q][h][v] = cuvil_splat(0.0f);
+    }
+    int64_t pairs = K / 2;
+    for (int64_t i = 0; i < pairs; i++)
+        for (int h = 0; h < 2; h++) {
+            vf lo[LP_SV], hi[LP_SV];
+            lp_widen_regs(panels + h * kp * LP_NR + i * 32, is_f16, lo, hi);
+            for (int q = 0; q < R; q++) {
+                float x0 = a[q][2 * i * csa], x1 = a[q][(2 * i + 1) * csa];
+                for (int v = 0; v < LP_SV; v++) {
+                    even[q][h][v] += x0 * lo[v];
+                    odd[q][h][v] += x1 * hi[v];
+                }
+            }
+        }
+    if (K % 2) /* the last k alone: its pair's second row is padding */
+        for (int h = 0; h < 2; h++) {
+            vf lo[LP_SV], hi[LP_SV];
+            lp_widen_regs(panels + h * kp * LP_NR + pairs * 32, is_f16, lo, hi);
+            for (int q = 0; q < R; q++)
+                for (int v = 0; v < LP_SV; v++) even[q][h][v] += a[q][(K - 1) * csa] * lo[v];
+        }
+    for (int q = 0; q < R; q++)
+        for (int h = 0; h < 2; h++)
+            for (int v = 0; v < LP_SV; v++)
+                cuvil_store(tile + q * LP_NC + h * LP_NR + v * VL, even[q][h][v] + odd[q][h][v]);
+}
+
+typedef struct {
+    int64_t M, N, K, rsa, csa, ldc, kp;
+    const float *A, *bias;
+    const uint16_t *panels;
+    float *C;
+    int is_f16, act;
+} lp_gemv_t;
+
+/* Work items [lo, hi): pairs of panels, every row of A. */
+static int lp_gemv_items(void *job, int64_t lo, int64_t hi)
+{
+    const lp_gemv_t *g = job;
+    float tile[LP_SR * LP_NC] __attribute__((aligned(64)));
+    for (int64_t p = lo; p < hi; p++) {
+        const uint16_t *panels = g->panels + 2 * p * g->kp * LP_NR;
+        for (int64_t i0 = 0; i0 < g->M; i0 += LP_SR) {
+            int rows = (int)(g->M - i0 < LP_SR ? g->M - i0 : LP_SR);
+#define LP_ROWS(R, F16) lp_gemv_rows(g->A, g->rsa, g->csa, i0, R, g->K, g->kp, panels, F16, tile)
+            if (g->is_f16) {
+                if (rows == 1) LP_ROWS(1, 1); else if (rows == 2) LP_ROWS(2, 1); else if (rows == 3) LP_ROWS(3, 1);
+                else LP_ROWS(4, 1);
+            } else {
+                if (rows == 1) LP_ROWS(1, 0); else if (rows == 2) LP_ROWS(2, 0); else if (rows == 3) LP_ROWS(3, 0);
+                else LP_ROWS(4, 0);
+            }
+#undef LP_ROWS
+            lp_store(tile, rows, i0, p * LP_NC, g->N, g->C, g->ldc, g->bias, g->act);
+        }
+    }
+    return 0;
+}
+
 /* C[M, N] = act(A[M, K] @ B + bias), B packed by cuvil_lowp_pack_b from bf16 (is_f16 = 0) or fp16 bits (the same
  * is_f16 both times; K = 0 gives the bias). */
 void cuvil_lowp_gemm_packed(int64_t M, int64_t N, int64_t K, const float *A, int64_t rsa, int64_t csa,
@@ -345,6 +447,11 @@ void cuvil_lowp_gemm_packed(int64_t M, int64_t N, int64_t K, const float *A, int
     }
     packed_b += LP_HEADER;
     int64_t kp = lp_kpad(K), items = lp_panels(N) / 2, blocks = (M + LP_MB - 1) / LP_MB;
+    if (K > 0 && M < LP_DR) {
+        lp_gemv_t g = {M, N, K, rsa, csa, ldc, kp, A, bias, packed_b, C, is_f16, act};
+        cuvil_parallel_team(items, threads_for(M * N * K), lp_gemv_items, &g);
+        return;
+    }
     int path = is_f16 || K == 0 || M < LP_DR ? LP_GENERIC : cuvil_lowp_path();
     if (path == LP_AMX && M < 16) path = LP_AVX512BF16;
     uint16_t *abf = NULL;
