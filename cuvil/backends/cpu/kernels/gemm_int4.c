@@ -62,6 +62,84 @@ static float dot_q4_avx2(const float *x, const uint8_t *q, int64_t G)
 }
 #endif
 
+#ifdef CUVIL_X86_I4
+/* AVX-512, up to I4_ROWS rows: for each group, a 16-entry table (j - zero) * scale per row of W, and vpermps looks
+ * each nibble up in it (it reads the low 4 bits of a lane): the dequantised weights cost a widening, a shift and two
+ * permutes per 32, with no correction by sum_k x afterwards. I4_NB rows of W at once share the loads of x. */
+#define I4_NB 4
+static float i4_minus_zero[256][16] __attribute__((aligned(64))); /* [z][j] = j - z, any u8 zero point */
+
+__attribute__((constructor)) static void i4_fill_tables(void)
+{
+    for (int z = 0; z < 256; z++)
+        for (int j = 0; j < 16; j++) i4_minus_zero[z][j] = (float)(j - z);
+}
+
+__attribute__((target("avx512f,avx512bw"))) static inline __attribute__((always_inline))
+void i4_block_avx512(const int R, int64_t K, int64_t G, const float *x, const uint8_t *const *q,
+                     const float *const *scale, const uint8_t *const *zero, float out[][I4_NB])
+{
+    __m512 acc[I4_ROWS][I4_NB], acc_hi[2][I4_NB]; /* R <= 2: the high nibbles' own chains, twice as many in flight */
+    for (int r = 0; r < R; r++)
+        for (int b = 0; b < I4_NB; b++) acc[r][b] = acc_hi[r % 2][b] = _mm512_setzero_ps();
+    for (int64_t g = 0, k0 = 0; k0 < K; g++) {
+        __m512 lut[I4_NB];
+        for (int b = 0; b < I4_NB; b++) /* one multiply: j - zero comes from a table */
+            lut[b] = _mm512_mul_ps(_mm512_load_ps(i4_minus_zero[zero[b][g]]), _mm512_set1_ps(scale[b][g]));
+        for (int64_t end = k0 + G; k0 < end; k0 += 32)
+            for (int b = 0; b < I4_NB; b++) {
+                __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q[b] + k0 / 2)));
+                __m512 lo = _mm512_permutexvar_ps(v, lut[b]), hi = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4),
+                                                                                        lut[b]);
+                for (int r = 0; r < R; r++) {
+                    acc[r][b] = _mm512_fmadd_ps(_mm512_loadu_ps(x + r * K + k0), lo, acc[r][b]);
+                    __m512 *h = R <= 2 ? &acc_hi[r % 2][b] : &acc[r][b];
+                    *h = _mm512_fmadd_ps(_mm512_loadu_ps(x + r * K + k0 + 16), hi, *h);
+                }
+            }
+    }
+    for (int r = 0; r < R; r++)
+        for (int b = 0; b < I4_NB; b++)
+            out[r][b] = _mm512_reduce_add_ps(R <= 2 ? _mm512_add_ps(acc[r][b], acc_hi[r % 2][b]) : acc[r][b]);
+}
+
+typedef struct {
+    int64_t M, N, K, G;
+    const float *x, *scale, *bias;
+    const uint8_t *w, *zero;
+    float *y;
+} i4_job_t;
+
+/* Blocks [lo, hi) of I4_NB rows of W, every row of x; past N the last row of W is read again, its sums dropped. */
+__attribute__((target("avx512f,avx512bw")))
+static int i4_blocks_avx512(void *ctx, int64_t lo, int64_t hi)
+{
+    const i4_job_t *j = ctx;
+    int64_t groups = j->K / j->G;
+    for (int64_t blk = lo; blk < hi; blk++) {
+        const uint8_t *q[I4_NB], *zero[I4_NB];
+        const float *scale[I4_NB];
+        for (int b = 0; b < I4_NB; b++) {
+            int64_t n = blk * I4_NB + b < j->N ? blk * I4_NB + b : j->N - 1;
+            q[b] = j->w + n * (j->K / 2), scale[b] = j->scale + n * groups, zero[b] = j->zero + n * groups;
+        }
+        float out[I4_ROWS][I4_NB];
+        switch (j->M) {
+        case 1: i4_block_avx512(1, j->K, j->G, j->x, q, scale, zero, out); break;
+        case 2: i4_block_avx512(2, j->K, j->G, j->x, q, scale, zero, out); break;
+        case 3: i4_block_avx512(3, j->K, j->G, j->x, q, scale, zero, out); break;
+        default: i4_block_avx512(4, j->K, j->G, j->x, q, scale, zero, out); break;
+        }
+        for (int64_t m = 0; m < j->M; m++)
+            for (int b = 0; b < I4_NB && blk * I4_NB + b < j->N; b++) {
+                int64_t n = blk * I4_NB + b;
+                j->y[m * j->N + n] = out[m][b] + (j->bias ? j->bias[n] : 0.0f);
+            }
+    }
+    return 0;
+}
+#endif
+
 typedef float (*dot_q4_fn)(const float *, const uint8_t *, int64_t);
 
 static dot_q4_fn dot_q4_for(int isa)
@@ -127,6 +205,14 @@ void cuvil_gemm_int4(int64_t M, int64_t N, int64_t K, int64_t G, const float *x,
                      const float *scale, const uint8_t *zero, const float *bias, int act, float *y, void *scratch)
 {
     float *buf = (float *)scratch;
+#ifdef CUVIL_X86_I4
+    if (M <= I4_ROWS && cuvil_int8_isa() >= 2) {
+        i4_job_t job = {M, N, K, G, x, scale, bias, w, zero, y};
+        cuvil_parallel_team((N + I4_NB - 1) / I4_NB, threads_for(M * N * K), i4_blocks_avx512, &job);
+        if (act) cuvil_activation(act, M * N, y, y);
+        return;
+    }
+#endif
     if (M <= I4_ROWS) {
         gemm_int4_rows(M, N, K, G, x, w, scale, zero, bias, y, buf);
         if (act) cuvil_activation(act, M * N, y, y);
