@@ -27,7 +27,7 @@ def test_the_cap_selects_each_path():
 
 
 @pytest.mark.parametrize("path", PATHS)
-@pytest.mark.parametrize("m,k,n", [(1, 7, 5), (13, 37, 50), (33, 260, 70)])
+@pytest.mark.parametrize("m,k,n", [(1, 7, 5), (2, 37, 40), (3, 9, 20), (4, 64, 17), (13, 37, 50), (33, 260, 70)])
 @pytest.mark.parametrize("attrs", [dict(x_scale=0.05, x_zero=128, act="relu"), dict(act="gelu_tanh"),
                                    dict(x_scale=0.03, x_zero=100, out_scale=0.1, out_zero=7)],
                          ids=["static-relu", "dynamic-gelu", "requantized"])
