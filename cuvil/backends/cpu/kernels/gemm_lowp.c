@@ -434,6 +434,53 @@ static int lp_gemv_items(void *job, int64_t lo, int64_t hi)
     return 0;
 }
 
+/* -- from 8 rows: blocks of LP_MB rows x work items of two panels, on the thread pool ------------------------ */
+typedef struct {
+    int64_t M, N, K, rsa, csa, ldc, kp, items;
+    const float *A, *bias;
+    const uint16_t *panels;
+    float *C;
+    uint16_t *abf; /* A rounded to bf16, LP_MB rows per block (the dot-product paths) */
+    int is_f16, act, path;
+} lp_gemm_t;
+
+static int lp_block_rows(const lp_gemm_t *g, int64_t b)
+{
+    return (int)(g->M - b * LP_MB < LP_MB ? g->M - b * LP_MB : LP_MB);
+}
+
+#if LP_HAVE_X86_BF16
+static int lp_round_blocks(void *job, int64_t lo, int64_t hi)
+{
+    const lp_gemm_t *g = job;
+    for (int64_t b = lo; b < hi; b++)
+        lp_round_rows(g->A, g->rsa, g->csa, b * LP_MB, lp_block_rows(g, b), LP_MB, g->K, g->kp,
+                      g->abf + b * LP_MB * g->kp);
+    return 0;
+}
+#endif
+
+/* Work items [lo, hi): row block w / items x pair of panels w % items. */
+static int lp_gemm_items(void *job, int64_t lo, int64_t hi)
+{
+    const lp_gemm_t *g = job;
+    float tile[LP_MB * LP_NC] __attribute__((aligned(64)));
+    for (int64_t w = lo; w < hi; w++) {
+        int64_t b = w / g->items, p = w % g->items;
+        int rows = lp_block_rows(g, b);
+        const uint16_t *panels = g->panels + 2 * p * g->kp * LP_NR;
+#if LP_HAVE_X86_BF16
+        const uint16_t *a = g->abf + b * LP_MB * g->kp;
+        if (g->path == LP_AMX) lp_block_amx(a, (rows + 15) / 16 * 16, g->kp, panels, tile);
+        else if (g->path == LP_AVX512BF16) lp_block_dpbf16(a, (rows + LP_DR - 1) / LP_DR * LP_DR, g->kp, panels, tile);
+        else
+#endif
+            lp_block_generic(g->A, g->rsa, g->csa, b * LP_MB, rows, g->K, g->kp, panels, g->is_f16, tile);
+        lp_store(tile, rows, b * LP_MB, p * LP_NC, g->N, g->C, g->ldc, g->bias, g->act);
+    }
+    return 0;
+}
+
 /* C[M, N] = act(A[M, K] @ B + bias), B packed by cuvil_lowp_pack_b from bf16 (is_f16 = 0) or fp16 bits (the same
  * is_f16 both times; K = 0 gives the bias). */
 void cuvil_lowp_gemm_packed(int64_t M, int64_t N, int64_t K, const float *A, int64_t rsa, int64_t csa,
@@ -452,33 +499,15 @@ void cuvil_lowp_gemm_packed(int64_t M, int64_t N, int64_t K, const float *A, int
         cuvil_parallel_team(items, threads_for(M * N * K), lp_gemv_items, &g);
         return;
     }
-    int path = is_f16 || K == 0 || M < LP_DR ? LP_GENERIC : cuvil_lowp_path();
-    if (path == LP_AMX && M < 16) path = LP_AVX512BF16;
-    uint16_t *abf = NULL;
+    lp_gemm_t g = {M, N, K, rsa, csa, ldc, kp, items, A, bias, packed_b, C, NULL, is_f16, act, LP_GENERIC};
+    g.path = is_f16 || K == 0 ? LP_GENERIC : cuvil_lowp_path();
+    if (g.path == LP_AMX && M < 16) g.path = LP_AVX512BF16;
 #if LP_HAVE_X86_BF16
-    if (path != LP_GENERIC) {
-        abf = alloc_or_die(sizeof(uint16_t) * (size_t)(blocks * LP_MB * kp));
-#pragma omp parallel for schedule(static) num_threads(threads_for(M * K * 4))
-        for (int64_t b = 0; b < blocks; b++) {
-            int rows = (int)(M - b * LP_MB < LP_MB ? M - b * LP_MB : LP_MB);
-            lp_round_rows(A, rsa, csa, b * LP_MB, rows, LP_MB, K, kp, abf + b * LP_MB * kp);
-        }
+    if (g.path != LP_GENERIC) {
+        g.abf = alloc_or_die(sizeof(uint16_t) * (size_t)(blocks * LP_MB * kp));
+        cuvil_parallel_team(blocks, threads_for(M * K * 4), lp_round_blocks, &g);
     }
 #endif
-#pragma omp parallel for collapse(2) schedule(static) num_threads(threads_for(M * N * K))
-    for (int64_t b = 0; b < blocks; b++)
-        for (int64_t p = 0; p < items; p++) {
-            float tile[LP_MB * LP_NC] __attribute__((aligned(64)));
-            int rows = (int)(M - b * LP_MB < LP_MB ? M - b * LP_MB : LP_MB);
-            const uint16_t *panels = packed_b + 2 * p * kp * LP_NR;
-#if LP_HAVE_X86_BF16
-            const uint16_t *a = abf + b * LP_MB * kp;
-            if (path == LP_AMX) lp_block_amx(a, (rows + 15) / 16 * 16, kp, panels, tile);
-            else if (path == LP_AVX512BF16) lp_block_dpbf16(a, (rows + LP_DR - 1) / LP_DR * LP_DR, kp, panels, tile);
-            else
-#endif
-                lp_block_generic(A, rsa, csa, b * LP_MB, rows, K, kp, panels, is_f16, tile);
-            lp_store(tile, rows, b * LP_MB, p * LP_NC, N, C, ldc, bias, act);
-        }
-    free(abf);
+    cuvil_parallel_team(blocks * items, threads_for(M * N * K), lp_gemm_items, &g);
+    free(g.abf);
 }
