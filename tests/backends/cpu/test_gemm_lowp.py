@@ -11,7 +11,8 @@ import pytest
 
 from cuvil.backends.cpu import kernels, kernels_lowp
 
-SHAPES = [(1, 784, 1024), (1, 33, 10), (2, 64, 40), (5, 33, 17), (6, 77, 100), (17, 64, 48), (64, 100, 50), (130, 96, 33), (3, 1, 16)]
+SHAPES = [(1, 784, 1024), (1, 33, 10), (2, 64, 40), (5, 33, 17), (6, 77, 100), (17, 64, 48), (64, 100, 50),
+          (130, 96, 33), (3, 1, 16)]
 PATHS = ("generic", "avx512_bf16", "amx_bf16")
 ROUND = {"bf16": ml_dtypes.bfloat16, "fp16": np.float16}
 
