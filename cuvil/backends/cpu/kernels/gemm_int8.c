@@ -338,15 +338,23 @@ void cuvil_qgemm(const cuvil_qgemm_args *q)
 }
 
 /* -- activations to uint8 -------------------------------------------------------------------------------- */
-void cuvil_quantize_rows_u8(int64_t M, int64_t K, const float *x, int64_t ldx, uint8_t *q, int64_t ldq,
-                            float *scale, int32_t *zero, float static_scale, int32_t static_zero)
+typedef struct {
+    int64_t K, ldx, ldq;
+    const float *x;
+    uint8_t *q;
+    float *scale, static_scale;
+    int32_t *zero, static_zero;
+} quantize_job_t;
+
+/* Rows [lo, hi). */
+static int quantize_rows(void *ctx, int64_t lo_row, int64_t hi_row)
 {
-    int nt = threads_for(M * K * 8);
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-    for (int64_t i = 0; i < M; i++) {
-        const float *row = x + i * ldx;
-        float s = static_scale;
-        int32_t z = static_zero;
+    const quantize_job_t *j = ctx;
+    int64_t K = j->K;
+    for (int64_t i = lo_row; i < hi_row; i++) {
+        const float *row = j->x + i * j->ldx;
+        float s = j->static_scale;
+        int32_t z = j->static_zero;
         if (!(s > 0.0f)) { /* dynamic: the row's range, widened to hold 0, onto 0..255 */
             float lo = 0.0f, hi = 0.0f;
             for (int64_t k = 0; k < K; k++) {
@@ -356,16 +364,25 @@ void cuvil_quantize_rows_u8(int64_t M, int64_t K, const float *x, int64_t ldx, u
             s = hi > lo ? (hi - lo) / 255.0f : 1.0f;
             z = (int32_t)rintf(-lo / s);
             z = z < 0 ? 0 : z > 255 ? 255 : z;
-            scale[i] = s, zero[i] = z;
+            j->scale[i] = s, j->zero[i] = z;
         }
         float inv = 1.0f / s;
-        uint8_t *out = q + i * ldq;
+        uint8_t *out = j->q + i * j->ldq;
         for (int64_t k = 0; k < K; k++) {
             float v = rintf(row[k] * inv) + (float)z;
             out[k] = (uint8_t)(v < 0.0f ? 0.0f : v > 255.0f ? 255.0f : v);
         }
-        for (int64_t k = K; k < ldq; k++) out[k] = (uint8_t)z;
+        for (int64_t k = K; k < j->ldq; k++) out[k] = (uint8_t)z;
     }
+    return 0;
+}
+
+/* On the thread pool, as the GEMM (an OpenMP team between two pool jobs spins against the pool's threads). */
+void cuvil_quantize_rows_u8(int64_t M, int64_t K, const float *x, int64_t ldx, uint8_t *q, int64_t ldq,
+                            float *scale, int32_t *zero, float static_scale, int32_t static_zero)
+{
+    quantize_job_t j = {K, ldx, ldq, x, q, scale, static_scale, zero, static_zero};
+    cuvil_parallel_team(M, threads_for(M * K * 8), quantize_rows, &j);
 }
 
 int64_t cuvil_qlinear_scratch_bytes(int64_t M, int64_t K) { return M * k4_of(K) * 4 + M * 8 + 64; }
