@@ -27,7 +27,7 @@ def test_the_cap_selects_each_path():
 
 
 @pytest.mark.parametrize("path", PATHS)
-@pytest.mark.parametrize("m,k,n", [(1, 7, 5), (13, 37, 50), (33, 260, 70)])
+@pytest.mark.parametrize("m,k,n", [(1, 7, 5), (2, 37, 40), (3, 9, 20), (4, 64, 17), (13, 37, 50), (33, 260, 70)])
 @pytest.mark.parametrize("attrs", [dict(x_scale=0.05, x_zero=128, act="relu"), dict(act="gelu_tanh"),
                                    dict(x_scale=0.03, x_zero=100, out_scale=0.1, out_zero=7)],
                          ids=["static-relu", "dynamic-gelu", "requantized"])
@@ -73,12 +73,15 @@ def test_qconv_matches_the_reference(path, geom, static):
 
 
 @pytest.mark.parametrize("path", PATHS)
-@pytest.mark.parametrize("m,k,n,group", [(1, 64, 10, 32), (3, 256, 33, 64), (9, 256, 70, 128)])
-def test_int4_matches_the_reference(path, m, k, n, group):
+@pytest.mark.parametrize("m,k,n,group,zeros", [(1, 64, 10, 32, 16), (2, 96, 7, 32, 16), (3, 256, 33, 64, 16),
+                                               (4, 128, 13, 32, 16), (1, 64, 6, 64, 256), (9, 256, 70, 128, 16)])
+def test_int4_matches_the_reference(path, m, k, n, group, zeros):
+    """Up to 4 rows the weights are looked up in per-group tables (AVX-512) or unpacked in the dot product; more rows
+    dequantise blocks for the fp32 GEMM. Columns past a multiple of 4 and zero points above 15 (any u8) included."""
     x = RNG.standard_normal((m, k)).astype(np.float32)
     q = pack_int4(RNG.integers(0, 16, (n, k)))
     scale = (RNG.random((n, k // group)) * 0.1).astype(np.float32)
-    zero = RNG.integers(0, 16, (n, k // group)).astype(np.uint8)
+    zero = RNG.integers(0, zeros, (n, k // group)).astype(np.uint8)
     bias = RNG.standard_normal(n).astype(np.float32)
     want = get_op("linear_i4").reference([x, q, scale, zero, bias], {"group": group, "act": "relu"})
     with k8.isa(path, 1):

@@ -11,7 +11,8 @@ import pytest
 
 from cuvil.backends.cpu import kernels, kernels_lowp
 
-SHAPES = [(1, 784, 1024), (1, 33, 10), (5, 33, 17), (17, 64, 48), (64, 100, 50), (130, 96, 33), (3, 1, 16)]
+SHAPES = [(1, 784, 1024), (1, 33, 10), (2, 64, 40), (5, 33, 17), (6, 77, 100), (17, 64, 48), (64, 100, 50),
+          (130, 96, 33), (3, 1, 16)]
 PATHS = ("generic", "avx512_bf16", "amx_bf16")
 ROUND = {"bf16": ml_dtypes.bfloat16, "fp16": np.float16}
 
@@ -60,8 +61,9 @@ def test_a_weight_packed_for_the_portable_path_keeps_an_fp32_copy(m):
     np.testing.assert_allclose(got, a.astype(np.float64) @ _rounded(w, "bf16") + bias, rtol=1e-5, atol=1e-4)
 
 
-def test_strided_left_operand_and_activations():
-    a, w, bias = _case(40, 24, 20, seed=2)
+@pytest.mark.parametrize("m", [3, 40])  # the register-widening path below 8 rows, the fp32 copy above
+def test_strided_left_operand_and_activations(m):
+    a, w, bias = _case(m, 24, 20, seed=2)
     at = np.asfortranarray(a)  # read through strides (rs = 1)
     got = kernels_lowp.lowp_gemm(at, kernels_lowp.PackedLowp(w, "fp16", opt_level=1), act="sigmoid")
     np.testing.assert_allclose(got, 1 / (1 + np.exp(-(a.astype(np.float64) @ _rounded(w, "fp16")))), rtol=1e-5,

@@ -3,8 +3,9 @@
  *
  * Layout (cuvil/quantize/int8.py packs it): row n of q is K / 2 bytes; in each run of 32 k starting at k0, byte j
  * holds k0 + j in its low nibble and k0 + 16 + j in its high nibble, so one 16-byte load widens to two vectors of
- * 16 consecutive k with no shuffle. A few rows (decode): q unpacked to f32 in registers inside the dot product,
- * sum_k x q - zero * sum_k x per group. More rows: blocks of W dequantised to f32 and the fp32 GEMM.
+ * 16 consecutive k with no shuffle. A few rows (decode): the weights are dequantised in registers and read once
+ * (AVX-512 looks them up in per-group tables, AVX2 widens and scales them; C sums x q - zero * sum_k x per group).
+ * More rows: blocks of W dequantised to f32 and the fp32 GEMM.
  * The paths follow cuvil_int8_isa (2 or more: AVX-512, 1: AVX2, 0: C).
  */
 #include <stdlib.h>
@@ -31,60 +32,143 @@ static float dot_q4_scalar(const float *x, const uint8_t *q, int64_t G)
 }
 
 #ifdef CUVIL_X86_I4
-__attribute__((target("avx512f,avx512bw")))
-static float dot_q4_avx512(const float *x, const uint8_t *q, int64_t G)
+/* AVX-512, up to I4_ROWS rows: for each group, a 16-entry table (j - zero) * scale per row of W, and vpermps looks
+ * each nibble up in it (it reads the low 4 bits of a lane): the dequantised weights cost a widening, a shift and two
+ * permutes per 32, with no correction by sum_k x afterwards. I4_NB rows of W at once share the loads of x. */
+#define I4_NB 4
+static float i4_minus_zero[256][16] __attribute__((aligned(64))); /* [z][j] = j - z, any u8 zero point */
+
+__attribute__((constructor)) static void i4_fill_tables(void)
 {
-    __m512 acc = _mm512_setzero_ps();
-    const __m512i low = _mm512_set1_epi32(15);
-    for (int64_t b = 0; b < G; b += 32, q += 16, x += 32) {
-        __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)q));
-        acc = _mm512_fmadd_ps(_mm512_loadu_ps(x), _mm512_cvtepi32_ps(_mm512_and_si512(v, low)), acc);
-        acc = _mm512_fmadd_ps(_mm512_loadu_ps(x + 16), _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4)), acc);
+    for (int z = 0; z < 256; z++)
+        for (int j = 0; j < 16; j++) i4_minus_zero[z][j] = (float)(j - z);
+}
+
+__attribute__((target("avx512f,avx512bw"))) static inline __attribute__((always_inline))
+void i4_block_avx512(const int R, int64_t K, int64_t G, const float *x, const uint8_t *const *q,
+                     const float *const *scale, const uint8_t *const *zero, float out[][I4_NB])
+{
+    __m512 acc[I4_ROWS][I4_NB], acc_hi[2][I4_NB]; /* R <= 2: the high nibbles' own chains, twice as many in flight */
+    for (int r = 0; r < R; r++)
+        for (int b = 0; b < I4_NB; b++) acc[r][b] = acc_hi[r % 2][b] = _mm512_setzero_ps();
+    for (int64_t g = 0, k0 = 0; k0 < K; g++) {
+        __m512 lut[I4_NB];
+        for (int b = 0; b < I4_NB; b++) /* one multiply: j - zero comes from a table */
+            lut[b] = _mm512_mul_ps(_mm512_load_ps(i4_minus_zero[zero[b][g]]), _mm512_set1_ps(scale[b][g]));
+        for (int64_t end = k0 + G; k0 < end; k0 += 32)
+            for (int b = 0; b < I4_NB; b++) {
+                __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q[b] + k0 / 2)));
+                __m512 lo = _mm512_permutexvar_ps(v, lut[b]), hi = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4),
+                                                                                        lut[b]);
+                for (int r = 0; r < R; r++) {
+                    acc[r][b] = _mm512_fmadd_ps(_mm512_loadu_ps(x + r * K + k0), lo, acc[r][b]);
+                    __m512 *h = R <= 2 ? &acc_hi[r % 2][b] : &acc[r][b];
+                    *h = _mm512_fmadd_ps(_mm512_loadu_ps(x + r * K + k0 + 16), hi, *h);
+                }
+            }
     }
-    return _mm512_reduce_add_ps(acc);
+    for (int r = 0; r < R; r++)
+        for (int b = 0; b < I4_NB; b++)
+            out[r][b] = _mm512_reduce_add_ps(R <= 2 ? _mm512_add_ps(acc[r][b], acc_hi[r % 2][b]) : acc[r][b]);
 }
 
-__attribute__((target("avx2,fma")))
-static float dot_q4_avx2(const float *x, const uint8_t *q, int64_t G)
+typedef struct {
+    int64_t M, N, K, G;
+    const float *x, *scale, *bias;
+    const uint8_t *w, *zero;
+    float *y;
+} i4_job_t;
+
+/* Blocks [lo, hi) of I4_NB rows of W, every row of x; past N the last row of W is read again, its sums dropped. */
+__attribute__((target("avx512f,avx512bw")))
+static int i4_blocks_avx512(void *ctx, int64_t lo, int64_t hi)
 {
-    __m256 acc = _mm256_setzero_ps();
-    const __m256i low = _mm256_set1_epi32(15);
-    for (int64_t b = 0; b < G; b += 32, q += 16, x += 32)
-        for (int h = 0; h < 2; h++) {
-            __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(q + 8 * h)));
-            acc = _mm256_fmadd_ps(_mm256_loadu_ps(x + 8 * h), _mm256_cvtepi32_ps(_mm256_and_si256(v, low)), acc);
-            acc = _mm256_fmadd_ps(_mm256_loadu_ps(x + 16 + 8 * h), _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4)), acc);
+    const i4_job_t *j = ctx;
+    int64_t groups = j->K / j->G;
+    for (int64_t blk = lo; blk < hi; blk++) {
+        const uint8_t *q[I4_NB], *zero[I4_NB];
+        const float *scale[I4_NB];
+        for (int b = 0; b < I4_NB; b++) {
+            int64_t n = blk * I4_NB + b < j->N ? blk * I4_NB + b : j->N - 1;
+            q[b] = j->w + n * (j->K / 2), scale[b] = j->scale + n * groups, zero[b] = j->zero + n * groups;
         }
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
+        float out[I4_ROWS][I4_NB];
+        switch (j->M) {
+        case 1: i4_block_avx512(1, j->K, j->G, j->x, q, scale, zero, out); break;
+        case 2: i4_block_avx512(2, j->K, j->G, j->x, q, scale, zero, out); break;
+        case 3: i4_block_avx512(3, j->K, j->G, j->x, q, scale, zero, out); break;
+        default: i4_block_avx512(4, j->K, j->G, j->x, q, scale, zero, out); break;
+        }
+        for (int64_t m = 0; m < j->M; m++)
+            for (int b = 0; b < I4_NB && blk * I4_NB + b < j->N; b++) {
+                int64_t n = blk * I4_NB + b;
+                j->y[m * j->N + n] = out[m][b] + (j->bias ? j->bias[n] : 0.0f);
+            }
+    }
+    return 0;
 }
-#endif
-
-typedef float (*dot_q4_fn)(const float *, const uint8_t *, int64_t);
-
-static dot_q4_fn dot_q4_for(int isa)
+/* AVX2, up to I4_ROWS rows: one row of W at a time, each 8 nibbles widened and dequantised by one FMA
+ * (q * scale - zero * scale), low and high nibbles on their own chains. */
+__attribute__((target("avx2,fma"))) static inline __attribute__((always_inline))
+void i4_row_avx2(const int R, int64_t K, int64_t G, const float *x, const uint8_t *q, const float *scale,
+                 const uint8_t *zero, float *out)
 {
-#ifdef CUVIL_X86_I4
-    if (isa >= 2) return dot_q4_avx512;
-    if (isa == 1) return dot_q4_avx2;
-#endif
-    (void)isa;
-    return dot_q4_scalar;
+    const __m256i low = _mm256_set1_epi32(15);
+    __m256 acc[I4_ROWS][2];
+    for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    for (int64_t g = 0, k0 = 0; k0 < K; g++) {
+        __m256 s = _mm256_set1_ps(scale[g]), zs = _mm256_set1_ps(-(float)zero[g] * scale[g]);
+        for (int64_t end = k0 + G; k0 < end; k0 += 32)
+            for (int h = 0; h < 2; h++) {
+                __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(q + k0 / 2 + 8 * h)));
+                __m256 lo = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(v, low)), s, zs);
+                __m256 hi = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4)), s, zs);
+                for (int r = 0; r < R; r++) {
+                    acc[r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(x + r * K + k0 + 8 * h), lo, acc[r][0]);
+                    acc[r][1] = _mm256_fmadd_ps(_mm256_loadu_ps(x + r * K + k0 + 16 + 8 * h), hi, acc[r][1]);
+                }
+            }
+    }
+    for (int r = 0; r < R; r++) {
+        __m256 a = _mm256_add_ps(acc[r][0], acc[r][1]);
+        __m128 t = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+        t = _mm_add_ps(t, _mm_movehl_ps(t, t));
+        out[r] = _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+    }
 }
+
+/* Rows [lo, hi) of W, every row of x. */
+__attribute__((target("avx2,fma")))
+static int i4_rows_avx2(void *ctx, int64_t lo, int64_t hi)
+{
+    const i4_job_t *j = ctx;
+    int64_t groups = j->K / j->G;
+    for (int64_t n = lo; n < hi; n++) {
+        const uint8_t *q = j->w + n * (j->K / 2), *zero = j->zero + n * groups;
+        const float *scale = j->scale + n * groups;
+        float out[I4_ROWS];
+        switch (j->M) {
+        case 1: i4_row_avx2(1, j->K, j->G, j->x, q, scale, zero, out); break;
+        case 2: i4_row_avx2(2, j->K, j->G, j->x, q, scale, zero, out); break;
+        case 3: i4_row_avx2(3, j->K, j->G, j->x, q, scale, zero, out); break;
+        default: i4_row_avx2(4, j->K, j->G, j->x, q, scale, zero, out); break;
+        }
+        for (int64_t m = 0; m < j->M; m++) j->y[m * j->N + n] = out[m] + (j->bias ? j->bias[n] : 0.0f);
+    }
+    return 0;
+}
+#endif
 
 int64_t cuvil_gemm_int4_scratch_bytes(int64_t M, int64_t K, int64_t G)
 {
     return M <= I4_ROWS ? M * (K / G) * 4 + 64 : (int64_t)I4_BLOCK * K * 4 + 64;
 }
 
-/* y = x @ W^T for M <= I4_ROWS: one output column per step, the rows' group sums of x computed once. */
+/* y = x @ W^T for M <= I4_ROWS in portable C: one output column per step, the rows' group sums of x computed once. */
 static void gemm_int4_rows(int64_t M, int64_t N, int64_t K, int64_t G, const float *x, const uint8_t *w,
                            const float *scale, const uint8_t *zero, const float *bias, float *y, float *xsum)
 {
     int64_t groups = K / G;
-    dot_q4_fn dot = dot_q4_for(cuvil_int8_isa());
     for (int64_t m = 0; m < M; m++)
         for (int64_t g = 0; g < groups; g++) {
             float s = 0.0f;
@@ -98,7 +182,7 @@ static void gemm_int4_rows(int64_t M, int64_t N, int64_t K, int64_t G, const flo
             float acc = 0.0f;
             for (int64_t g = 0; g < groups; g++) {
                 int64_t at = n * groups + g;
-                float d = dot(x + m * K + g * G, w + n * (K / 2) + g * (G / 2), G);
+                float d = dot_q4_scalar(x + m * K + g * G, w + n * (K / 2) + g * (G / 2), G);
                 acc += scale[at] * (d - (float)zero[at] * xsum[m * groups + g]);
             }
             y[m * N + n] = acc + (bias ? bias[n] : 0.0f);
@@ -128,7 +212,15 @@ void cuvil_gemm_int4(int64_t M, int64_t N, int64_t K, int64_t G, const float *x,
 {
     float *buf = (float *)scratch;
     if (M <= I4_ROWS) {
-        gemm_int4_rows(M, N, K, G, x, w, scale, zero, bias, y, buf);
+        int isa = cuvil_int8_isa();
+#ifdef CUVIL_X86_I4
+        i4_job_t job = {M, N, K, G, x, scale, bias, w, zero, y};
+        if (isa >= 2) cuvil_parallel_team((N + I4_NB - 1) / I4_NB, threads_for(M * N * K), i4_blocks_avx512, &job);
+        else if (isa == 1) cuvil_parallel_team(N, threads_for(M * N * K), i4_rows_avx2, &job);
+        else
+#endif
+            gemm_int4_rows(M, N, K, G, x, w, scale, zero, bias, y, buf);
+        (void)isa;
         if (act) cuvil_activation(act, M * N, y, y);
         return;
     }

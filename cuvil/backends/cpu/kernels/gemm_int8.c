@@ -137,6 +137,53 @@ static void tile_vnni(int64_t mr, int64_t K4, const uint8_t *A, int64_t lda, con
     }
 }
 
+/* VNNI below 5 rows (batch-1 linear layers): R rows exactly (no padding rows computed), and even and odd groups of
+ * K on their own accumulators, so that one row keeps four vpdpbusd chains in flight. */
+#define VNNI_SMALL 4
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static inline __attribute__((always_inline))
+void tile_vnni_rows(const int R, int64_t K4, const uint8_t *A, int64_t lda, const int8_t *w0, const int8_t *w1,
+                    int32_t acc[][QT])
+{
+    __m512i c[VNNI_SMALL][2][2];
+    for (int r = 0; r < R; r++)
+        for (int e = 0; e < 2; e++) c[r][e][0] = c[r][e][1] = _mm512_setzero_si512();
+    const int8_t *w1p = w1 ? w1 : w0;
+    int64_t g = 0;
+    for (; g + 2 <= K4; g += 2)
+        for (int e = 0; e < 2; e++) {
+            __m512i b0 = _mm512_loadu_si512(w0 + (g + e) * 64), b1 = _mm512_loadu_si512(w1p + (g + e) * 64);
+            for (int r = 0; r < R; r++) {
+                __m512i a = _mm512_set1_epi32(load4(A + r * lda + (g + e) * 4));
+                c[r][e][0] = _mm512_dpbusd_epi32(c[r][e][0], a, b0);
+                c[r][e][1] = _mm512_dpbusd_epi32(c[r][e][1], a, b1);
+            }
+        }
+    if (g < K4) {
+        __m512i b0 = _mm512_loadu_si512(w0 + g * 64), b1 = _mm512_loadu_si512(w1p + g * 64);
+        for (int r = 0; r < R; r++) {
+            __m512i a = _mm512_set1_epi32(load4(A + r * lda + g * 4));
+            c[r][0][0] = _mm512_dpbusd_epi32(c[r][0][0], a, b0);
+            c[r][0][1] = _mm512_dpbusd_epi32(c[r][0][1], a, b1);
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        _mm512_storeu_si512(acc[r], _mm512_add_epi32(c[r][0][0], c[r][1][0]));
+        _mm512_storeu_si512(acc[r] + QP, _mm512_add_epi32(c[r][0][1], c[r][1][1]));
+    }
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vnni")))
+static void tile_vnni_small(int64_t mr, int64_t K4, const uint8_t *A, int64_t lda, const int8_t *w0, const int8_t *w1,
+                            int32_t acc[][QT])
+{
+    switch (mr) {
+    case 1: tile_vnni_rows(1, K4, A, lda, w0, w1, acc); break;
+    case 2: tile_vnni_rows(2, K4, A, lda, w0, w1, acc); break;
+    case 3: tile_vnni_rows(3, K4, A, lda, w0, w1, acc); break;
+    default: tile_vnni_rows(4, K4, A, lda, w0, w1, acc); break;
+    }
+}
+
 /* 16-bit paths: 64 weight bytes (16 columns x 4) widen to two vectors of 8 columns x 4; one vpmaddwd with the
  * row's 4 bytes (widened, repeated) gives two partial sums per column, added pairwise at the end. */
 static void pairs_to_columns(int64_t mr, int32_t pairs[][2 * QT], int32_t acc[][QT])
@@ -203,14 +250,16 @@ static void tile_avx2(int64_t mr, int64_t K4, const uint8_t *A, int64_t lda, con
 }
 #endif
 
-static tile_fn tile_for(int isa, int64_t *mr)
+/* The register block for this path and M rows (mr: its height). */
+static tile_fn tile_for(int isa, int64_t M, int64_t *mr)
 {
 #ifdef CUVIL_X86
+    if (isa >= 3 && M <= VNNI_SMALL) return *mr = M, tile_vnni_small;
     if (isa >= 3) return *mr = VNNI_MR, tile_vnni;
     if (isa == 2) return *mr = BW_MR, tile_avx512bw;
     if (isa == 1) return *mr = AVX2_MR, tile_avx2;
 #endif
-    (void)isa;
+    (void)isa, (void)M;
     return *mr = 4, tile_scalar;
 }
 
@@ -254,35 +303,58 @@ static void epilogue(const cuvil_qgemm_args *q, int64_t i0, int64_t mr, int64_t 
     }
 }
 
+typedef struct {
+    const cuvil_qgemm_args *q;
+    tile_fn tile;
+    int64_t mr, K4, np, row_blocks;
+    const int32_t *sums;
+} qgemm_job_t;
+
+/* Register blocks [lo, hi): column block b / row_blocks x row block b % row_blocks. */
+static int qgemm_blocks(void *ctx, int64_t lo, int64_t hi)
+{
+    const qgemm_job_t *j = ctx;
+    const cuvil_qgemm_args *q = j->q;
+    const int8_t *w = (const int8_t *)q->packed;
+    for (int64_t b = lo; b < hi; b++) {
+        int64_t jb = b / j->row_blocks, i0 = b % j->row_blocks * j->mr;
+        int64_t rows = q->M - i0 < j->mr ? q->M - i0 : j->mr;
+        int32_t acc[QMR_MAX][QT];
+        const int8_t *w0 = w + 2 * jb * j->K4 * 64, *w1 = 2 * jb + 1 < j->np ? w0 + j->K4 * 64 : NULL;
+        j->tile(rows, j->K4, q->A + i0 * q->lda, q->lda, w0, w1, acc);
+        epilogue(q, i0, rows, 2 * jb * QP, acc, j->sums);
+    }
+    return 0;
+}
+
+/* On the thread pool (an OpenMP team of its own would spin against the pool's threads between layers). */
 void cuvil_qgemm(const cuvil_qgemm_args *q)
 {
-    int64_t K4 = k4_of(q->K), np = panels_of(q->N), mr;
-    tile_fn tile = tile_for(cuvil_int8_isa(), &mr);
-    const int8_t *w = (const int8_t *)q->packed;
-    const int32_t *sums = (const int32_t *)(w + np * K4 * 64);
-    int64_t row_blocks = (q->M + mr - 1) / mr, col_blocks = (np + 1) / 2;
-    int nt = threads_for(q->M * q->N * q->K / 4);
-#pragma omp parallel for collapse(2) schedule(static) num_threads(nt) if (nt > 1)
-    for (int64_t jb = 0; jb < col_blocks; jb++)
-        for (int64_t ib = 0; ib < row_blocks; ib++) {
-            int32_t acc[QMR_MAX][QT];
-            int64_t i0 = ib * mr, rows = q->M - i0 < mr ? q->M - i0 : mr;
-            const int8_t *w0 = w + 2 * jb * K4 * 64, *w1 = 2 * jb + 1 < np ? w0 + K4 * 64 : NULL;
-            tile(rows, K4, q->A + i0 * q->lda, q->lda, w0, w1, acc);
-            epilogue(q, i0, rows, 2 * jb * QP, acc, sums);
-        }
+    qgemm_job_t j = {q, NULL, 0, k4_of(q->K), panels_of(q->N), 0, NULL};
+    j.tile = tile_for(cuvil_int8_isa(), q->M, &j.mr);
+    j.sums = (const int32_t *)((const int8_t *)q->packed + j.np * j.K4 * 64);
+    j.row_blocks = (q->M + j.mr - 1) / j.mr;
+    cuvil_parallel_team((j.np + 1) / 2 * j.row_blocks, threads_for(q->M * q->N * q->K / 4), qgemm_blocks, &j);
 }
 
 /* -- activations to uint8 -------------------------------------------------------------------------------- */
-void cuvil_quantize_rows_u8(int64_t M, int64_t K, const float *x, int64_t ldx, uint8_t *q, int64_t ldq,
-                            float *scale, int32_t *zero, float static_scale, int32_t static_zero)
+typedef struct {
+    int64_t K, ldx, ldq;
+    const float *x;
+    uint8_t *q;
+    float *scale, static_scale;
+    int32_t *zero, static_zero;
+} quantize_job_t;
+
+/* Rows [lo, hi). */
+static int quantize_rows(void *ctx, int64_t lo_row, int64_t hi_row)
 {
-    int nt = threads_for(M * K * 8);
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-    for (int64_t i = 0; i < M; i++) {
-        const float *row = x + i * ldx;
-        float s = static_scale;
-        int32_t z = static_zero;
+    const quantize_job_t *j = ctx;
+    int64_t K = j->K;
+    for (int64_t i = lo_row; i < hi_row; i++) {
+        const float *row = j->x + i * j->ldx;
+        float s = j->static_scale;
+        int32_t z = j->static_zero;
         if (!(s > 0.0f)) { /* dynamic: the row's range, widened to hold 0, onto 0..255 */
             float lo = 0.0f, hi = 0.0f;
             for (int64_t k = 0; k < K; k++) {
@@ -292,16 +364,25 @@ void cuvil_quantize_rows_u8(int64_t M, int64_t K, const float *x, int64_t ldx, u
             s = hi > lo ? (hi - lo) / 255.0f : 1.0f;
             z = (int32_t)rintf(-lo / s);
             z = z < 0 ? 0 : z > 255 ? 255 : z;
-            scale[i] = s, zero[i] = z;
+            j->scale[i] = s, j->zero[i] = z;
         }
         float inv = 1.0f / s;
-        uint8_t *out = q + i * ldq;
+        uint8_t *out = j->q + i * j->ldq;
         for (int64_t k = 0; k < K; k++) {
             float v = rintf(row[k] * inv) + (float)z;
             out[k] = (uint8_t)(v < 0.0f ? 0.0f : v > 255.0f ? 255.0f : v);
         }
-        for (int64_t k = K; k < ldq; k++) out[k] = (uint8_t)z;
+        for (int64_t k = K; k < j->ldq; k++) out[k] = (uint8_t)z;
     }
+    return 0;
+}
+
+/* On the thread pool, as the GEMM (an OpenMP team between two pool jobs spins against the pool's threads). */
+void cuvil_quantize_rows_u8(int64_t M, int64_t K, const float *x, int64_t ldx, uint8_t *q, int64_t ldq,
+                            float *scale, int32_t *zero, float static_scale, int32_t static_zero)
+{
+    quantize_job_t j = {K, ldx, ldq, x, q, scale, static_scale, zero, static_zero};
+    cuvil_parallel_team(M, threads_for(M * K * 8), quantize_rows, &j);
 }
 
 int64_t cuvil_qlinear_scratch_bytes(int64_t M, int64_t K) { return M * k4_of(K) * 4 + M * 8 + 64; }

@@ -7,9 +7,10 @@
  * That is the B operand of `vdpbf16ps` (a zmm per pair of rows) and of AMX's `tdpbf16ps` (16 pairs of rows
  * make a tile of 16 rows x 64 bytes). The path is chosen by the CPU's features (CPUID) at the first call, so that
  * an exported artifact chooses on the machine that runs it: AMX-BF16 (M >= 16), AVX512_BF16 (M >= 8), and a
- * portable one that widens each block of the weight to fp32 once per block of rows: half the weight bytes read,
- * which is what bounds a matrix-vector product (below 8 rows every path takes it; measured on the Xeon, it beat
- * vdpbf16ps there, whose register block would compute padding rows). The two bf16
+ * portable one that widens each block of the weight to fp32 once per block of rows. Below 8 rows every path reads
+ * the 16-bit panels once and widens them in registers (lp_gemv_rows): half the weight bytes of fp32, which is what
+ * bounds a matrix-vector product (W2's 784 x 1024 at one row: 0.27x the fp32 GEMV's time on the Xeon, one thread;
+ * vdpbf16ps's register block there would compute padding rows). The two bf16
  * dot-product paths round A to bf16 first, as every bf16 GEMM does; fp16 weights always take the widening path
  * (F16C conversions). CUVIL_DISABLE_CPU_FEATURES=amx_bf16,avx512_bf16 masks features from the choice. */
 #include <stdint.h>
@@ -332,6 +333,154 @@ int cuvil_lowp_path(void)
     return path >= 0 ? path : cuvil_lowp_set_path(-1);
 }
 
+/* -- below 8 rows: the 16-bit panels read once, each pair row widened in registers (two shifts for bf16, F16C for
+ * fp16) and multiplied into every row of A in fp32. Accumulators split by even and odd k, so that one row keeps four
+ * FMA chains in flight (one chain's latency would bound the loop at a quarter of the load rate). ------------- */
+#define LP_SR 4 /* rows per pass over the panels */
+#define LP_SV (LP_NR / VL)
+
+CUVIL_INLINE void lp_widen_regs(const uint16_t *src, int is_f16, vf *lo, vf *hi)
+{
+#if defined(__AVX512F__) && defined(__F16C__)
+    if (is_f16) {
+        __m512i lanes = _mm512_loadu_si512((const void *)src);
+        lo[0] = (vf)_mm512_cvtph_ps(_mm512_cvtepi32_epi16(lanes));
+        hi[0] = (vf)_mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(lanes, 16)));
+        return;
+    }
+#endif
+    if (is_f16) {
+        for (int v = 0; v < LP_SV; v++)
+            for (int l = 0; l < VL; l++) {
+                lo[v][l] = lp_f16_to_f32(src[2 * (v * VL + l)]);
+                hi[v][l] = lp_f16_to_f32(src[2 * (v * VL + l) + 1]);
+            }
+        return;
+    }
+    for (int v = 0; v < LP_SV; v++) {
+        lp_vu lanes = *(const lp_vu *)(src + 2 * v * VL);
+        lo[v] = (vf)(lanes << 16);
+        hi[v] = (vf)(lanes & 0xffff0000u);
+    }
+}
+
+/* Rows i0 .. i0 + R of A against both panels of a work item into tile (R x LP_NC); R and is_f16 are constants
+ * where it is inlined. */
+CUVIL_INLINE void lp_gemv_rows(const float *A, int64_t rsa, int64_t csa, int64_t i0, const int R, int64_t K,
+                               int64_t kp, const uint16_t *panels, const int is_f16, float *tile)
+{
+    vf even[LP_SR][2][LP_SV], odd[LP_SR][2][LP_SV];
+    const float *a[LP_SR];
+    for (int q = 0; q < R; q++) {
+        a[q] = A + (i0 + q) * rsa;
+        for (int h = 0; h < 2; h++)
+            for (int v = 0; v < LP_SV; v++) even[q][h][v] = odd[q][h][v] = cuvil_splat(0.0f);
+    }
+    int64_t pairs = K / 2;
+    for (int64_t i = 0; i < pairs; i++)
+        for (int h = 0; h < 2; h++) {
+            vf lo[LP_SV], hi[LP_SV];
+            lp_widen_regs(panels + h * kp * LP_NR + i * 32, is_f16, lo, hi);
+            for (int q = 0; q < R; q++) {
+                float x0 = a[q][2 * i * csa], x1 = a[q][(2 * i + 1) * csa];
+                for (int v = 0; v < LP_SV; v++) {
+                    even[q][h][v] += x0 * lo[v];
+                    odd[q][h][v] += x1 * hi[v];
+                }
+            }
+        }
+    if (K % 2) /* the last k alone: its pair's second row is padding */
+        for (int h = 0; h < 2; h++) {
+            vf lo[LP_SV], hi[LP_SV];
+            lp_widen_regs(panels + h * kp * LP_NR + pairs * 32, is_f16, lo, hi);
+            for (int q = 0; q < R; q++)
+                for (int v = 0; v < LP_SV; v++) even[q][h][v] += a[q][(K - 1) * csa] * lo[v];
+        }
+    for (int q = 0; q < R; q++)
+        for (int h = 0; h < 2; h++)
+            for (int v = 0; v < LP_SV; v++)
+                cuvil_store(tile + q * LP_NC + h * LP_NR + v * VL, even[q][h][v] + odd[q][h][v]);
+}
+
+typedef struct {
+    int64_t M, N, K, rsa, csa, ldc, kp;
+    const float *A, *bias;
+    const uint16_t *panels;
+    float *C;
+    int is_f16, act;
+} lp_gemv_t;
+
+/* Work items [lo, hi): pairs of panels, every row of A. */
+static int lp_gemv_items(void *job, int64_t lo, int64_t hi)
+{
+    const lp_gemv_t *g = job;
+    float tile[LP_SR * LP_NC] __attribute__((aligned(64)));
+    for (int64_t p = lo; p < hi; p++) {
+        const uint16_t *panels = g->panels + 2 * p * g->kp * LP_NR;
+        for (int64_t i0 = 0; i0 < g->M; i0 += LP_SR) {
+            int rows = (int)(g->M - i0 < LP_SR ? g->M - i0 : LP_SR);
+#define LP_ROWS(R, F16) lp_gemv_rows(g->A, g->rsa, g->csa, i0, R, g->K, g->kp, panels, F16, tile)
+            if (g->is_f16) {
+                if (rows == 1) LP_ROWS(1, 1); else if (rows == 2) LP_ROWS(2, 1); else if (rows == 3) LP_ROWS(3, 1);
+                else LP_ROWS(4, 1);
+            } else {
+                if (rows == 1) LP_ROWS(1, 0); else if (rows == 2) LP_ROWS(2, 0); else if (rows == 3) LP_ROWS(3, 0);
+                else LP_ROWS(4, 0);
+            }
+#undef LP_ROWS
+            lp_store(tile, rows, i0, p * LP_NC, g->N, g->C, g->ldc, g->bias, g->act);
+        }
+    }
+    return 0;
+}
+
+/* -- from 8 rows: blocks of LP_MB rows x work items of two panels, on the thread pool ------------------------ */
+typedef struct {
+    int64_t M, N, K, rsa, csa, ldc, kp, items;
+    const float *A, *bias;
+    const uint16_t *panels;
+    float *C;
+    uint16_t *abf; /* A rounded to bf16, LP_MB rows per block (the dot-product paths) */
+    int is_f16, act, path;
+} lp_gemm_t;
+
+static int lp_block_rows(const lp_gemm_t *g, int64_t b)
+{
+    return (int)(g->M - b * LP_MB < LP_MB ? g->M - b * LP_MB : LP_MB);
+}
+
+#if LP_HAVE_X86_BF16
+static int lp_round_blocks(void *job, int64_t lo, int64_t hi)
+{
+    const lp_gemm_t *g = job;
+    for (int64_t b = lo; b < hi; b++)
+        lp_round_rows(g->A, g->rsa, g->csa, b * LP_MB, lp_block_rows(g, b), LP_MB, g->K, g->kp,
+                      g->abf + b * LP_MB * g->kp);
+    return 0;
+}
+#endif
+
+/* Work items [lo, hi): row block w / items x pair of panels w % items. */
+static int lp_gemm_items(void *job, int64_t lo, int64_t hi)
+{
+    const lp_gemm_t *g = job;
+    float tile[LP_MB * LP_NC] __attribute__((aligned(64)));
+    for (int64_t w = lo; w < hi; w++) {
+        int64_t b = w / g->items, p = w % g->items;
+        int rows = lp_block_rows(g, b);
+        const uint16_t *panels = g->panels + 2 * p * g->kp * LP_NR;
+#if LP_HAVE_X86_BF16
+        const uint16_t *a = g->abf + b * LP_MB * g->kp;
+        if (g->path == LP_AMX) lp_block_amx(a, (rows + 15) / 16 * 16, g->kp, panels, tile);
+        else if (g->path == LP_AVX512BF16) lp_block_dpbf16(a, (rows + LP_DR - 1) / LP_DR * LP_DR, g->kp, panels, tile);
+        else
+#endif
+            lp_block_generic(g->A, g->rsa, g->csa, b * LP_MB, rows, g->K, g->kp, panels, g->is_f16, tile);
+        lp_store(tile, rows, b * LP_MB, p * LP_NC, g->N, g->C, g->ldc, g->bias, g->act);
+    }
+    return 0;
+}
+
 /* C[M, N] = act(A[M, K] @ B + bias), B packed by cuvil_lowp_pack_b from bf16 (is_f16 = 0) or fp16 bits (the same
  * is_f16 both times; K = 0 gives the bias). */
 void cuvil_lowp_gemm_packed(int64_t M, int64_t N, int64_t K, const float *A, int64_t rsa, int64_t csa,
@@ -345,33 +494,20 @@ void cuvil_lowp_gemm_packed(int64_t M, int64_t N, int64_t K, const float *A, int
     }
     packed_b += LP_HEADER;
     int64_t kp = lp_kpad(K), items = lp_panels(N) / 2, blocks = (M + LP_MB - 1) / LP_MB;
-    int path = is_f16 || K == 0 || M < LP_DR ? LP_GENERIC : cuvil_lowp_path();
-    if (path == LP_AMX && M < 16) path = LP_AVX512BF16;
-    uint16_t *abf = NULL;
+    if (K > 0 && M < LP_DR) {
+        lp_gemv_t g = {M, N, K, rsa, csa, ldc, kp, A, bias, packed_b, C, is_f16, act};
+        cuvil_parallel_team(items, threads_for(M * N * K), lp_gemv_items, &g);
+        return;
+    }
+    lp_gemm_t g = {M, N, K, rsa, csa, ldc, kp, items, A, bias, packed_b, C, NULL, is_f16, act, LP_GENERIC};
+    g.path = is_f16 || K == 0 ? LP_GENERIC : cuvil_lowp_path();
+    if (g.path == LP_AMX && M < 16) g.path = LP_AVX512BF16;
 #if LP_HAVE_X86_BF16
-    if (path != LP_GENERIC) {
-        abf = alloc_or_die(sizeof(uint16_t) * (size_t)(blocks * LP_MB * kp));
-#pragma omp parallel for schedule(static) num_threads(threads_for(M * K * 4))
-        for (int64_t b = 0; b < blocks; b++) {
-            int rows = (int)(M - b * LP_MB < LP_MB ? M - b * LP_MB : LP_MB);
-            lp_round_rows(A, rsa, csa, b * LP_MB, rows, LP_MB, K, kp, abf + b * LP_MB * kp);
-        }
+    if (g.path != LP_GENERIC) {
+        g.abf = alloc_or_die(sizeof(uint16_t) * (size_t)(blocks * LP_MB * kp));
+        cuvil_parallel_team(blocks, threads_for(M * K * 4), lp_round_blocks, &g);
     }
 #endif
-#pragma omp parallel for collapse(2) schedule(static) num_threads(threads_for(M * N * K))
-    for (int64_t b = 0; b < blocks; b++)
-        for (int64_t p = 0; p < items; p++) {
-            float tile[LP_MB * LP_NC] __attribute__((aligned(64)));
-            int rows = (int)(M - b * LP_MB < LP_MB ? M - b * LP_MB : LP_MB);
-            const uint16_t *panels = packed_b + 2 * p * kp * LP_NR;
-#if LP_HAVE_X86_BF16
-            const uint16_t *a = abf + b * LP_MB * kp;
-            if (path == LP_AMX) lp_block_amx(a, (rows + 15) / 16 * 16, kp, panels, tile);
-            else if (path == LP_AVX512BF16) lp_block_dpbf16(a, (rows + LP_DR - 1) / LP_DR * LP_DR, kp, panels, tile);
-            else
-#endif
-                lp_block_generic(A, rsa, csa, b * LP_MB, rows, K, kp, panels, is_f16, tile);
-            lp_store(tile, rows, b * LP_MB, p * LP_NC, N, C, ldc, bias, act);
-        }
-    free(abf);
+    cuvil_parallel_team(blocks * items, threads_for(M * N * K), lp_gemm_items, &g);
+    free(g.abf);
 }
