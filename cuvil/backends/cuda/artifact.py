@@ -76,6 +76,11 @@ def _signature(program, prefix: str, constants: list) -> dict:
 
 def load(path, driver=None, blas=None, stream_priority: int = 0) -> dict:
     """entry name -> CudaRun of a cuda `.cuv` (its kernels load on the first call)."""
+    return read(path, driver, blas, stream_priority)[1]
+
+
+def read(path, driver=None, blas=None, stream_priority: int = 0) -> tuple:
+    """(meta, entry name -> CudaRun) of a cuda `.cuv`."""
     c = container.Container.open(os.fspath(path))
     meta = json.loads(bytes(c.data("meta")))
     if meta.get("target") != "cuda":
@@ -96,7 +101,7 @@ def load(path, driver=None, blas=None, stream_priority: int = 0) -> dict:
                      for e in entry["constants"]}
         built = CudaBuild(program, {kind: images[kind][k] for kind in images})
         out[name] = CudaRun(built, constants, driver, blas, stream_priority)
-    return out
+    return meta, out
 
 
 def export_target_cuda(executables: dict) -> dict:
