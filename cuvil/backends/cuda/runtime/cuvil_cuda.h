@@ -8,7 +8,7 @@
 #if defined(CUVIL_CUDA_EMULATION)
 /* Host emulation for the tests (tests/backends/cuda/emulator.py): each kernel runs as ONE thread of ONE block, so
  * its grid-stride loops cover all the work in order, __syncthreads is nothing and a "warp" is one lane
- * (CUVIL_WARP 1: the shuffle loops do not run). Kernels that need real lanes (attention) are not emulated. */
+ * (CUVIL_WARP 1: the shuffle loops do not run; the attention kernel, written for any warp width, runs with one). */
 #include <stdint.h>
 #include <string.h>
 #include <math.h>
@@ -27,6 +27,8 @@ static inline float __uint_as_float(uint32_t i) { float f; memcpy(&f, &i, 4); re
 static inline uint32_t __float_as_uint(float f) { uint32_t i; memcpy(&i, &f, 4); return i; }
 static inline int atomicCAS(int *p, int cmp, int v) { int old = *p; if (old == cmp) *p = v; return old; }
 template <typename T> static inline T __shfl_down_sync(unsigned, T v, int) { return v; }
+template <typename T> static inline T __shfl_xor_sync(unsigned, T v, int) { return v; }
+template <typename T> static inline T __shfl_sync(unsigned, T v, int) { return v; } /* lane 0 of a one-lane warp */
 #define CUVIL_HALF_BY_COMPILER 1
 #elif defined(__CUDACC_RTC__)
 typedef signed char int8_t;
