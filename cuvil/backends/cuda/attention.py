@@ -87,7 +87,8 @@ def _prod(dims):
 
 
 MASKS = {"add": ("const float *__restrict__ mask, ", "                s += mask[at * keys + k0 + lane];\n"),
-         "keep": ("const uint8_t *__restrict__ mask, ", "                if (!mask[at * keys + k0 + lane]) s = -INFINITY;\n"),
+         "keep": ("const uint8_t *__restrict__ mask, ",
+                  "                if (!mask[at * keys + k0 + lane]) s = -INFINITY;\n"),
          None: ("", "")}
 
 

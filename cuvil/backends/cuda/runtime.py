@@ -5,8 +5,9 @@ Per shape (`ShapeState`): the arena (every slot of the plan, then the error word
 buffers for the inputs and outputs, pinned host buffers for them, and the instantiated graph: copies in, every
 kernel and GEMM, copies out. A call copies NumPy inputs into the pinned buffers, launches the graph on the runtime's
 stream (created with the priority asked for) and waits; `run_device` takes and returns device arrays (DLPack or
-`__cuda_array_interface__`: torch CUDA tensors, CuPy arrays) and copies device to device instead. The error word is cleared in the graph and
-read after it: a gather's index outside its axis raises IndexRangeError naming the op, as on the CPU.
+`__cuda_array_interface__`: torch CUDA tensors, CuPy arrays) and copies device to device instead. The error word is
+cleared in the graph and read after it: a gather's index outside its axis raises IndexRangeError naming the op, as on
+the CPU.
 """
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
 """`cuvil.runtime.Runtime(device="cuda", stream_priority=...)` over a cuda `.cuv` (loaded.py), against the recording
 fake driver whose kernels run from their host build (emulator.py) and whose cuBLASLt computes in NumPy: host arrays
 and NDArrays in and out (outputs from the Runtime's pool), device arrays in and out, bind/run, priorities."""
-import ctypes
-
 import numpy as np
 import pytest
 
