@@ -3,9 +3,10 @@ with a fused attention kernel (the CUDA backend's flash-style one: scores never 
 
 Matched (f32): matmul(Q, transpose(K) of the last two axes, or K^T made by another transpose), optionally divided
 or multiplied by a broadcast scalar constant, optionally masked (`add` of an f32 tensor of the scores' shape: an
-additive mask; or `where(bool mask, scores, -inf)`: torch SDPA's padding and causal masks), softmax over the last axis, optionally guarded
-(`where(reduce_max(scores) == -inf, 0, softmax)`: a row with no key left gives 0), matmul with V; Q, K, V of one rank
-and equal batch axes, head sizes static and at most MAX_HEAD; every intermediate used only inside the pattern.
+additive mask; or `where(bool mask, scores, -inf)`: torch SDPA's padding and causal masks), softmax over the last
+axis, optionally guarded (`where(reduce_max(scores) == -inf, 0, softmax)`: a row with no key left gives 0), matmul
+with V; Q, K, V of one rank and equal batch axes, head sizes static and at most MAX_HEAD; every intermediate used
+only inside the pattern.
 Anything else is left as it is.
 """
 from __future__ import annotations
