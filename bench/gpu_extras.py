@@ -98,8 +98,9 @@ def _c_runtime(folder: str, mlp_path: str) -> dict:
     blas = next((p for p in wheel_libraries("libcublasLt") if os.path.isabs(p)), "")
     env = dict(os.environ, CUVIL_CUBLASLT=blas) if blas else dict(os.environ)
     out = {}
-    for name, path, module, x in (("chain", chain_path, chain, np.random.default_rng(1).standard_normal((1000, 3))),
-                                  ("mlp", mlp_path, mlp_module()[0], np.random.default_rng(2).standard_normal((4, 784)))):
+    rng = np.random.default_rng(1)
+    for name, path, module, x in (("chain", chain_path, chain, rng.standard_normal((1000, 3))),
+                                  ("mlp", mlp_path, mlp_module()[0], rng.standard_normal((4, 784)))):
         x = x.astype(np.float32)
         np.save(os.path.join(folder, f"{name}.npy"), x)
         run = subprocess.run([str(built.cli), path, os.path.join(folder, f"{name}.npy"), "-o",
