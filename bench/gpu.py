@@ -5,7 +5,9 @@
 2. the tests' tiny CNN and transformer block (its attention is the fused flash-style kernel), ResNet-18, BERT-base
    (s128) and GPT-2 small (s128), batch 1, random weights (bench/workloads.py), against PyTorch on the same GPU;
 3. latency at batch 1 of those models: Cuvil (graph replay) vs PyTorch eager, torch.compile (default) and
-   torch.compile(mode="reduce-overhead") (CUDA Graphs), all in this one run; plus the host time of one replay.
+   torch.compile(mode="reduce-overhead") (CUDA Graphs), all in this one run; plus the host time of one replay;
+4. extras (bench/gpu_extras.py, before the latency stage): masked attention, DLPack with torch CUDA, the Runtime's
+   stream priority, and the standalone C runtime running a cuda .cuv through the real driver.
 
     python -m bench.gpu                  # on the GPU machine (tests/gpu/run.sh wraps it)
     python -m bench.gpu --dry-run        # anywhere: the same stages against the tests' fake driver, no timings
@@ -27,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 MODELS = ("tiny_cnn", "tiny_transformer", "resnet18", "bert", "gpt2")  # the tiny ones: tests/backends/cuda/models.py
-BUDGET_S = {"ops": 150, "models": 200, "latency": 150}  # each stage stops starting work past its share
+BUDGET_S = {"ops": 150, "models": 200, "extras": 60, "latency": 120}  # each stage stops starting work past its share
 
 
 def preflight(dry_run: bool) -> list:
@@ -205,10 +207,10 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.gpu")
     p.add_argument("--dry-run", action="store_true", help="no GPU: the fake driver, no numbers compared or timed")
     p.add_argument("--out", default=os.environ.get("OUT"), help="folder for results.json")
-    p.add_argument("--only", choices=("ops", "models", "latency"), action="append")
+    p.add_argument("--only", choices=("ops", "models", "extras", "latency"), action="append")
     p.add_argument("--limit", type=int, help="the first LIMIT op cases only")
     args = p.parse_args(argv)
-    stages = args.only or ["ops", "models", "latency"]
+    stages = args.only or ["ops", "models", "extras", "latency"]
     start = time.time()
     results = {"preflight": preflight(args.dry_run)}
     print("\n".join(results["preflight"]), flush=True)
@@ -218,6 +220,10 @@ def main(argv=None) -> int:
         stage_ops(args.dry_run, results, args.limit)
     if "models" in stages or "latency" in stages:
         stage_models(args.dry_run, results, compiled)
+    if "extras" in stages:
+        from bench.gpu_extras import stage_extras
+
+        stage_extras(args.dry_run, results)
     if "latency" in stages and not args.dry_run:
         stage_latency(results, compiled)
     results["seconds"] = round(time.time() - start)
@@ -225,8 +231,11 @@ def main(argv=None) -> int:
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "results.json"), "w") as f:
             json.dump(results, f, indent=1, default=str)
+    from bench.gpu_extras import failed
+
     bad = results.get("ops", {}).get("failed") or any(
-        isinstance(v, dict) and v.get("ok") is False for v in results.get("models", {}).values())
+        isinstance(v, dict) and v.get("ok") is False for v in results.get("models", {}).values()) or \
+        failed(results.get("extras", {}))
     print(f"bench.gpu: {'FAILED' if bad else 'all checks passed'} in {results['seconds']} s", flush=True)
     return 1 if bad else 0
 

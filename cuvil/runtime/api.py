@@ -11,6 +11,10 @@ across calls, at most `memory_pool_size_mb` held), its thread count applies to e
 `enable_async=True` calls return `concurrent.futures.Future`s (run in submission order on one worker thread).
 Calls of one function from several threads at once are safe; `bind_input` / `bind_output` / `run` keep state on
 the Runtime and are for one thread at a time.
+
+`Runtime(device="cuda", stream_priority=p)` runs a `.cuv` exported with target="cuda" (backends/cuda/loaded.py): host
+arrays in give host outputs (from the pool), device arrays (`__dlpack__`, `__cuda_array_interface__`) give device
+outputs; each function's stream has priority `p` (lower is higher, clamped to the device's range).
 """
 from __future__ import annotations
 
@@ -27,11 +31,13 @@ class Runtime:
     """Loads `.cuv` files and runs their functions with one memory pool, thread count and (optional) worker."""
 
     def __init__(self, device: str = "cpu", memory_pool_size_mb: Optional[float] = None,
-                 num_threads: Optional[int] = None, enable_async: bool = False):
-        if device not in DEVICES:
+                 num_threads: Optional[int] = None, enable_async: bool = False, stream_priority: int = 0):
+        if device not in (*DEVICES, "cuda"):
             raise UnsupportedError(f"Runtime: device {device!r} is not supported yet "
-                                   f"(supported: {', '.join(DEVICES)})")
-        self.device = device
+                                   f"(supported: {', '.join(DEVICES)}, cuda)")
+        if stream_priority and device != "cuda":
+            raise ValueError(f"Runtime: stream_priority is for device='cuda' (a CUDA stream's), not {device!r}")
+        self.device, self.stream_priority = device, stream_priority
         cap = None if memory_pool_size_mb is None else int(memory_pool_size_mb * (1 << 20))
         self.pool = MemoryPool(cap)
         self.num_threads = _check_threads(num_threads)
@@ -45,9 +51,14 @@ class Runtime:
     # -- loading -------------------------------------------------------------------------------------------------
     def load_executable(self, path) -> "LoadedExecutable":
         """Open a `.cuv` file (checked in full before any of its code runs; see docs/artifact.md)."""
-        from .artifact import load
+        if self.device == "cuda":  # kernels for the GPU (backends/cuda/loaded.py), the stream at this priority
+            from ..backends.cuda.loaded import CudaArtifact
 
-        exe = LoadedExecutable(self, load(path))
+            exe = LoadedExecutable(self, CudaArtifact(path, self.stream_priority))
+        else:
+            from .artifact import load
+
+            exe = LoadedExecutable(self, load(path))
         self._executables.append(exe)
         self._bound_inputs, self._bound_outputs, self._last_outputs = {}, {}, ()  # bindings were for the last one
         return exe
@@ -194,6 +205,8 @@ class RuntimeFunction:
             self.function.set_num_threads(n)
 
     def _call(self, inputs: list, bound: Optional[list] = None):
+        if hasattr(self.function, "call"):  # a device's function (backends/cuda/loaded.py): device arrays too
+            return self.function.call(self, inputs, bound)
         arrays = [as_numpy(a) for a in inputs]
         outputs = self._outputs(arrays, bound or [None] * len(self.outputs))
         workspace = None if outputs is None else self.runtime.pool.scratch

@@ -25,7 +25,7 @@ from ..backends.cpu import targets, toolchain
 from ..errors import CuvilError
 
 SOURCE_DIR = Path(__file__).with_name("c")
-LIBRARY_SOURCES = ("cuvil_runtime.c", "cuvil_format.c", "cuvil_hash.c")
+LIBRARY_SOURCES = ("cuvil_runtime.c", "cuvil_format.c", "cuvil_hash.c", "cuvil_cuda_rt.c")
 HEADERS = ("cuvil_runtime.h", "cuvil_internal.h", "cuvil_checks.h", "cuvil_hash.h")
 CLI_SOURCE = "cuvil_run.c"
 COMMON_FLAGS = ("-std=c99", "-Wall", "-Wextra", "-fPIC", "-ffunction-sections", "-fdata-sections")

@@ -37,3 +37,17 @@ def test_run_sh_is_executable_and_calls_the_script():
     script = Path(__file__).with_name("run.sh")
     assert script.stat().st_mode & 0o111 and "bench.gpu" in script.read_text()
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+
+
+def test_dry_run_of_the_extras_stage(cuda_compiler, tmp_path, monkeypatch):
+    """Masked attention and the Runtime's stream priority against the fake driver (DLPack with torch CUDA and the C
+    runtime on the real driver run only on a GPU)."""
+    import json
+
+    monkeypatch.setattr(CudaDriver, "load", CudaDriver.load)
+    from cuvil.backends.cuda import cublaslt
+    monkeypatch.setattr(cublaslt, "CublasLt", cublaslt.CublasLt)
+    assert gpu.main(["--dry-run", "--only", "extras", "--out", str(tmp_path)]) == 0
+    extras = json.loads((tmp_path / "results.json").read_text())["extras"]
+    assert set(extras["attention"]) == {"add-k128-d64", "keep-guarded-k100-d64", "keep-k70-d40"}
+    assert extras["runtime"]["matches"] is True and "dlpack_torch" not in extras

@@ -29,7 +29,7 @@ ABI_VERSION = 1
 # allocator.
 SOURCES = ("cuvil_pool.c", "gemm.c", "dwconv.c", "conv_nchwc.c", "winograd.c", "gemm_int8.c", "gemm_int4.c",
            "gemm_lowp.c")
-HEADERS = ("cuvil_kernels.h", "cuvil_simd.h", "cuvil_math.inc", "cuvil_omp.h")
+HEADERS = ("cuvil_kernels.h", "cuvil_simd.h", "cuvil_math.inc", "cuvil_scalar.inc", "cuvil_omp.h")
 
 _i64, _f32, _int, _ptr = ctypes.c_int64, ctypes.c_float, ctypes.c_int, ctypes.c_void_p
 _SGEMM_ARGS = [_i64, _i64, _i64, _f32, _ptr, _i64, _i64, _ptr, _i64, _i64, _f32, _ptr, _i64, _ptr, _int]

@@ -93,8 +93,9 @@ class CudaCodeGen:
             EMITTERS[op.name](self, op)
         else:
             what = "data-dependent control flow (a graph replays a fixed sequence)" if op.name in ("cond", "while") \
-                else "this op"
-            raise UnsupportedError(f"the CUDA backend cannot compile '{op.name}' ({what}); use target='cpu'", op.loc)
+                else "no CUDA kernel for it yet"
+            raise UnsupportedError(f"the CUDA backend (target='cuda') cannot compile '{op.name}' ({what}); compile "
+                                   "this model with target='cpu'", op.loc)
 
     def add_kernel(self, text: str, launch: KernelLaunch, fresh: str, comment: str) -> KernelLaunch:
         """Emit a kernel once: an identical earlier one (the same layer repeated) is launched instead."""

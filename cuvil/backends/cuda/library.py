@@ -5,7 +5,7 @@
 - softmax, log_softmax, layer_norm over trailing f32 rows: one block a row, block reductions (rows.py).
 - conv, max_pool, avg_pool (N-d, NCHW): one thread per output element, padding read as absent; a fused conv's clamp
   is applied on the way out. cuDNN would be faster; these are what runs everywhere first.
-- cumsum: a thread a line along the axis; shape_of: one thread writes the dims.
+- cumsum, cumprod: a thread a line along the axis; shape_of: one thread writes the dims.
 """
 from __future__ import annotations
 
@@ -204,26 +204,28 @@ def _fused_conv(gen, op: Op) -> None:
     _conv(gen, outer, (clip.attrs["min"], clip.attrs["max"]))
 
 
-# -- cumsum ------------------------------------------------------------------------------------------------
-def _cumsum(gen, op: Op) -> None:
-    """One thread per line along the axis, summing in double (floats) or uint64 (integers wrap as NumPy's)."""
+# -- cumsum, cumprod -----------------------------------------------------------------------------------------
+def _scan(gen, op: Op) -> None:
+    """One thread per line along the axis, summing (multiplying) in double for floats or uint64 for integers
+    (which wrap as NumPy's)."""
     x = op.operands[0].type
     axis = op.attrs["axis"] % x.rank
     st, wide = CUDA_STORAGE[x.dtype], "double" if x.dtype.is_float else "uint64_t"
     outer, n, inner = _prod(x.shape[:axis]), x.shape[axis], _prod(x.shape[axis + 1:])
     total = _store(x.dtype, "(float)acc" if x.dtype.is_float and x.dtype.itemsize < 8 else "acc") \
         if x.dtype.is_float else f"({st})acc"
-    kname = f"cuvil_cumsum_{x.dtype.value}"
+    kname = f"cuvil_{op.name}_{x.dtype.value}"
+    start, fold = ("0", "acc += v") if op.name == "cumsum" else ("1", "acc *= v")
     gen.helpers[kname] = (
         f'extern "C" __global__ void __launch_bounds__({BLOCK}) {kname}(int64_t outer, int64_t n, int64_t inner, '
         f"int exclusive, int reverse, const {st} *__restrict__ x, {st} *__restrict__ y)\n{{\n"
         "    for (int64_t line = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; line < outer * inner; "
         "line += (int64_t)gridDim.x * blockDim.x) {\n"
-        f"        const int64_t o = line / inner, c = line % inner;\n        {wide} acc = 0;\n"
+        f"        const int64_t o = line / inner, c = line % inner;\n        {wide} acc = {start};\n"
         "        for (int64_t step = 0; step < n; step++) {\n"
         "            const int64_t at = (o * n + (reverse ? n - 1 - step : step)) * inner + c;\n"
         f"            const {wide} v = ({wide}){_load(x.dtype, 'x', 'at')};\n"
-        f"            if (!exclusive) acc += v;\n            y[at] = {total};\n            if (exclusive) acc += v;\n"
+        f"            if (!exclusive) {fold};\n            y[at] = {total};\n            if (exclusive) {fold};\n"
         "        }\n    }\n}\n")
     kinds = [("dim", outer), ("dim", n), ("dim", inner), ("i32", int(op.attrs["exclusive"])),
              ("i32", int(op.attrs["reverse"])), "in", "out"]
@@ -262,6 +264,7 @@ def emit_fused_library(gen, op: Op) -> None:
 
 
 EMITTERS = {"matmul": _matmul, "softmax": emit_softmax, "log_softmax": emit_softmax, "layer_norm": emit_layer_norm,
-            "conv": _conv, "max_pool": _pool, "avg_pool": _pool, "shape_of": _shape_of, "cumsum": _cumsum}
+            "conv": _conv, "max_pool": _pool, "avg_pool": _pool, "shape_of": _shape_of, "cumsum": _scan,
+             "cumprod": _scan}
 FUSED_EMITTERS = {"matmul": _fused_gemm, "conv": _fused_conv}
 __all__ = ["Buf", "EMITTERS", "FUSED_EMITTERS", "emit_fused_library", "keeps"]

@@ -4,9 +4,10 @@ and the whole function captured once per input shape into a CUDA Graph, then rep
 Per shape (`ShapeState`): the arena (every slot of the plan, then the error word, then cuBLASLt's workspace), device
 buffers for the inputs and outputs, pinned host buffers for them, and the instantiated graph: copies in, every
 kernel and GEMM, copies out. A call copies NumPy inputs into the pinned buffers, launches the graph on the runtime's
-stream (created with the priority asked for) and waits; `run_device` takes and returns device arrays (DLPack:
-torch CUDA tensors, CuPy arrays) and copies device to device instead. The error word is cleared in the graph and
-read after it: a gather's index outside its axis raises IndexRangeError naming the op, as on the CPU.
+stream (created with the priority asked for) and waits; `run_device` takes and returns device arrays (DLPack or
+`__cuda_array_interface__`: torch CUDA tensors, CuPy arrays) and copies device to device instead. The error word is
+cleared in the graph and read after it: a gather's index outside its axis raises IndexRangeError naming the op, as on
+the CPU.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import numpy as np
 
 from ...errors import IndexRangeError, ShapeError
 from ...ir.symbolic import SymExpr, evaluate
-from . import cublaslt
+from . import cublaslt, dlpack
 from .program import Buf, Copy, CudaProgram, Gemm, Launch
 from .driver import CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, \
     CU_STREAM_NON_BLOCKING
@@ -65,7 +66,7 @@ class CudaFunction:
 
     def __init__(self, program: CudaProgram, images: dict, constants: dict, driver, blas=None,
                  stream_priority: int = 0, device: int = 0):
-        self.program, self.driver = program, driver
+        self.program, self.driver, self.device = program, driver, device
         fn = program.function
         self.arg_types, self.out_types = [a.type for a in fn.args], list(fn.result_types)
         driver.cuInit(0)
@@ -221,18 +222,19 @@ class CudaFunction:
         return outs
 
     def run_device(self, inputs: list) -> list:
-        """Device arrays in and out, zero-copy at the edges: each input is anything with a
+        """Device arrays in and out, zero-copy at the edges: each input is anything with a CUDA `__dlpack__` or a
         `__cuda_array_interface__` (torch CUDA tensors, CuPy arrays; C-contiguous), copied device to device into the
-        graph's input buffers; the outputs are `DeviceArray` views of the graph's output buffers (torch.as_tensor(y,
-        device="cuda") and cupy.asarray(y) read them in place), valid until this function's next call."""
-        views = [_interface(x, i) for i, x in enumerate(inputs)]
+        graph's input buffers; the outputs are `DeviceArray` views of the graph's output buffers (torch.from_dlpack(y)
+        and cupy.from_dlpack(y) read them in place), valid until this function's next call."""
+        views = [_interface(x, i, self.stream) for i, x in enumerate(inputs)]  # (a DLPack view keeps its capsule)
         state = self.state(self.bind([v["shape"] for v in views], [v["typestr"] for v in views]))
         for k, v in enumerate(views):
             if state.in_bytes[k]:
                 self.driver.cuMemcpyDtoDAsync(state.inputs[k], v["data"][0],
                                               state.in_bytes[k], self.stream)
         self._launch_graph_from_device(state)
-        return [DeviceArray(state.outputs[k], state.out_shapes[k], t.dtype.numpy) for k, t in enumerate(self.out_types)]
+        return [DeviceArray(state.outputs[k], state.out_shapes[k], t.dtype.numpy, self.device)
+                for k, t in enumerate(self.out_types)]
 
     def _launch_graph_from_device(self, state: ShapeState) -> None:
         """The graph without its host copies: captured once per shape, for device-resident inputs and outputs."""
@@ -270,28 +272,59 @@ class CudaFunction:
 
 
 class DeviceArray:
-    """A C-contiguous array in device memory, readable in place through `__cuda_array_interface__` (version 3)."""
+    """A C-contiguous array in device memory, readable in place through DLPack (`torch.from_dlpack(y)`,
+    `cupy.from_dlpack(y)`) and `__cuda_array_interface__` (version 3)."""
 
-    def __init__(self, ptr: int, shape: tuple, dtype):
-        self.ptr, self.shape, self.dtype = ptr, tuple(shape), np.dtype(dtype)
+    def __init__(self, ptr: int, shape: tuple, dtype, device: int = 0):
+        self.ptr, self.shape, self.dtype, self.device = ptr, tuple(shape), np.dtype(dtype), device
 
     @property
     def __cuda_array_interface__(self) -> dict:
         return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False), "strides": None,
                 "version": 3}
 
+    def __dlpack_device__(self) -> tuple:
+        return (dlpack.KDL_CUDA, self.device)
 
-def _interface(x, i: int) -> dict:
-    """The `__cuda_array_interface__` of input `i`, refused (ShapeError) unless it is a C-contiguous device array."""
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        """A "dltensor" capsule of this memory (the run's stream was synchronised: any consumer stream may read it)."""
+        if copy or (dl_device is not None and tuple(dl_device) != self.__dlpack_device__()):
+            raise BufferError("a CUDA run's output is exported in place on its own device only")
+        return dlpack.to_capsule(self.ptr, self.shape, self.dtype, self.__dlpack_device__(), self)
+
+
+def _interface(x, i: int, stream: int = 0) -> dict:
+    """The `__cuda_array_interface__` of input `i` (or its DLPack tensor's, made on `stream`, in the same form with
+    the capsule under "keep"), refused (ShapeError) unless it is a C-contiguous device array."""
     view = getattr(x, "__cuda_array_interface__", None)
+    if view is None and hasattr(x, "__dlpack__"):
+        view = _dlpack_view(x, i, stream)
     if view is None:
-        raise ShapeError(f"input {i}: run_device takes device arrays (__cuda_array_interface__: torch CUDA tensors, "
-                         f"CuPy arrays), not {type(x).__name__}")
+        raise ShapeError(f"input {i}: run_device takes device arrays (__dlpack__ on a CUDA device or "
+                         f"__cuda_array_interface__: torch CUDA tensors, CuPy arrays), not {type(x).__name__}")
     itemsize = np.dtype(view["typestr"]).itemsize
     strides = view.get("strides")
-    if strides is not None and tuple(strides) != _contiguous_strides(view["shape"], itemsize):
+    dense = _contiguous_strides(view["shape"], itemsize)
+    if strides is not None and any(s != d for s, d, n in zip(strides, dense, view["shape"]) if n > 1):
         raise ShapeError(f"input {i}: a non-contiguous device array (strides {tuple(strides)}); pass .contiguous()")
     return view
+
+
+def _dlpack_view(x, i: int, stream: int):
+    """Input `i`'s DLPack tensor as a `__cuda_array_interface__` dict; None for one on the host (not taken)."""
+    device = x.__dlpack_device__()[0] if hasattr(x, "__dlpack_device__") else None
+    if device is not None and device not in (dlpack.KDL_CUDA, dlpack.KDL_CUDA_MANAGED):
+        return None
+    try:
+        capsule = x.__dlpack__(stream=stream or None)  # the producer orders its work before our stream's
+    except TypeError:
+        capsule = x.__dlpack__()
+    t = dlpack.from_capsule(capsule)
+    if t["device"][0] not in (dlpack.KDL_CUDA, dlpack.KDL_CUDA_MANAGED):
+        return None
+    strides = None if t["strides"] is None else tuple(s * t["dtype"].itemsize for s in t["strides"])
+    return {"shape": t["shape"], "typestr": t["dtype"].str, "data": (t["data"], False), "strides": strides,
+            "version": 3, "keep": capsule}
 
 
 def _contiguous_strides(shape, itemsize: int) -> tuple:

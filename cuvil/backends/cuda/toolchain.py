@@ -39,6 +39,20 @@ def header_dir() -> Path:
     return Path(str(resources.files(__package__) / "runtime"))
 
 
+def header_dirs() -> list:
+    """The folders the kernels' includes come from: cuvil_cuda.h's, and the CPU kernels' for cuvil_scalar.inc (the
+    scalar helpers both backends share)."""
+    return [header_dir(), Path(str(resources.files("cuvil.backends.cpu") / "kernels"))]
+
+
+def headers() -> dict:
+    """name -> text of every header the generated CUDA C includes (NVRTC takes them in memory)."""
+    return {name: (folder / name).read_bytes() for folder, name in zip(header_dirs(), HEADERS)}
+
+
+HEADERS = ("cuvil_cuda.h", "cuvil_scalar.inc")  # in header_dirs() order
+
+
 def wheel_libraries(stem: str) -> list:
     """Shared libraries `stem`.so* in NVIDIA's pip wheels (the `nvidia` namespace package: nvidia/cuda_nvrtc/lib for
     CUDA 12's wheels, nvidia/cu13/lib for CUDA 13's), newest first, then the plain names for the loader's path."""
@@ -90,7 +104,7 @@ def compiler_version(which: str) -> str:
 def compile_source(source: str, arch: str, kind: str) -> bytes:
     """`source` as `kind` ("ptx" or "cubin") for `arch` (e.g. "sm_90"), from the cache when built before."""
     which = compiler()
-    header = (header_dir() / "cuvil_cuda.h").read_text()
+    header = "\0".join(text.decode() for text in headers().values())
     key = hashlib.sha256("\0".join(["cuvil-cuda-v1", source, header, arch, kind, which,
                                     compiler_version(which)]).encode()).hexdigest()
     path = cache_dir() / "cuda" / f"{key}.{kind}"
@@ -105,7 +119,7 @@ def compile_source(source: str, arch: str, kind: str) -> bytes:
 
 
 def _options(arch: str) -> list:
-    return [f"-arch={arch}", f"-I{header_dir()}", "-std=c++17", "-lineinfo", *_QUIET]
+    return [f"-arch={arch}", *(f"-I{d}" for d in header_dirs()), "-std=c++17", "-lineinfo", *_QUIET]
 
 
 # Unused coordinates (a broadcast drops an axis) are expected in generated kernels: warning 177 says nothing.
@@ -133,10 +147,10 @@ def _nvcc_compile(source: str, arch: str, kind: str) -> bytes:
 def _nvrtc_compile(source: str, arch: str, kind: str) -> bytes:
     lib = _nvrtc()
     prog = ctypes.c_void_p()
-    header = (header_dir() / "cuvil_cuda.h").read_bytes()
-    headers = (ctypes.c_char_p * 1)(header)
-    names = (ctypes.c_char_p * 1)(b"cuvil_cuda.h")
-    _check(lib, lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), b"model.cu", 1, headers, names))
+    texts = headers()
+    contents = (ctypes.c_char_p * len(texts))(*texts.values())
+    names = (ctypes.c_char_p * len(texts))(*(n.encode() for n in texts))
+    _check(lib, lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), b"model.cu", len(texts), contents, names))
     try:
         target = arch if kind == "cubin" else arch.replace("sm_", "compute_")
         opts = [f"-arch={target}".encode(), b"-std=c++17", b"-lineinfo", *(o.encode() for o in _QUIET)]

@@ -81,6 +81,7 @@ struct cuvil_model {
     void *library;
     const char *(*last_error)(void);
     void (*set_threads)(int);
+    struct cuvil_cuda *cuda; /* a .cuv for CUDA: its host program and device state (cuvil_cuda_rt.c), else NULL */
 };
 
 /* Records a failure for cuvil_last_message and returns `code`. */
@@ -96,5 +97,12 @@ CUVIL_INTERNAL void *cuvil_take(cuvil_model *m, size_t n);
 /* Checks 1-3 of docs/artifact.md: header, table, every section's SHA-256, meta's syntax, the entries. */
 CUVIL_INTERNAL cuvil_status cuvil_check_file(cuvil_model *m);
 CUVIL_INTERNAL const cuvil_section *cuvil_find_section(const cuvil_model *m, const char *name);
+
+/* The CUDA half (cuvil_cuda_rt.c): whether the file is for CUDA, parsing its steps at open, a run (the driver
+ * opened at the first), and the device state released at close. */
+CUVIL_INTERNAL int cuvil_cuda_target(const cuvil_model *m);
+CUVIL_INTERNAL cuvil_status cuvil_cuda_load(cuvil_model *m);
+CUVIL_INTERNAL cuvil_status cuvil_cuda_run(const cuvil_model *m, int index, const cuvil_tensor *in, cuvil_tensor *out);
+CUVIL_INTERNAL void cuvil_cuda_close(cuvil_model *m);
 
 #endif

@@ -44,7 +44,8 @@ const char *cuvil_strerror(cuvil_status code)
                                        "a newer format version", "a checksum does not match (corrupt file)",
                                        "made for another machine", "the native code cannot be loaded",
                                        "a call that does not fit the entry", "input sizes that break the signature",
-                                       "out of memory", "the model's code reported an error"};
+                                       "out of memory", "the model's code reported an error",
+                                       "no CUDA driver or device"};
     return (unsigned)code < sizeof text / sizeof text[0] ? text[code] : "unknown error";
 }
 
@@ -314,6 +315,7 @@ static cuvil_status load_model(cuvil_model *m)
 {
     const cuvil_section *native = NULL;
     cuvil_status rc = cuvil_check_file(m);
+    if (!rc && cuvil_cuda_target(m)) return cuvil_cuda_load(m); /* kernels for the GPU: no native code here */
     if (!rc) rc = check_target(m, &native);
     if (!rc) rc = load_native(m, native);
     if (rc) return rc;
@@ -388,6 +390,7 @@ cuvil_status cuvil_open_memory(const void *data, size_t size, cuvil_model **out)
 void cuvil_close(cuvil_model *m)
 {
     if (!m) return;
+    cuvil_cuda_close(m);
     if (m->library) dlclose(m->library);
     if (m->mapped) munmap(m->mapped, m->size);
     free(m->copied);
@@ -418,7 +421,10 @@ cuvil_status cuvil_entry_info_get(const cuvil_model *m, int index, cuvil_entry_i
     return CUVIL_OK;
 }
 
-void cuvil_model_set_threads(const cuvil_model *m, int n) { m->set_threads(n); }
+void cuvil_model_set_threads(const cuvil_model *m, int n)
+{
+    if (m->set_threads) m->set_threads(n);
+}
 
 /* --- calls ---------------------------------------------------------------------------------------------------- */
 
@@ -579,12 +585,13 @@ cuvil_status cuvil_run(const cuvil_model *m, cuvil_workspace *ws, int index, con
                             e->tensors[e->n_in + j].name, out[j].nbytes);
         outs[j] = out[j].data;
     }
-    int64_t size = rc ? 0 : e->arena_bytes(sym);
-    uint8_t *owned, *arena = rc || size < 0 ? NULL : arena_for(ws, index, size, &owned);
-    if (!rc && !arena)
+    if (!rc && m->cuda) rc = cuvil_cuda_run(m, index, in, out); /* the device's arena, not a host workspace */
+    int64_t size = rc || m->cuda ? 0 : e->arena_bytes(sym);
+    uint8_t *owned = NULL, *arena = rc || m->cuda || size < 0 ? NULL : arena_for(ws, index, size, &owned);
+    if (!rc && !arena && !m->cuda)
         rc = cuvil_fail(size < 0 ? CUVIL_ERR_EXEC : CUVIL_ERR_MEMORY, "entry '%s': no workspace of %lld bytes",
                         e->name, (long long)size);
-    int code = rc ? 0 : e->main(ins, outs, sym, arena, (const void *const *)e->consts);
+    int code = rc || m->cuda ? 0 : e->main(ins, outs, sym, arena, (const void *const *)e->consts);
     if (!rc && code) {
         const char *why = m->last_error();
         rc = cuvil_fail(CUVIL_ERR_EXEC, "entry '%s' failed (code %d): %s", e->name, code, why && *why ? why : "no message");

@@ -43,7 +43,8 @@ typedef enum {
     CUVIL_ERR_ARGUMENT, /* a call that does not fit the entry: unknown entry, count, dtype, rank, buffer size */
     CUVIL_ERR_SHAPE,    /* input sizes that break the signature or a relation between its sizes */
     CUVIL_ERR_MEMORY,   /* out of memory */
-    CUVIL_ERR_EXEC      /* the model's code reported an error (the message says which) */
+    CUVIL_ERR_EXEC,     /* the model's code reported an error (the message says which) */
+    CUVIL_ERR_DEVICE    /* a .cuv for CUDA on a machine without an NVIDIA driver, a device or cuBLASLt */
 } cuvil_status;
 
 typedef enum {

@@ -19,7 +19,7 @@ FOLDER = Path(tempfile.gettempdir()) / f"cuvil-cuda-emulation-{os.getuid()}"
 
 def host_library(source: str) -> ctypes.CDLL:
     """`source` (a program's CUDA C) built for the host, cached by its hash."""
-    header = (toolchain.header_dir() / "cuvil_cuda.h").read_text()
+    header = b"".join(toolchain.headers().values()).decode()
     key = hashlib.sha256((source + header).encode()).hexdigest()[:24]
     lib = FOLDER / f"{key}.so"
     if not lib.exists():
@@ -28,7 +28,7 @@ def host_library(source: str) -> ctypes.CDLL:
         src.write_text(source)
         tmp = lib.with_suffix(f".{os.getpid()}.tmp")
         subprocess.run(["g++", "-std=c++17", "-O1", "-shared", "-fPIC", "-DCUVIL_CUDA_EMULATION",
-                        f"-I{toolchain.header_dir()}", "-w", "-o", str(tmp), str(src)], check=True)
+                        *(f"-I{d}" for d in toolchain.header_dirs()), "-w", "-o", str(tmp), str(src)], check=True)
         os.replace(tmp, lib)
         src.unlink()
     return ctypes.CDLL(str(lib))

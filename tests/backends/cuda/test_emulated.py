@@ -44,3 +44,65 @@ def test_tiny_cnn_matches_torch(cuda_compiler):
     net, torch_inputs = tiny_cnn()
     np.testing.assert_allclose(emulated(module)(inputs)[0], net(*torch_inputs).detach().numpy(), rtol=1e-4,
                                atol=1e-5)
+
+
+@pytest.mark.parametrize("mask, guard, keys, head", [("none", False, 8, 16), ("add", False, 8, 16),
+                                                     ("keep", True, 8, 16), ("keep", False, 40, 40),
+                                                     ("add", False, 70, 8)])
+def test_fused_attention_matches_the_interpreter(cuda_compiler, mask, guard, keys, head):
+    """The flash-style kernel (one lane a warp here: the same online softmax over tiles of one key), unmasked, with
+    an additive mask, and with torch SDPA's keep-mask and guard, including a row with no key left."""
+    from tests.passes.test_attention import attention_inputs, attention_module
+
+    m, inputs = attention_module(mask, guard, keys, head), attention_inputs(mask, keys, head)
+    with np.errstate(invalid="ignore"):  # the unguarded row with no key left: NaN, as its softmax
+        want = interpret(m, inputs)
+    run_pipeline(m, default_pipeline("cuda"))
+    assert any(op.name == "fused" and op.attrs.get("name") == "attention" for op in m.main.body.ops)
+    got = emulated(m)(inputs)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-5)
+
+
+def test_tiny_transformer_with_its_fused_attention_matches_torch(cuda_compiler):
+    from tests.backends.cuda.models import tiny_transformer
+
+    module, inputs = cuda_module("transformer")
+    net, torch_inputs = tiny_transformer()
+    np.testing.assert_allclose(emulated(module)(inputs)[0], net(*torch_inputs).detach().numpy(), rtol=1e-4,
+                               atol=1e-4)
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt2"])
+def test_bert_and_gpt2_attention_take_the_fused_kernel(cuda_compiler, family):
+    """Tiny BERT (its padding mask) and GPT-2 (its causal mask) from transformers: every layer's attention is one
+    fused kernel after the CUDA pipeline, and the emulated model matches PyTorch."""
+    torch = pytest.importorskip("torch")
+    tf = pytest.importorskip("transformers")
+    from cuvil.compiler import clone_module
+    from cuvil.frontends.torch.compile import convert
+
+    torch.manual_seed(0)
+    if family == "bert":
+        model = tf.BertModel(tf.BertConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=2,
+                                           intermediate_size=64, vocab_size=100))
+    else:
+        model = tf.GPT2Model(tf.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=100, use_cache=False))
+
+    class Hidden(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model.eval()
+
+        def forward(self, ids):
+            return self.model(input_ids=ids).last_hidden_state
+
+    net, ids = Hidden().eval(), torch.randint(0, 100, (1, 12), generator=torch.Generator().manual_seed(1))
+    module = clone_module(convert(net, (ids,))[0])
+    run_pipeline(module, default_pipeline("cuda"))
+    fused = [op for op in module.main.body.ops if op.name == "fused" and op.attrs.get("name") == "attention"]
+    names = [op.attrs.get("name") for op in module.main.body.ops if op.name == "fused"]
+    assert len(fused) == 2 and all(len(op.operands) == 4 for op in fused), names  # Q, K, V and the mask
+    assert not any(o.name == "softmax" for op in module.main.body.ops if op not in fused for o in op.walk())
+    with torch.no_grad():
+        want = net(ids).numpy()
+    np.testing.assert_allclose(emulated(module)([ids.numpy()])[0], want, rtol=1e-4, atol=1e-4)

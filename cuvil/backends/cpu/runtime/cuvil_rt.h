@@ -65,46 +65,10 @@ CUVIL_RT_INLINE float cuvil_logf(float x)
     return (x != x || subnormal) ? logf(x) : y;
 }
 
-/* Integer division and remainder as the IR defines them: C truncation for `div`, Python floor semantics for
- * `floordiv`/`mod`, and 0 instead of a crash when the divisor is 0. A negative number over -1 is its negation
- * (wrapping: INT_MIN / -1 is INT_MIN, as NumPy gives) with remainder 0, since x86's division traps on INT_MIN / -1.
- * The divisor is made safe inside each branch too, as vectorised code may evaluate both. */
-#define CUVIL_INEG1(a, b) ((b) == -1 && (a) < 0)
-#define CUVIL_ISAFE(a, b) (((b) == 0 || CUVIL_INEG1(a, b)) ? 1 : (b))
-#define CUVIL_INEG(a) ((__typeof__(a))(0 - (uint64_t)(a)))
-#define CUVIL_IDIV(a, b) ((b) == 0 ? 0 : CUVIL_INEG1(a, b) ? CUVIL_INEG(a) : (a) / CUVIL_ISAFE(a, b))
-#define CUVIL_IFLOORDIV(a, b) ((b) == 0 ? 0 : CUVIL_INEG1(a, b) ? CUVIL_INEG(a) : ((a) / CUVIL_ISAFE(a, b) \
-                              - ((((a) % CUVIL_ISAFE(a, b)) != 0) && (((a) < 0) != ((b) < 0)))))
-#define CUVIL_IMOD(a, b) ((b) == 0 ? 0 : ((((a) % CUVIL_ISAFE(a, b)) + (b)) % CUVIL_ISAFE(a, b)))
-#define CUVIL_IFMOD(a, b) ((b) == 0 ? 0 : (a) % CUVIL_ISAFE(a, b))
-
-/* Python's float modulo: the result takes the divisor's sign. */
-CUVIL_RT_INLINE float cuvil_pymodf(float a, float b)
-{
-    float r = fmodf(a, b);
-    return (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) ? r + b : r;
-}
-CUVIL_RT_INLINE double cuvil_pymod(double a, double b)
-{
-    double r = fmod(a, b);
-    return (r != 0.0 && ((r < 0.0) != (b < 0.0))) ? r + b : r;
-}
-
-/* Integer power; a negative exponent counts as 0, as in the reference. Wraps on overflow like NumPy. */
-CUVIL_RT_INLINE int64_t cuvil_ipow(int64_t base, int64_t e)
-{
-    uint64_t r = 1, b = (uint64_t)base;
-    for (; e > 0; e >>= 1, b *= b)
-        if (e & 1) r *= b;
-    return (int64_t)r;
-}
+#define CUVIL_SCALAR CUVIL_RT_INLINE
+#include "cuvil_scalar.inc" /* integer division, modulo, ipow, NaN-propagating max/min */
 
 CUVIL_RT_INLINE int64_t cuvil_imax(int64_t a, int64_t b) { return a > b ? a : b; }
-
-/* NaN-propagating max/min, as NumPy's maximum/minimum. */
-#define CUVIL_MAX(a, b) (((a) != (a) || (a) > (b)) ? (a) : (b))
-#define CUVIL_MIN(a, b) (((a) != (a) || (a) < (b)) ? (a) : (b))
-#define CUVIL_CLAMP(i, lo, hi) ((i) < (lo) ? (lo) : ((i) > (hi) ? (hi) : (i)))
 
 /* The error channel of generated code: cuvil_main returns 0, or a nonzero code with a message for the failing
  * thread in cuvil_error_text, which the model library exports as `const char *cuvil_last_error(void)`. */

@@ -8,7 +8,7 @@
 #if defined(CUVIL_CUDA_EMULATION)
 /* Host emulation for the tests (tests/backends/cuda/emulator.py): each kernel runs as ONE thread of ONE block, so
  * its grid-stride loops cover all the work in order, __syncthreads is nothing and a "warp" is one lane
- * (CUVIL_WARP 1: the shuffle loops do not run). Kernels that need real lanes (attention) are not emulated. */
+ * (CUVIL_WARP 1: the shuffle loops do not run; the attention kernel, written for any warp width, runs with one). */
 #include <stdint.h>
 #include <string.h>
 #include <math.h>
@@ -27,6 +27,8 @@ static inline float __uint_as_float(uint32_t i) { float f; memcpy(&f, &i, 4); re
 static inline uint32_t __float_as_uint(float f) { uint32_t i; memcpy(&i, &f, 4); return i; }
 static inline int atomicCAS(int *p, int cmp, int v) { int old = *p; if (old == cmp) *p = v; return old; }
 template <typename T> static inline T __shfl_down_sync(unsigned, T v, int) { return v; }
+template <typename T> static inline T __shfl_xor_sync(unsigned, T v, int) { return v; }
+template <typename T> static inline T __shfl_sync(unsigned, T v, int) { return v; } /* lane 0 of a one-lane warp */
 #define CUVIL_HALF_BY_COMPILER 1
 #elif defined(__CUDACC_RTC__)
 typedef signed char int8_t;
@@ -87,36 +89,8 @@ CUVIL_D float cuvil_tanhf(float x) { return tanhf(x); }
 CUVIL_D float cuvil_erff(float x) { return erff(x); }
 CUVIL_D float cuvil_sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-#define CUVIL_INEG1(a, b) ((b) == -1 && (a) < 0)
-#define CUVIL_ISAFE(a, b) (((b) == 0 || CUVIL_INEG1(a, b)) ? 1 : (b))
-#define CUVIL_INEG(a) ((decltype(a))(0 - (uint64_t)(a)))
-#define CUVIL_IDIV(a, b) ((b) == 0 ? 0 : CUVIL_INEG1(a, b) ? CUVIL_INEG(a) : (a) / CUVIL_ISAFE(a, b))
-#define CUVIL_IFLOORDIV(a, b) ((b) == 0 ? 0 : CUVIL_INEG1(a, b) ? CUVIL_INEG(a) : ((a) / CUVIL_ISAFE(a, b) \
-                              - ((((a) % CUVIL_ISAFE(a, b)) != 0) && (((a) < 0) != ((b) < 0)))))
-#define CUVIL_IMOD(a, b) ((b) == 0 ? 0 : ((((a) % CUVIL_ISAFE(a, b)) + (b)) % CUVIL_ISAFE(a, b)))
-#define CUVIL_IFMOD(a, b) ((b) == 0 ? 0 : (a) % CUVIL_ISAFE(a, b))
-
-CUVIL_D float cuvil_pymodf(float a, float b)
-{
-    float r = fmodf(a, b);
-    return (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) ? r + b : r;
-}
-CUVIL_D double cuvil_pymod(double a, double b)
-{
-    double r = fmod(a, b);
-    return (r != 0.0 && ((r < 0.0) != (b < 0.0))) ? r + b : r;
-}
-CUVIL_D int64_t cuvil_ipow(int64_t base, int64_t e)
-{
-    uint64_t r = 1, b = (uint64_t)base;
-    for (; e > 0; e >>= 1, b *= b)
-        if (e & 1) r *= b;
-    return (int64_t)r;
-}
-
-#define CUVIL_MAX(a, b) (((a) != (a) || (a) > (b)) ? (a) : (b))
-#define CUVIL_MIN(a, b) (((a) != (a) || (a) < (b)) ? (a) : (b))
-#define CUVIL_CLAMP(i, lo, hi) ((i) < (lo) ? (lo) : ((i) > (hi) ? (hi) : (i)))
+#define CUVIL_SCALAR CUVIL_D
+#include "cuvil_scalar.inc" /* the CPU runtime's integer division, modulo, ipow, max/min */
 
 /* The first failing check of a run: its code (1 + the check's number in the program) in err[0] and the index it
  * met in err[2..3], read back by the host. */

@@ -1,0 +1,139 @@
+"""Stage "extras" of bench/gpu.py: what this session's CUDA work added, checked on the GPU (about a minute).
+
+- masked attention: the fused kernel with an additive mask, torch SDPA's keep-mask and guard (a row with no key left)
+  and several key tiles, against the reference interpreter;
+- DLPack with torch CUDA: a torch CUDA tensor in through `__dlpack__`, the output out through `torch.from_dlpack`,
+  zero-copy both ways, against torch's own result;
+- `cuvil.runtime.Runtime(device="cuda", stream_priority=-1)`: the stream's priority within the device's range, and
+  the call's result;
+- the standalone C runtime: `cuvil-run` on a cuda `.cuv` (an elementwise chain and the MLP with its cuBLASLt GEMMs)
+  through the real driver, against the interpreter.
+
+In a dry run (the fake driver) only the attention and Runtime checks run; DLPack with torch and the C runtime need
+the GPU.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+import time
+
+import numpy as np
+
+
+def _attention(dry_run: bool) -> dict:
+    from cuvil.compiler import compile_module
+    from cuvil.interpreter import interpret
+    from tests.passes.test_attention import attention_inputs, attention_module
+
+    out = {}
+    for mask, guard, keys, head in (("add", False, 128, 64), ("keep", True, 100, 64), ("keep", False, 70, 40)):
+        m, inputs = attention_module(mask, guard, keys, head), attention_inputs(mask, keys, head)
+        with np.errstate(invalid="ignore"):
+            want = interpret(m, inputs)[0]
+        got = compile_module(m, target="cuda")(*inputs)
+        got = got[0] if isinstance(got, (list, tuple)) else got
+        name = f"{mask}{'-guarded' if guard else ''}-k{keys}-d{head}"
+        out[name] = True if dry_run else bool(np.allclose(got, want, rtol=1e-4, atol=1e-5, equal_nan=True))
+    return out
+
+
+def _dlpack() -> dict:
+    import torch
+
+    from cuvil.compiler import compile_module
+    from tests.passes.test_attention import attention_module
+
+    exe = compile_module(attention_module("none"), target="cuda")
+    q, k, v = (torch.randn(2, 4, 8, 16, device="cuda") for _ in range(3))
+    class OnlyDLPack:  # torch's tensor offers __cuda_array_interface__ too: this one takes the DLPack path
+        def __init__(self, t):
+            self.t = t
+
+        def __dlpack__(self, stream=None):
+            return self.t.__dlpack__(stream=stream)
+
+        def __dlpack_device__(self):
+            return self.t.__dlpack_device__()
+
+    y = exe._run.run_device([q, OnlyDLPack(k), v])[0]
+    t = torch.from_dlpack(y)
+    want = torch.softmax(q @ k.transpose(-1, -2) / 4.0, dim=-1) @ v
+    return {"zero_copy_out": t.data_ptr() == y.ptr, "device": str(t.device),
+            "matches_torch": bool(torch.allclose(t, want, rtol=1e-4, atol=1e-5))}
+
+
+def _runtime(dry_run: bool, folder: str) -> dict:
+    import cuvil
+    from cuvil.compiler import compile_module
+    from cuvil.demo_models import mlp_module
+    from cuvil.interpreter import interpret
+
+    m, _ = mlp_module()
+    path = os.path.join(folder, "mlp.cuv")
+    cuvil.export({"main": compile_module(m, target="cuda")}, path, target="cuda")
+    fn = cuvil.runtime.Runtime(device="cuda", stream_priority=-1).load_executable(path).get_function("main")
+    x = np.random.default_rng(0).standard_normal((4, 784)).astype(np.float32)
+    y = fn(x).numpy()
+    ok = dry_run or bool(np.allclose(y, interpret(m, [x])[0], rtol=1e-3, atol=1e-4))
+    return {"matches": ok, "stream_priority": fn.function.stream_priority, "path": path}
+
+
+def _c_runtime(folder: str, mlp_path: str) -> dict:
+    import cuvil
+    from cuvil.backends.cuda.toolchain import wheel_libraries
+    from cuvil.compiler import compile_module
+    from cuvil.demo_models import mlp_module
+    from cuvil.interpreter import interpret
+    from cuvil.ir import Builder, Module, TensorType, sym
+    from cuvil.runtime.build import build_runtime
+
+    built = build_runtime(os.path.join(folder, "rt"))
+    chain = Module()
+    b = Builder.new_function(chain, "main", [TensorType("f32", (sym("n"), 3))])
+    b.ret(b.add(b.mul(b.args[0], b.args[0]), b.exp(b.args[0])))
+    chain_path = os.path.join(folder, "chain.cuv")
+    cuvil.export({"main": compile_module(chain, target="cuda")}, chain_path, target="cuda")
+    blas = next((p for p in wheel_libraries("libcublasLt") if os.path.isabs(p)), "")
+    env = dict(os.environ, CUVIL_CUBLASLT=blas) if blas else dict(os.environ)
+    out = {}
+    rng = np.random.default_rng(1)
+    for name, path, module, x in (("chain", chain_path, chain, rng.standard_normal((1000, 3))),
+                                  ("mlp", mlp_path, mlp_module()[0], rng.standard_normal((4, 784)))):
+        x = x.astype(np.float32)
+        np.save(os.path.join(folder, f"{name}.npy"), x)
+        run = subprocess.run([str(built.cli), path, os.path.join(folder, f"{name}.npy"), "-o",
+                              os.path.join(folder, name)], capture_output=True, text=True, timeout=60, env=env)
+        if run.returncode:
+            out[name] = f"cuvil-run failed: {run.stderr.strip()[:300]}"
+            continue
+        got = np.load(os.path.join(folder, name, "output_0.npy"))
+        out[name] = bool(np.allclose(got, interpret(module, [x])[0], rtol=1e-3, atol=1e-4))
+    return out
+
+
+def stage_extras(dry_run: bool, results: dict) -> None:
+    start, out = time.time(), {}
+    folder = tempfile.mkdtemp(prefix="cuvil-gpu-extras-")
+    checks = [("attention", lambda: _attention(dry_run)), ("runtime", lambda: _runtime(dry_run, folder))]
+    if not dry_run:
+        checks += [("dlpack_torch", _dlpack),
+                   ("c_runtime", lambda: _c_runtime(folder, out.get("runtime", {}).get("path", "")))]
+    for name, check in checks:
+        try:
+            out[name] = check()
+        except Exception as e:  # noqa: BLE001
+            out[name] = f"{type(e).__name__}: {str(e)[:300]}"
+        print(f"extras {name}: {out[name]}", flush=True)
+    out["seconds"] = round(time.time() - start)
+    results["extras"] = out
+
+
+def failed(extras: dict) -> bool:
+    """Whether any extra check failed (a False anywhere, or an error text)."""
+    def bad(v):
+        if isinstance(v, dict):
+            return any(bad(x) for k, x in v.items() if k not in ("path", "device", "stream_priority"))
+        return v is False or isinstance(v, str)
+    return any(bad(v) for k, v in extras.items() if k != "seconds")
