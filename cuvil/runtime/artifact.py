@@ -37,6 +37,7 @@ class Artifact:
         self.path, self.metadata, self._lib = container.path, meta, lib
         self._container, self._verified = container, verified
         self._functions: dict = {}
+        self._threads_set = False  # the default thread count is applied at the first call unless set before
         self.closed = False
 
     @property
@@ -63,6 +64,14 @@ class Artifact:
     def set_num_threads(self, n: int) -> None:
         """Threads for every entry of this file (one kernel library per file)."""
         self._lib.cuvil_set_num_threads(int(n))
+        self._threads_set = True
+
+    def _default_threads(self) -> None:
+        """The same default as in-process code, at the first call (its module pulls in the toolchain: not at load)."""
+        if not self._threads_set:
+            from ..backends.cpu.kernels import default_num_threads
+
+            self.set_num_threads(default_num_threads())
 
     def close(self) -> None:
         """Drop the functions; calls after this fail. (The native code stays mapped: nothing unloads it.)"""
@@ -137,12 +146,12 @@ def load(path, *, _verified_by=None) -> Artifact:
     (`_verified_by(container)`: the artifact cache's record that this very file passed check 5 already, see
     cuvil/cache/store.py; True skips check 5.)"""
     container, meta, native = _checked(path)
-    late = [] if _verified_by is not None and _verified_by(container) else LATE_SECTIONS
-    verified = _Verification(container, [n for n in late if n in container.rows])
     lib = host.dlopen(container.data(native, check=False), os.path.basename(container.path).strip("<>"))
     if lib.cuvil_abi_version() != 1:
         raise ArtifactError(f"{container.path}: native ABI version {lib.cuvil_abi_version()}, this loader knows 1")
-    _default_threads(lib)
+    late = [] if _verified_by is not None and _verified_by(container) else LATE_SECTIONS
+    # started last: on a machine with few cores its threads would otherwise slow the rest of the load
+    verified = _Verification(container, [n for n in late if n in container.rows])
     artifact = Artifact(container, meta, lib, verified)
     artifact.native = native  # the level chosen: `native`, `native.1`, ... (meta["levels"] names them in order)
     return artifact
@@ -213,12 +222,6 @@ def _choose_native(container: Container) -> str:
     natives = [r for n, r in container.rows.items() if n == "native" or n.startswith("native.")]
     fitting = [r for r in natives if not r.features & ~have]
     return max(fitting, key=lambda r: bin(r.features).count("1")).name if fitting else "native"
-
-
-def _default_threads(lib) -> None:
-    from ..backends.cpu.kernels import default_num_threads  # the same default as in-process code
-
-    lib.cuvil_set_num_threads(default_num_threads())
 
 
 def _numpy_dtype(name: str) -> np.dtype:
