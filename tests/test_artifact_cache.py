@@ -383,8 +383,9 @@ def test_a_verified_record_skips_the_weights_hash_until_the_entry_is_written_to(
     back, changes the file's ctime: that load hashes everything again, finds the flip and rebuilds."""
     monkeypatch.setattr(store, "RACY_S", -1.0)  # the entry was written just now: record it anyway
     checked = []
-    check = container.Container.check
-    monkeypatch.setattr(container.Container, "check", lambda self, name: (checked.append(name), check(self, name)))
+    check_all = container.Container.check_all
+    monkeypatch.setattr(container.Container, "check_all",
+                        lambda self, names, threads=1: (checked.extend(names), check_all(self, names, threads)))
     rng = np.random.default_rng(6)
     path, _ = _conv_fc_file(tmp_path, rng)
     cold = cuvil.load_onnx(path).optimize()
