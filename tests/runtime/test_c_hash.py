@@ -52,17 +52,16 @@ HASH_MAIN = r"""
 #include <stdio.h>
 #include <stdlib.h>
 #include "cuvil_hash.h"
+static void hex(const unsigned char *d) { for (int i = 0; i < 32; i++) printf("%02x", d[i]); printf("\n"); }
 int main(int argc, char **argv) {
     FILE *f = fopen(argv[1], "rb");
     static unsigned char data[1 << 20];
     size_t size = fread(data, 1, sizeof data, f), half = size / 2;
     unsigned char d[32], e[32];
     printf("%s\n", cuvil_sha256_path());
-    for (size_t n = 0; n <= 130; n++) { cuvil_sha256(data, n, d); for (int i = 0; i < 32; i++) printf("%02x", d[i]); printf("\n"); }
-    cuvil_sha256(data, size, d); for (int i = 0; i < 32; i++) printf("%02x", d[i]); printf("\n");
-    cuvil_sha256_pair(data, data + half, half, d, e);
-    for (int i = 0; i < 32; i++) printf("%02x", d[i]); printf("\n");
-    for (int i = 0; i < 32; i++) printf("%02x", e[i]); printf("\n");
+    for (size_t n = 0; n <= 130; n++) cuvil_sha256(data, n, d), hex(d);
+    cuvil_sha256(data, size, d), hex(d);
+    cuvil_sha256_pair(data, data + half, half, d, e), hex(d), hex(e);
     return 0;
 }
 """
