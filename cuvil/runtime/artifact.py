@@ -23,7 +23,7 @@ import numpy as np
 from ..errors import ArtifactError, CuvilError
 from . import entries as entry_text
 from . import host
-from .container import Container
+from .container import Container, cpu_count
 from .function import Function, Param  # noqa: F401 (Param: public here too)
 
 FORMAT = 1
@@ -160,12 +160,10 @@ def load(path, *, _verified_by=None) -> Artifact:
 def check(path) -> dict:
     """Every check `load` makes, the constants' too, without loading the native code; returns `meta`."""
     container, meta, _ = _checked(path)
-    container.check_all([n for n in LATE_SECTIONS if n in container.rows], _cpus())
+    container.check_all([n for n in LATE_SECTIONS if n in container.rows], cpu_count())
     return meta
 
 
-def _cpus() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _checked(path) -> tuple:
@@ -250,7 +248,7 @@ class _Verification:
 
     def _run(self, container: Container, names: list) -> None:
         try:
-            container.check_all(names, _cpus())
+            container.check_all(names, cpu_count())
         except ArtifactError as e:
             self.error = e
 

@@ -160,9 +160,9 @@ class Container:
     def check_all(self, names: list, threads: int = 1) -> None:
         """Every named section's SHA-256, their pieces shared out to `threads` threads (this one among them)."""
         views = [self.buf[r.offset:r.offset + r.size] for r in (self.rows[n] for n in names)]
-        pieces = [list(_pieces(v)) if self.version >= 2 else [v] for v in views]
-        digests = iter(_hash_all([p for ps in pieces for p in ps], threads))
-        for name, ps in zip(names, pieces):
+        cut = [list(pieces(v)) if self.version >= 2 else [v] for v in views]
+        digests = iter(hash_views([p for ps in cut for p in ps], threads))
+        for name, ps in zip(names, cut):
             got = [next(digests) for _ in ps]
             if (hashlib.sha256(b"".join(got)).digest() if self.version >= 2 else got[0]) != self.rows[name].sha256:
                 raise ArtifactError(f"{self.path}: section {name!r} does not match its SHA-256 (corrupt)")
@@ -180,15 +180,22 @@ def section_digest(view, version: int = VERSION) -> bytes:
     shorter; none for an empty section); format 1, the SHA-256 of its bytes."""
     if version < 2:
         return hashlib.sha256(view).digest()
-    return hashlib.sha256(b"".join(_hash_all(list(_pieces(view)), 1))).digest()
+    return hashlib.sha256(b"".join(hash_views(list(pieces(view)), 1))).digest()
 
 
-def _pieces(view):
+def cpu_count() -> int:
+    """The CPUs this process may run on: the threads a check (or a cache key) hashes on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def pieces(view):
+    """The PIECE-byte pieces of a view (views themselves, no copy)."""
     return (view[k:k + PIECE] for k in range(0, len(view), PIECE))
 
 
-def _hash_all(views: list, threads: int) -> list:
-    """The SHA-256 of each view, on `threads` threads (hashlib releases the GIL while it hashes)."""
+def hash_views(views: list, threads: int) -> list:
+    """The SHA-256 of each view, on `threads` threads (hashlib releases the GIL while it hashes): the loaders'
+    check and the torch route's cache key (cuvil/cache/keys.py) share it."""
     out, order = [None] * len(views), itertools.count()
 
     def work():
