@@ -32,6 +32,7 @@ HEADER_SIZE, ROW_SIZE, ALIGN, MAX_SECTIONS = 128, 96, 64, 64
 ZLIB = 1  # section flag bit 0
 REQUIRED = ("meta", "entries", "native")
 COMPRESSIBLE = ("ir", "csrc")  # the only sections a loader inflates; every other must be stored raw
+MAX_THREADS = 16  # as the C runtime: past this, more hashing threads only queue for memory bandwidth
 PIECE = 1 << 20  # format 2 hashes sections in pieces of this size, so that threads share a large section
 
 
@@ -175,14 +176,6 @@ class Container:
             raise ArtifactError(f"{self.path}: section {name!r} does not decompress: {e}") from e
 
 
-def section_digest(view, version: int = VERSION) -> bytes:
-    """What a section's row holds: format 2, the SHA-256 of the SHA-256s of its PIECE-byte pieces (the last one
-    shorter; none for an empty section); format 1, the SHA-256 of its bytes."""
-    if version < 2:
-        return hashlib.sha256(view).digest()
-    return hashlib.sha256(b"".join(hash_views(list(pieces(view)), 1))).digest()
-
-
 def cpu_count() -> int:
     """The CPUs this process may run on: the threads a check (or a cache key) hashes on."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -202,7 +195,7 @@ def hash_views(views: list, threads: int) -> list:
         while (k := next(order)) < len(views):
             out[k] = hashlib.sha256(views[k]).digest()
 
-    helpers = [threading.Thread(target=work, daemon=True) for _ in range(min(threads, len(views)) - 1)]
+    helpers = [threading.Thread(target=work, daemon=True) for _ in range(min(threads, len(views), MAX_THREADS) - 1)]
     for t in helpers:
         t.start()
     work()
@@ -212,7 +205,8 @@ def hash_views(views: list, threads: int) -> list:
 
 
 def _parts_digest(parts: list) -> bytes:
-    """`section_digest` of the bytes of `parts` one after another, without joining them."""
+    """What a format-2 section's row holds for the bytes of `parts` one after another (not joined): the SHA-256
+    of the SHA-256s of its PIECE-byte pieces (the last one shorter; none for an empty section)."""
     digests, h, left = [], hashlib.sha256(), PIECE
     for p in parts:
         view = memoryview(p).cast("B")
