@@ -5,7 +5,8 @@ Exports the model (ResNet-18, batch 1, 224x224, random weights; BERT-base, seque
 `.cuv`, builds the runtime
 (release), then measures:
 - sizes of libcuvilrt.so, libcuvilrt.a and cuvil-run (stripped), and of the `.cuv` against its weights' bytes;
-- start to first output: wall time of `cuvil-run model.cuv x.npy -o DIR` as a fresh process (median of --rounds),
+- start to first output: wall time of `cuvil-run model.cuv x.npy -o DIR` as a fresh process (median of --rounds;
+  the file's sections are hashed on every CPU the process may use, so `taskset -c 0,1` gives a 2-core figure),
   interleaved with a fresh Python process timing `cuvil.load(path)["main"]` (to a callable; `import cuvil` apart)
   and its first call;
 - per-call latency: `cuvil-run --bench N` (p50 of N calls) against the same file's entry called in this process
@@ -29,6 +30,7 @@ import numpy as np
 import cuvil
 from cuvil.backends.cpu import toolchain
 from cuvil.runtime.build import build_runtime
+from cuvil.runtime.container import Container, cpu_count
 
 
 def export(which: str, folder: Path) -> tuple[Path, np.ndarray, int]:
@@ -116,7 +118,8 @@ def main() -> None:
     np.save(x_path, x)
     size = model.stat().st_size
     print(f"{model.name}: {size / 1e6:.1f} MB = {size / weights:.4f}x its weights' {weights / 1e6:.1f} MB (goal <= "
-          f"1.02x), {args.threads} thread(s); load {os.getloadavg()}")
+          f"1.02x), format {Container.open(model).version}, {args.threads} thread(s) per call, {cpu_count()} CPUs "
+          f"to hash on; load {os.getloadavg()}")
     starts, loads = [], []
     for _ in range(args.rounds):  # interleaved: the two fresh-process measures see the same machine
         starts += start_to_first_output(built.cli, model, x_path, folder, 1)

@@ -105,6 +105,29 @@ def test_the_key_follows_the_model_bytes_and_options(cache, tmp_path):
     np.testing.assert_allclose(fresh(x)[0], np.maximum(x @ w, 0), rtol=1e-6)
 
 
+def test_the_key_follows_every_piece_of_a_tensor():
+    """The torch key hashes parameters in 1 MiB pieces on several threads: a byte changed in the short last piece
+    of a multi-piece weight, or two weights' bytes swapped, is another key (docs/reliability.md)."""
+    torch = pytest.importorskip("torch")
+    from cuvil.frontends.torch.cache_key import module_key
+
+    model = torch.nn.Sequential(torch.nn.Linear(700, 1000), torch.nn.Linear(1000, 700))  # 2.8 MB: 3 pieces each
+    x = torch.randn(2, 700)
+    base = module_key(model, (x,), {})
+    assert module_key(model, (x,), {}) == base
+    with torch.no_grad():
+        w = model[0].weight.view(-1)
+        was = w[-1].item()
+        w[-1] = was + 1.0
+        changed = module_key(model, (x,), {})
+        w[-1] = was
+        assert module_key(model, (x,), {}) == base and changed != base
+        a, b = model[0].weight.clone(), model[1].weight.clone()
+        model[0].weight.copy_(b.reshape(a.shape))
+        model[1].weight.copy_(a.reshape(b.shape))
+    assert module_key(model, (x,), {}) not in (base, changed)
+
+
 def test_torch_warm_start_runs_no_export(cache, monkeypatch):
     torch = pytest.importorskip("torch")
     model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU())
@@ -383,8 +406,9 @@ def test_a_verified_record_skips_the_weights_hash_until_the_entry_is_written_to(
     back, changes the file's ctime: that load hashes everything again, finds the flip and rebuilds."""
     monkeypatch.setattr(store, "RACY_S", -1.0)  # the entry was written just now: record it anyway
     checked = []
-    check = container.Container.check
-    monkeypatch.setattr(container.Container, "check", lambda self, name: (checked.append(name), check(self, name)))
+    check_all = container.Container.check_all
+    monkeypatch.setattr(container.Container, "check_all",
+                        lambda self, names, threads=1: (checked.extend(names), check_all(self, names, threads)))
     rng = np.random.default_rng(6)
     path, _ = _conv_fc_file(tmp_path, rng)
     cold = cuvil.load_onnx(path).optimize()

@@ -23,7 +23,7 @@ import numpy as np
 from ..errors import ArtifactError, CuvilError
 from . import entries as entry_text
 from . import host
-from .container import Container
+from .container import Container, cpu_count
 from .function import Function, Param  # noqa: F401 (Param: public here too)
 
 FORMAT = 1
@@ -37,6 +37,7 @@ class Artifact:
         self.path, self.metadata, self._lib = container.path, meta, lib
         self._container, self._verified = container, verified
         self._functions: dict = {}
+        self._threads_set = False  # the default thread count is applied at the first call unless set before
         self.closed = False
 
     @property
@@ -63,6 +64,14 @@ class Artifact:
     def set_num_threads(self, n: int) -> None:
         """Threads for every entry of this file (one kernel library per file)."""
         self._lib.cuvil_set_num_threads(int(n))
+        self._threads_set = True
+
+    def _default_threads(self) -> None:
+        """The same default as in-process code, at the first call (its module pulls in the toolchain: not at load)."""
+        if not self._threads_set:
+            from ..backends.cpu.kernels import default_num_threads
+
+            self.set_num_threads(default_num_threads())
 
     def close(self) -> None:
         """Drop the functions; calls after this fail. (The native code stays mapped: nothing unloads it.)"""
@@ -137,12 +146,12 @@ def load(path, *, _verified_by=None) -> Artifact:
     (`_verified_by(container)`: the artifact cache's record that this very file passed check 5 already, see
     cuvil/cache/store.py; True skips check 5.)"""
     container, meta, native = _checked(path)
-    late = [] if _verified_by is not None and _verified_by(container) else LATE_SECTIONS
-    verified = _Verification(container, [n for n in late if n in container.rows])
     lib = host.dlopen(container.data(native, check=False), os.path.basename(container.path).strip("<>"))
     if lib.cuvil_abi_version() != 1:
         raise ArtifactError(f"{container.path}: native ABI version {lib.cuvil_abi_version()}, this loader knows 1")
-    _default_threads(lib)
+    late = [] if _verified_by is not None and _verified_by(container) else LATE_SECTIONS
+    # started last: on a machine with few cores its threads would otherwise slow the rest of the load
+    verified = _Verification(container, [n for n in late if n in container.rows])
     artifact = Artifact(container, meta, lib, verified)
     artifact.native = native  # the level chosen: `native`, `native.1`, ... (meta["levels"] names them in order)
     return artifact
@@ -151,10 +160,10 @@ def load(path, *, _verified_by=None) -> Artifact:
 def check(path) -> dict:
     """Every check `load` makes, the constants' too, without loading the native code; returns `meta`."""
     container, meta, _ = _checked(path)
-    for name in LATE_SECTIONS:
-        if name in container.rows:
-            container.check(name)
+    container.check_all([n for n in LATE_SECTIONS if n in container.rows], cpu_count())
     return meta
+
+
 
 
 def _checked(path) -> tuple:
@@ -215,12 +224,6 @@ def _choose_native(container: Container) -> str:
     return max(fitting, key=lambda r: bin(r.features).count("1")).name if fitting else "native"
 
 
-def _default_threads(lib) -> None:
-    from ..backends.cpu.kernels import default_num_threads  # the same default as in-process code
-
-    lib.cuvil_set_num_threads(default_num_threads())
-
-
 def _numpy_dtype(name: str) -> np.dtype:
     from ..ir.dtypes import DType
 
@@ -237,16 +240,15 @@ class _Verification:
 
     def __init__(self, container: Container, names: list):
         self.error = None
-        # one thread a section: SHA-256 is sequential within a section, and ResNet-18's consts and prepared (47 and
-        # 38 MB) take about as long each
-        self._threads = [threading.Thread(target=self._run, args=(container, name), daemon=True,
-                                          name=f"cuvil-verify-{name}") for name in names]
+        # format 2 hashes sections in pieces: one thread per CPU shares the pieces of every section
+        self._threads = [threading.Thread(target=self._run, args=(container, names), daemon=True,
+                                          name="cuvil-verify")] if names else []
         for t in self._threads:
             t.start()
 
-    def _run(self, container: Container, name: str) -> None:
+    def _run(self, container: Container, names: list) -> None:
         try:
-            container.check(name)
+            container.check_all(names, cpu_count())
         except ArtifactError as e:
             self.error = e
 

@@ -13,24 +13,27 @@ sections, each 64-byte aligned. This module knows bytes only, not models: `write
 from __future__ import annotations
 
 import hashlib
+import itertools
 import mmap
 import os
 import struct
 import tempfile
+import threading
 import zlib
 from dataclasses import dataclass
 
 from ..errors import ArtifactError
 
 MAGIC = b"\x89CUV\r\n\x1a\n"
-VERSION = 1
+VERSION = 2  # 2: a section's SHA-256 is over its pieces' SHA-256s (1: over its bytes; still read)
 HEADER = struct.Struct("<8sIIQIIQQ32s32s12s")  # magic ... zero: the 124 bytes the CRC covers
 ROW = struct.Struct("<16sQQ32sIIQ16s")  # one section: name offset size sha256 flags zero features zero; 96 bytes
 HEADER_SIZE, ROW_SIZE, ALIGN, MAX_SECTIONS = 128, 96, 64, 64
 ZLIB = 1  # section flag bit 0
 REQUIRED = ("meta", "entries", "native")
 COMPRESSIBLE = ("ir", "csrc")  # the only sections a loader inflates; every other must be stored raw
-CHUNK = 1 << 24
+MAX_THREADS = 16  # as the C runtime: past this, more hashing threads only queue for memory bandwidth
+PIECE = 1 << 20  # format 2 hashes sections in pieces of this size, so that threads share a large section
 
 
 @dataclass
@@ -66,10 +69,7 @@ def write(path, sections: list, triple: str, required_features: int) -> None:
     offset = align(HEADER_SIZE + ROW_SIZE * len(sections))
     rows = []
     for s in sections:
-        digest = hashlib.sha256()
-        for p in s.parts:
-            digest.update(p)
-        rows.append(Row(s.name, offset, s.size, digest.digest(), s.flags, s.features))
+        rows.append(Row(s.name, offset, s.size, _parts_digest(s.parts), s.flags, s.features))
         offset = align(offset + s.size)
     table = b"".join(ROW.pack(_name(r.name), r.offset, r.size, r.sha256, r.flags, 0, r.features, b"") for r in rows)
     end = rows[-1].offset + rows[-1].size if rows else HEADER_SIZE + len(table)
@@ -107,8 +107,9 @@ class Container:
 
     stat = None  # the mapped file's os.fstat (None for bytes)
 
-    def __init__(self, buf, path: str, rows: dict, triple: str, required_features: int, table_sha: bytes = b""):
-        self.buf, self.path, self.rows = buf, path, rows
+    def __init__(self, buf, path: str, rows: dict, triple: str, required_features: int, table_sha: bytes = b"",
+                 version: int = VERSION):
+        self.buf, self.path, self.rows, self.version = buf, path, rows, version
         self.triple, self.required_features, self.table_sha = triple, required_features, table_sha
 
     @classmethod
@@ -143,7 +144,7 @@ class Container:
             raise ArtifactError(f"{path}: a malformed header (version {version}, size {header_size}, flags {flags}, "
                                 f"{count} sections)")
         rows = _rows(buf, path, table_at, count, table_sha)
-        return cls(buf, path, rows, _ascii(triple, path, "target triple"), features, bytes(table_sha))
+        return cls(buf, path, rows, _ascii(triple, path, "target triple"), features, bytes(table_sha), version)
 
     def data(self, name: str, check: bool = True) -> memoryview:
         """A section's stored bytes (a view of the mapping), its SHA-256 checked unless `check=False`."""
@@ -153,10 +154,19 @@ class Container:
             self.check(name)
         return view
 
-    def check(self, name: str) -> None:
-        row = self.rows[name]
-        if sha256(self.buf[row.offset:row.offset + row.size]) != row.sha256:
-            raise ArtifactError(f"{self.path}: section {name!r} does not match its SHA-256 (corrupt)")
+    def check(self, name: str, threads: int = 1) -> None:
+        """Check 3 or 5 for one section (its pieces hashed on `threads` threads)."""
+        self.check_all([name], threads)
+
+    def check_all(self, names: list, threads: int = 1) -> None:
+        """Every named section's SHA-256, their pieces shared out to `threads` threads (this one among them)."""
+        views = [self.buf[r.offset:r.offset + r.size] for r in (self.rows[n] for n in names)]
+        cut = [list(pieces(v)) if self.version >= 2 else [v] for v in views]
+        digests = iter(hash_views([p for ps in cut for p in ps], threads))
+        for name, ps in zip(names, cut):
+            got = [next(digests) for _ in ps]
+            if (hashlib.sha256(b"".join(got)).digest() if self.version >= 2 else got[0]) != self.rows[name].sha256:
+                raise ArtifactError(f"{self.path}: section {name!r} does not match its SHA-256 (corrupt)")
 
     def inflated(self, name: str) -> bytes:
         """A compressed section's content."""
@@ -166,12 +176,50 @@ class Container:
             raise ArtifactError(f"{self.path}: section {name!r} does not decompress: {e}") from e
 
 
-def sha256(view) -> bytes:
-    """SHA-256 in 16 MB steps (each releases the GIL, so a background check runs beside the caller's work)."""
-    h = hashlib.sha256()
-    for start in range(0, len(view), CHUNK):
-        h.update(view[start:start + CHUNK])
-    return h.digest()
+def cpu_count() -> int:
+    """The CPUs this process may run on: the threads a check (or a cache key) hashes on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def pieces(view):
+    """The PIECE-byte pieces of a view (views themselves, no copy)."""
+    return (view[k:k + PIECE] for k in range(0, len(view), PIECE))
+
+
+def hash_views(views: list, threads: int) -> list:
+    """The SHA-256 of each view, on `threads` threads (hashlib releases the GIL while it hashes): the loaders'
+    check and the torch route's cache key (cuvil/cache/keys.py) share it."""
+    out, order = [None] * len(views), itertools.count()
+
+    def work():
+        while (k := next(order)) < len(views):
+            out[k] = hashlib.sha256(views[k]).digest()
+
+    helpers = [threading.Thread(target=work, daemon=True) for _ in range(min(threads, len(views), MAX_THREADS) - 1)]
+    for t in helpers:
+        t.start()
+    work()
+    for t in helpers:
+        t.join()
+    return out
+
+
+def _parts_digest(parts: list) -> bytes:
+    """What a format-2 section's row holds for the bytes of `parts` one after another (not joined): the SHA-256
+    of the SHA-256s of its PIECE-byte pieces (the last one shorter; none for an empty section)."""
+    digests, h, left = [], hashlib.sha256(), PIECE
+    for p in parts:
+        view = memoryview(p).cast("B")
+        while len(view):
+            h.update(view[:left])
+            taken = min(left, len(view))
+            view, left = view[taken:], left - taken
+            if not left:
+                digests.append(h.digest())
+                h, left = hashlib.sha256(), PIECE
+    if left < PIECE:
+        digests.append(h.digest())
+    return hashlib.sha256(b"".join(digests)).digest()
 
 
 def _rows(buf, path: str, table_at: int, count: int, table_sha: bytes) -> dict:

@@ -1,16 +1,21 @@
 """`cuvil.runtime.Function`: one entry point of a loaded `.cuv`, called through the same machinery as in-process
-compiled code (backends/cpu/executable.py's CpuFunction and its C path), built from `meta` alone."""
+compiled code (backends/cpu/executable.py's CpuFunction and its C path), built from `meta` alone.
+
+The call machinery (and the C call extension it finds through the toolchain's cache) is imported at the first
+call, not at load: `cuvil.load` imports only what checking and mapping a file needs (tests/runtime/test_imports.py).
+"""
 from __future__ import annotations
 
 import sys
 import threading
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-from ..backends.cpu.executable import CpuFunction
 from ..errors import ArtifactError, ShapeError
-from ..ir.parser import parse_relation
 from ..ir.symbolic import parse_dim
 from ..ir.types import TensorType
+
+if TYPE_CHECKING:
+    from ..backends.cpu.executable import CpuFunction
 
 
 class Param(NamedTuple):
@@ -40,10 +45,13 @@ class Function:
         if self._calls is None:
             with self._lock:
                 if self._calls is None:
-                    self._calls = [self._build(n) for n in self._variants]
+                    from ..backends.cpu.executable import CpuFunction  # imported while check 5 still hashes
+
+                    self._artifact._default_threads()
+                    self._calls = [self._build(CpuFunction, n) for n in self._variants]
         return self._calls
 
-    def _build(self, name: str) -> CpuFunction:
+    def _build(self, CpuFunction, name: str) -> "CpuFunction":
         e = self._artifact.metadata["entries"][name]
         consts, prepared = self._artifact.constants(name)
         program = Program(Signature(e), e["symbols"], [c["name"] for c in e["constants"]])
@@ -156,6 +164,8 @@ class Signature:
         self.name = "main"
         self.arg_types = [_type(p) for p in e["inputs"]]
         self.result_types = [_type(p) for p in e["outputs"]]
+        from ..ir.parser import parse_relation
+
         self.constraints = [parse_relation(text) for text in e.get("relations", ())]
         self.args = [self.Arg(t, p["name"]) for t, p in zip(self.arg_types, e["inputs"])]
 

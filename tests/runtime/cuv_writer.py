@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 MAGIC = b"\x89CUV\r\n\x1a\n"
 HEADER, ROW = 128, 96
+PIECE = 1 << 20
 
 
 @dataclass
@@ -20,6 +21,15 @@ class Part:
     size: int
 
 
+def digest(data: bytes, version: int) -> bytes:
+    """A section's SHA-256 as its row holds it: format 1 over the bytes, format 2 over the SHA-256s of its 1 MiB
+    pieces."""
+    if version < 2:
+        return hashlib.sha256(data).digest()
+    return hashlib.sha256(b"".join(hashlib.sha256(data[k:k + PIECE]).digest()
+                                   for k in range(0, len(data), PIECE))).digest()
+
+
 def pack(sections: list, triple: str = "x86_64-linux-gnu", features: int = 0, version: int = 1) -> bytes:
     """A .cuv of `sections`, each (name, bytes) or (name, bytes, flags, features), 64-byte aligned after the table."""
     rows, body, at = [], b"", _align(HEADER + ROW * len(sections))
@@ -27,7 +37,7 @@ def pack(sections: list, triple: str = "x86_64-linux-gnu", features: int = 0, ve
     for s in sections:
         name, data, flags, feats = (*s, 0, 0)[:4]
         body += b"\0" * (at - start - len(body)) + data
-        rows.append(struct.pack("<16sQQ32sIIQ16s", name.encode(), at, len(data), hashlib.sha256(data).digest(),
+        rows.append(struct.pack("<16sQQ32sIIQ16s", name.encode(), at, len(data), digest(data, version),
                                 flags, 0, feats, b""))
         at = _align(at + len(data))
     table = b"".join(rows)
@@ -58,11 +68,12 @@ def resign(data: bytes) -> bytes:
     whatever was changed reaches the parser. Only sections that still lie inside the file are re-hashed."""
     out = bytearray(data)
     count = min(struct.unpack_from("<I", out, 24)[0], (len(out) - HEADER) // ROW)
+    version = struct.unpack_from("<I", out, 8)[0]
     for k in range(count):
         row = HEADER + ROW * k
         offset, size = struct.unpack_from("<QQ", out, row + 16)
         if offset + size <= len(out):
-            out[row + 32:row + 64] = hashlib.sha256(out[offset:offset + size]).digest()
+            out[row + 32:row + 64] = digest(bytes(out[offset:offset + size]), version)
     out[80:112] = hashlib.sha256(out[HEADER:HEADER + ROW * count]).digest()
     out[124:128] = struct.pack("<I", zlib.crc32(out[:124]))
     return bytes(out)

@@ -9,8 +9,13 @@
  *       copy from memory; prints `ok N` when every one failed with an error and none reached dlopen.
  *   runtime_driver files PATH ...
  *       opens each file; prints `PATH CODE LOADED` (LOADED: whether it got as far as dlopen) and the message.
+ *   runtime_driver hash PATH
+ *       prints the SHA-256 path in use (cuvil_hash.h, internal), then the SHA-256 of each prefix of the file's
+ *       bytes of 0, 1, ..., 130 bytes and of the whole file, and of its two halves hashed as a pair.
  */
 #include "cuvil_runtime.h"
+
+#include "cuvil_hash.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -161,11 +166,31 @@ static int files(int argc, char **argv)
     return 0;
 }
 
+static void hex(const unsigned char *d)
+{
+    for (int i = 0; i < 32; i++) printf("%02x", d[i]);
+    printf("\n");
+}
+
+static int hashes(const char *path)
+{
+    size_t size;
+    unsigned char *data = slurp(path, &size), d[32], e[32];
+    if (!data) return die("cannot read the input");
+    printf("%s\n", cuvil_sha256_path());
+    for (size_t n = 0; n <= 130 && n <= size; n++) cuvil_sha256(data, n, d), hex(d);
+    cuvil_sha256(data, size, d), hex(d);
+    cuvil_sha256_pair(data, data + size / 2, size / 2, d, e), hex(d), hex(e);
+    free(data);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 3 && strcmp(argv[1], "hash") == 0) return hashes(argv[2]);
     if (argc >= 6 && strcmp(argv[1], "api") == 0) return api(argc, argv);
     if (argc == 4 && strcmp(argv[1], "mutate") == 0) return mutate(argv[2], argv[3]);
     if (argc >= 2 && strcmp(argv[1], "files") == 0) return files(argc, argv);
-    fprintf(stderr, "usage: runtime_driver api|mutate|files ...\n");
+    fprintf(stderr, "usage: runtime_driver api|mutate|files|hash ...\n");
     return 2;
 }

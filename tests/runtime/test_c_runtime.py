@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import cuvil
 from cuvil.backends.cpu.fastcall import OP, check_program
 from cuvil.ir import sym
 from cuvil.ir.types import TensorType
@@ -220,7 +221,7 @@ def test_the_best_native_level_the_cpu_has_is_loaded(natives, tmp_path):
     ({"triple": "aarch64-linux-gnu"}, "made for aarch64-linux-gnu"),
     ({"features": 1 << 33}, "this CPU lacks sve"),
     ({"levels": ((0, 1 << 33),)}, "this CPU lacks sve"),
-    ({"version": 2}, "format version 2 is newer than this runtime's (1)"),
+    ({"version": 3}, "format version 3 is newer than this runtime's (2)"),
 ])
 def test_files_for_another_machine_or_format_are_refused(natives, tmp_path, kwargs, message):
     out = _run_own(tmp_path, _own_file(natives, **kwargs), np.ones((2, 4), np.float32))
@@ -284,3 +285,33 @@ def test_a_ge_relation_names_its_sides_and_values(natives, tmp_path):
     assert out.returncode == 1 and "entry 'main' needs n >= 2, but the inputs give 1 and 2; n = 1 (x.shape[0])" \
         in out.stderr, out.stderr
     assert _run_own(tmp_path, data, np.ones((2, 4), np.float32)).returncode == 0
+
+
+# A section of several 1 MiB pieces (format 2 hashes them on threads, two at a time) with an odd-sized last one.
+BIG = np.random.default_rng(7).integers(0, 256, (3 << 20) + 4097, np.uint8).tobytes()
+
+
+@pytest.mark.parametrize("disabled", ["", "sha_ni,sha2"], ids=["cpu", "portable"])
+@pytest.mark.parametrize("version", [1, 2])
+def test_both_format_versions_load_and_a_flip_in_any_piece_is_refused(natives, tmp_path, version, disabled,
+                                                                      monkeypatch):
+    """Format 1 (a section's SHA-256 over its bytes) is still read; format 2's pieces are each checked: a byte
+    flipped in the middle piece or in the short last one is refused before anything loads, by the instructions'
+    path and by the portable code (CUVIL_DISABLE_CPU_FEATURES)."""
+    from cuvil.runtime.container import Container
+
+    monkeypatch.setenv("CUVIL_DISABLE_CPU_FEATURES", disabled)
+    data = _own_file(natives, version=version, extra=[("future", BIG)])
+    x = np.ones((2, 4), np.float32)
+    assert _run_own(tmp_path, data, x).returncode == 0
+    (tmp_path / "m.cuv").write_bytes(data)
+    Container.open(tmp_path / "m.cuv").check("future")
+    big = next(p for p in cuv_writer.parts(data) if p.name == "future")
+    for at in (big.offset + (3 << 19), big.offset + big.size - 1):
+        flipped = bytearray(data)
+        flipped[at] ^= 0x10
+        out = _run_own(tmp_path, bytes(flipped), x)
+        assert out.returncode != 0 and "section 'future' does not match its SHA-256" in out.stderr, out.stderr
+        (tmp_path / "bad.cuv").write_bytes(bytes(flipped))
+        with pytest.raises(cuvil.ArtifactError, match="section 'future' does not match its SHA-256"):
+            Container.open(tmp_path / "bad.cuv").check("future", threads=3)

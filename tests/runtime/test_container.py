@@ -44,7 +44,7 @@ def _rewrite(path, out, triple=None, features=None, drop=(), version=None):
 
 
 @pytest.mark.parametrize("change, message", [
-    (dict(version=2), "format version 2 is newer"),
+    (dict(version=3), "format version 3 is newer"),
     (dict(triple="riscv64-linux-gnu"), "made for riscv64-linux-gnu"),
     (dict(features=1 << host.FEATURE_BITS["threads"]), "lacks: threads"),
     (dict(drop=("entries",)), "required section"),

@@ -2,6 +2,7 @@
  * section table and its SHA-256, every section's bounds and SHA-256, meta's JSON syntax, and the entries text,
  * parsed into the model's entries with their check programs verified. Nothing here runs the file's code.
  */
+#define _GNU_SOURCE /* sched_getaffinity */
 #include "cuvil_internal.h"
 
 #include "cuvil_checks.h"
@@ -9,9 +10,11 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static uint32_t u32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
 static uint64_t u64(const uint8_t *p) { return (uint64_t)u32(p) | (uint64_t)u32(p + 4) << 32; }
@@ -51,7 +54,7 @@ static cuvil_status check_header(cuvil_model *m, uint64_t *table_at, uint32_t *c
                           m->size);
     if (memcmp(h, "\x89" "CUV\r\n\x1a\n", 8) != 0)
         return cuvil_fail(CUVIL_ERR_FORMAT, "%s: not a .cuv file (wrong magic)", m->where);
-    uint32_t version = u32(h + 8);
+    uint32_t version = m->version = u32(h + 8);
     if (version > CUVIL_RUNTIME_FORMAT)
         return cuvil_fail(CUVIL_ERR_VERSION, "%s: format version %u is newer than this runtime's (%d)", m->where,
                           version, CUVIL_RUNTIME_FORMAT);
@@ -120,40 +123,84 @@ static cuvil_status check_table(cuvil_model *m, uint64_t table_at, uint32_t coun
     return CUVIL_OK;
 }
 
-/* One section's SHA-256 into its slot of `digests` (a thread's work for the large ones). */
-typedef struct { const cuvil_model *m; int k; uint8_t digest[32]; } digest_job;
+/* Check 3 for every section, known or not: weights are checked before the first call reads them, so at open.
+ * Format 2 hashes a section in pieces of CUVIL_PIECE bytes and its digest is the SHA-256 of the pieces' digests,
+ * so the pieces of all sections are shared out to threads (one per CPU, this one among them), two pieces at a
+ * time (their rounds interleave); format 1 hashes each section whole, a section a job. Where a thread cannot
+ * start, the others (and at least this one) do its share. */
+typedef struct {
+    const cuvil_model *m;
+    uint8_t *digests;       /* 32 bytes per job */
+    const uint8_t **start;  /* per job: its bytes */
+    uint64_t *size;         /* per job: its length */
+    unsigned long n_jobs, next;
+} digest_work;
 
-static void *digest_section(void *arg)
+static void *digest_worker(void *arg)
 {
-    digest_job *j = arg;
-    const cuvil_section *s = &j->m->sections[j->k];
-    cuvil_sha256(j->m->data + s->offset, s->size, j->digest);
-    return NULL;
+    digest_work *w = arg;
+    for (;;) {
+        unsigned long k = __atomic_fetch_add(&w->next, 2, __ATOMIC_RELAXED);
+        if (k >= w->n_jobs) return NULL;
+        if (k + 1 < w->n_jobs && w->size[k] == w->size[k + 1])
+            cuvil_sha256_pair(w->start[k], w->start[k + 1], w->size[k], w->digests + 32 * k, w->digests + 32 * (k + 1));
+        else
+            for (unsigned long j = k; j < k + 2 && j < w->n_jobs; j++) cuvil_sha256(w->start[j], w->size[j], w->digests + 32 * j);
+    }
 }
 
-/* Every section, known or not: weights are checked before the first call reads them, so at open. Sections of
- * more than PARALLEL_BYTES are hashed on threads of their own (the weights and the prepared buffers together are
- * most of the start-up time); where a thread cannot start, this thread hashes the section. */
-#define PARALLEL_BYTES (4u << 20)
+static unsigned long pieces(const cuvil_model *m, uint64_t size)
+{
+    return m->version < 2 ? 1 : (unsigned long)((size + CUVIL_PIECE - 1) / CUVIL_PIECE);
+}
+
+static int cpu_count(void)
+{
+    int n = (int)sysconf(_SC_NPROCESSORS_ONLN);
+#ifdef __linux__
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) n = CPU_COUNT(&set); /* the CPUs this process may run on */
+#endif
+    return n < 1 ? 1 : n > 16 ? 16 : n;
+}
+
+static void run_digests(digest_work *w)
+{
+    pthread_t threads[16];
+    int want = cpu_count() - 1, started = 0;
+    if ((unsigned long)want > w->n_jobs / 2) want = (int)(w->n_jobs / 2);
+    while (started < want && pthread_create(&threads[started], NULL, digest_worker, w) == 0) started++;
+    digest_worker(w);
+    for (int k = 0; k < started; k++) pthread_join(threads[k], NULL);
+}
 
 static cuvil_status check_digests(cuvil_model *m)
 {
-    digest_job jobs[CUVIL_MAX_SECTIONS];
-    pthread_t threads[CUVIL_MAX_SECTIONS];
-    int started[CUVIL_MAX_SECTIONS] = {0};
-    for (int k = 0; k < m->n_sections; k++) {
-        jobs[k] = (digest_job){m, k, {0}};
-        if (m->sections[k].size > PARALLEL_BYTES) started[k] = pthread_create(&threads[k], NULL, digest_section, &jobs[k]) == 0;
+    unsigned long n = 0, first[CUVIL_MAX_SECTIONS + 1];
+    for (int k = 0; k < m->n_sections; k++) first[k] = n, n += pieces(m, m->sections[k].size);
+    first[m->n_sections] = n;
+    digest_work w = {m, malloc(32 * n + 1), malloc(n * sizeof(uint8_t *) + 1), malloc(n * sizeof(uint64_t) + 1), n, 0};
+    cuvil_status rc = CUVIL_OK;
+    if (!w.digests || !w.start || !w.size) rc = cuvil_fail(CUVIL_ERR_MEMORY, "out of memory");
+    for (int k = 0; k < m->n_sections && !rc; k++) {
+        const cuvil_section *s = &m->sections[k];
+        for (unsigned long j = first[k]; j < first[k + 1]; j++) {
+            uint64_t at = m->version < 2 ? 0 : (uint64_t)(j - first[k]) * CUVIL_PIECE;
+            w.start[j] = m->data + s->offset + at;
+            w.size[j] = m->version < 2 || s->size - at < CUVIL_PIECE ? s->size - at : CUVIL_PIECE;
+        }
     }
-    for (int k = 0; k < m->n_sections; k++)
-        if (!started[k]) digest_section(&jobs[k]);
-    for (int k = 0; k < m->n_sections; k++)
-        if (started[k]) pthread_join(threads[k], NULL);
-    for (int k = 0; k < m->n_sections; k++)
-        if (memcmp(jobs[k].digest, m->sections[k].sha256, 32) != 0)
-            return cuvil_fail(CUVIL_ERR_CHECKSUM, "%s: section '%s' does not match its SHA-256 (corrupt)", m->where,
-                              m->sections[k].name);
-    return CUVIL_OK;
+    if (!rc) run_digests(&w);
+    for (int k = 0; k < m->n_sections && !rc; k++) {
+        uint8_t top[32];
+        if (m->version < 2) memcpy(top, w.digests + 32 * first[k], 32);
+        else cuvil_sha256(w.digests + 32 * first[k], 32 * (first[k + 1] - first[k]), top);
+        if (memcmp(top, m->sections[k].sha256, 32) != 0)
+            rc = cuvil_fail(CUVIL_ERR_CHECKSUM, "%s: section '%s' does not match its SHA-256 (corrupt)", m->where,
+                            m->sections[k].name);
+    }
+    free(w.digests), free(w.start), free(w.size);
+    return rc;
 }
 
 /* --- meta: JSON syntax (the Python loader reads it; the runtime only checks that it parses) -------------------- */

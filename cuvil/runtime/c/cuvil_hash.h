@@ -12,8 +12,17 @@
 #define CUVIL_HASH_API
 #endif
 
-/* SHA-256 of `n` bytes at `data` into `digest`; x86-64 CPUs with the SHA extensions take a faster path. */
+/* SHA-256 of `n` bytes at `data` into `digest`; CPUs with SHA instructions (x86 SHA-NI, ARMv8 SHA2) take them. */
 CUVIL_HASH_API void cuvil_sha256(const void *data, size_t n, uint8_t digest[32]);
+
+/* The SHA-256s of two messages of `n` bytes each (two pieces of a section), their rounds interleaved on x86. */
+CUVIL_HASH_API void cuvil_sha256_pair(const void *a, const void *b, size_t n, uint8_t da[32], uint8_t db[32]);
+
+/* The path in use: "sha_ni", "sha2" or "portable" (tests check that the override reaches the portable code). */
+CUVIL_HASH_API const char *cuvil_sha256_path(void);
+
+/* Whether CUVIL_DISABLE_CPU_FEATURES (comma- or space-separated names) lists `name`. */
+CUVIL_HASH_API int cuvil_feature_disabled(const char *name);
 
 /* CRC-32 as zlib's crc32(0, data, n) computes it. */
 CUVIL_HASH_API uint32_t cuvil_crc32(const void *data, size_t n);

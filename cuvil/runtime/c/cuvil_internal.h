@@ -16,6 +16,7 @@
 
 #define CUVIL_HEADER_SIZE 128
 #define CUVIL_ROW_SIZE 96
+#define CUVIL_PIECE (1u << 20) /* format 2: a section's SHA-256 is over the SHA-256s of its pieces of this size */
 #define CUVIL_MAX_SECTIONS 64
 #define CUVIL_MAX_NAME 63
 #define CUVIL_MAX_ENTRIES 1024
@@ -71,6 +72,7 @@ struct cuvil_model {
     void *mapped;  /* the file's mapping (munmap), or NULL */
     void *copied;  /* an aligned copy of unaligned memory (free), or NULL */
     const char *where;
+    uint32_t version; /* the header's format version: 1 hashes a section whole, 2 in pieces (docs/artifact.md) */
     cuvil_section sections[CUVIL_MAX_SECTIONS];
     int n_sections;
     uint64_t required_features;

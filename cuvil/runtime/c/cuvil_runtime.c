@@ -4,6 +4,7 @@
 #include "cuvil_internal.h"
 
 #include "cuvil_checks.h"
+#include "cuvil_hash.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -118,14 +119,9 @@ static const char *feature_name(int bit)
  * to run a file's lower level on a CPU that has a higher one. */
 static uint64_t masked_features(void)
 {
-    const char *env = getenv("CUVIL_DISABLE_CPU_FEATURES");
     uint64_t mask = 0;
-    while (env && *env) {
-        size_t n = strcspn(env, ", ");
-        for (int bit = 0; bit < 64 && n; bit++)
-            if (strlen(feature_name(bit)) == n && strncmp(feature_name(bit), env, n) == 0) mask |= 1ull << bit;
-        env += n + (env[n] != 0);
-    }
+    for (int bit = 0; bit < 64; bit++)
+        if (cuvil_feature_disabled(feature_name(bit))) mask |= 1ull << bit;
     return mask;
 }
 

@@ -29,7 +29,7 @@
 extern "C" {
 #endif
 
-#define CUVIL_RUNTIME_FORMAT 1 /* the newest .cuv format version this runtime reads */
+#define CUVIL_RUNTIME_FORMAT 2 /* the newest .cuv format version this runtime reads */
 #define CUVIL_MAX_RANK 16
 
 typedef enum {

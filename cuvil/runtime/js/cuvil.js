@@ -10,6 +10,7 @@
 
 const MAGIC = [0x89, 0x43, 0x55, 0x56, 0x0d, 0x0a, 0x1a, 0x0a];
 const HEADER_SIZE = 128, ROW_SIZE = 96, ALIGN = 64, MAX_SECTIONS = 64, ZLIB = 1;
+const FORMAT = 2, PIECE = 1 << 20; // format 2: a section's SHA-256 is over the SHA-256s of its 1 MiB pieces
 const REQUIRED = ["meta", "entries", "native"];
 const COMPRESSIBLE = ["ir", "csrc"];
 const TRIPLE = "wasm32-wasi";
@@ -52,7 +53,7 @@ export async function checkContainer(bytes, name = "<memory>") {
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   if (MAGIC.some((b, i) => bytes[i] !== b)) fail(`${name}: not a .cuv file (wrong magic)`);
   const version = view.getUint32(8, true), headerSize = view.getUint32(12, true);
-  if (version > 1) fail(`${name}: format version ${version} is newer than this loader's (1)`);
+  if (version > FORMAT) fail(`${name}: format version ${version} is newer than this loader's (${FORMAT})`);
   if (view.getUint32(124, true) !== crc32(bytes.subarray(0, 124))) fail(`${name}: the header's CRC does not match (a corrupt header)`);
   const fileSize = Number(view.getBigUint64(16, true));
   if (fileSize !== bytes.length) fail(`${name}: the header says ${fileSize} bytes, the file has ${bytes.length} (truncated?)`);
@@ -65,7 +66,7 @@ export async function checkContainer(bytes, name = "<memory>") {
     fail(`${name}: the section table does not match its SHA-256 (corrupt)`);
   const rows = readRows(bytes, view, name, tableAt, tableEnd, count);
   for (const row of Object.values(rows))
-    if (!equal(await sha256(bytes.subarray(row.offset, row.offset + row.size)), row.sha256))
+    if (!equal(await sectionDigest(bytes.subarray(row.offset, row.offset + row.size), version), row.sha256))
       fail(`${name}: section '${row.name}' does not match its SHA-256 (corrupt)`);
   const triple = ascii(bytes.subarray(48, 80));
   if (triple !== TRIPLE) fail(`${name}: made for ${triple}, not ${TRIPLE} (run it with cuvil.load in Python)`);
@@ -342,6 +343,16 @@ async function sha256(bytes) {
   if (!subtle && typeof process !== "undefined") subtle = (await import("node:crypto")).webcrypto.subtle; // Node 18
   if (!subtle) throw new CuvilError("artifact", "checking a .cuv needs WebCrypto's SHA-256: serve the page over https or from localhost");
   return new Uint8Array(await subtle.digest("SHA-256", bytes));
+}
+
+/** A section's SHA-256 as its row holds it (docs/artifact.md): format 1 over its bytes, 2 over its pieces'. */
+async function sectionDigest(bytes, version) {
+  if (version < 2) return sha256(bytes);
+  const pieces = [];
+  for (let at = 0; at < bytes.length; at += PIECE) pieces.push(sha256(bytes.subarray(at, at + PIECE)));
+  const digests = await Promise.all(pieces), all = new Uint8Array(32 * digests.length);
+  digests.forEach((d, k) => all.set(d, 32 * k));
+  return sha256(all);
 }
 
 const CRC_TABLE = Array.from({ length: 256 }, (_, n) => {
