@@ -17,11 +17,15 @@ _UNARY = {"abs": "abs", "neg": "neg", "exp": "exp", "log": "log", "sqrt": "sqrt"
           "sin": "sin", "cos": "cos", "tan": "tan", "floor": "floor", "ceil": "ceil", "sign": "sign",
           "silu": "silu", "hardswish": "hardswish", "asin": "asin", "acos": "acos", "atan": "atan", "sinh": "sinh",
           "cosh": "cosh", "asinh": "asinh", "acosh": "acosh", "atanh": "atanh", "trunc": "trunc", "fix": "trunc",
-          "erfc": "erfc", "expm1": "expm1", "log1p": "log1p", "log2": "log2", "log10": "log10", "exp2": "exp2"}
+          "erfc": "erfc", "expm1": "expm1", "log1p": "log1p", "log2": "log2", "log10": "log10", "exp2": "exp2",
+          "lgamma": "lgamma", "digamma": "digamma", "special_digamma": "digamma", "erfinv": "erfinv",
+          "special_ndtr": "ndtr", "special_ndtri": "ndtri", "special_log_ndtr": "log_ndtr", "i0": "i0",
+          "special_i0e": "i0e", "special_i1": "i1", "special_i1e": "i1e", "sinc": "sinc", "special_entr": "entr"}
 # ATen op -> IR op for binary arithmetic, computed in the result dtype.
 _ARITH = {"mul": "mul", "maximum": "max", "minimum": "min", "floor_divide": "floordiv", "remainder": "mod",
           "atan2": "atan2", "arctan2": "atan2", "hypot": "hypot", "copysign": "copysign", "fmax": "fmax",
-          "fmin": "fmin", "nextafter": "nextafter"}
+          "fmin": "fmin", "nextafter": "nextafter", "xlogy": "xlogy", "special_xlogy": "xlogy",
+          "special_xlog1py": "xlog1py"}
 _COMPARE = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge"}
 _LOGIC = {"logical_and": "and", "logical_or": "or", "logical_xor": "xor"}
 # ATen op -> (IR op on bool tensors, IR op on integer tensors).
@@ -152,6 +156,29 @@ def round_(cx, x, decimals=0):
         scale = cx.tensor(10.0 ** decimals, cx.out_dtype(), x.type.shape)
         return cx.b.div(cx.b.round(cx.b.mul(x, scale)), scale)
     return cx.b.round(x)
+
+
+@aten("logit", "special_logit")
+def logit(cx, x, eps=None):
+    return cx.b.logit(cx.tensor(x, cx.out_dtype()), eps=-1.0 if eps is None else float(eps))
+
+
+@aten("polygamma", "special_polygamma")
+def polygamma(cx, n, x):
+    if n != 0:
+        raise cx.error(f"polygamma of order {n} is not supported yet (order 0, digamma, is)")
+    return cx.b.digamma(cx.tensor(x, cx.out_dtype()))
+
+
+@aten("mvlgamma", "special_multigammaln")
+def mvlgamma(cx, x, p):
+    """The multivariate log-gamma: p (p - 1) / 4 log(pi) + sum over j < p of lgamma(x - j / 2)."""
+    x = cx.tensor(x, cx.out_dtype())
+    t = x.type
+    out = cx.tensor(p * (p - 1) / 4 * math.log(math.pi), t.dtype, t.shape)
+    for j in range(p):
+        out = cx.b.add(out, cx.b.lgamma(cx.b.sub(x, cx.tensor(j / 2, t.dtype, t.shape))))
+    return out
 
 
 @aten("isnan", "isinf")

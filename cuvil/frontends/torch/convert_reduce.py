@@ -41,6 +41,8 @@ def reduce_all(cx, x, *rest):
 @aten("max.dim", "min.dim")
 def reduce_with_index(cx, x, dim, keepdim=False):
     op = cx.op_name
+    if x.type.rank == 0:  # along dim 0 or -1 of a 0-d tensor: the value itself, at index 0
+        return x, cx.b.full(0, (), DType.i64)
     values = cx.b.emit(_REDUCE_OPS[op], x, axes=[dim], keepdims=bool(keepdim))
     return values, cx.b.emit("argmax" if op == "max" else "argmin", x, axis=dim, keepdims=bool(keepdim))
 
@@ -153,6 +155,10 @@ def median(cx, x, dim=None, keepdim=False):
 
 
 def _kth(cx, x, k, dim, keepdim=False):
+    if x.type.rank == 0:  # dim 0 or -1 of a 0-d tensor: the value itself, at index 0
+        norm_axes([dim], 1, cx.op_name)
+        values, idx = _kth(cx, cx.b.reshape(x, shape=(1,)), k, 0)
+        return cx.b.reshape(values, shape=()), cx.b.reshape(idx, shape=())
     axis = norm_axes([dim], x.type.rank, cx.op_name)[0]
     n = x.type.shape[axis]
     if k is None:
