@@ -197,6 +197,20 @@ CASES = {
                                                                                   use_input_stats=True),
                                                 (r(4, 3, 5), torch.zeros(3), torch.ones(3))),
     "opinfo_zero_dim_bfloat16": (lambda x: (x.bfloat16(), x.to(torch.float16)), (torch.tensor(1.5),)),
+    "opinfo_zero_dim_index_reductions": (lambda x: (x.median(0), x.median(-1, keepdim=True), x.kthvalue(1, 0),
+                                                    x.max(0), x.min(-1)), (torch.tensor(1.5),)),
+    # special functions, each as its own op (torch.special's names, int inputs promoted to float)
+    "special_gamma_family": (lambda x, n: (torch.lgamma(x), torch.digamma(x), torch.special.polygamma(0, x),
+                                           torch.mvlgamma(x.abs() + 3, 3), torch.lgamma(n), torch.digamma(n)),
+                             (r(3, 4) * 5, ints(3, 4) + 1)),
+    "special_normal_family": (lambda x, p: (torch.special.ndtr(x), torch.special.log_ndtr(x * 8),
+                                            torch.special.ndtri(p), torch.erfinv(p * 2 - 1), torch.special.erfinv(p)),
+                              (r(3, 4), torch.rand(3, 4, generator=g))),
+    "special_bessel_family": (lambda x: (torch.i0(x), torch.special.i0e(x), torch.special.i1(x),
+                                         torch.special.i1e(x * 4)), (r(3, 4) * 6,)),
+    "special_elementary": (lambda x, p: (torch.sinc(x), torch.special.entr(p), torch.logit(p), torch.logit(p, 0.1),
+                                         torch.xlogy(p - 0.5, p), torch.special.xlog1py(x, p), torch.xlogy(2.0, p)),
+                           (r(3, 4), torch.rand(3, 4, generator=g))),
 }
 
 
