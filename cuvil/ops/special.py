@@ -1,4 +1,4 @@
-"""Special functions: `lgamma`, `digamma`, `erfinv`, `ndtr`, `ndtri`, `log_ndtr`, Bessel `i0` `i0e` `i1` `i1e`,
+"""Special functions: `lgamma`, `digamma`, `erfinv`, `ndtr`, `ndtri`, `log_ndtr`, `erfcx`, Bessel `i0` `i0e` `i1` `i1e`,
 `sinc`, `entr`, `logit`, `xlogy`, `xlog1py`.
 
 `lgamma` is a primitive (libm's, on every C backend). The others are composites, each written once over a small
@@ -174,6 +174,16 @@ def _ndtri(m, p):
     return m.where(m.logical_or(m.lt(p, m.c(0)), m.gt(p, m.c(1))), m.c(math.nan), out)
 
 
+def _erfcx(m, x):
+    """exp(x^2) erfc(x); above 5 (float) or 26 (double), where erfc underflows or exp(x^2) loses digits, the
+    asymptotic series 1 / (x sqrt(pi)) sum (-1)^k (2k-1)!! / (2x^2)^k."""
+    r = _recip(m, m.mul(m.mul(x, x), m.c(2)))
+    terms = [(-1) ** k * math.prod(range(1, 2 * k, 2)) for k in range(10, -1, -1)]
+    series = m.div(_poly(m, r, terms), m.mul(x, m.c(math.sqrt(math.pi))))
+    direct = m.mul(m.exp(m.mul(x, x)), m.erfc(x))
+    return m.where(m.gt(x, m.c(26 if m.f64 else 5)), series, direct)
+
+
 def _log_ndtr(m, x):
     """log ndtr(x): log1p(-ndtr(-x)) above -1, log ndtr(x) below, and far below (where erfc underflows) the
     asymptotic series -x^2/2 - log(-x sqrt(2 pi)) + log(1 - 1/x^2 + 3/x^4 - ...)."""
@@ -325,6 +335,7 @@ special("erfinv", _erfinv)
 special("ndtr", _ndtr, doc="the standard normal distribution function")
 special("ndtri", _ndtri)
 special("log_ndtr", _log_ndtr)
+special("erfcx", _erfcx, doc="the scaled complementary error function exp(x^2) erfc(x)")
 special("i0", _i0)
 special("i0e", _i0e)
 special("i1", _i1)

@@ -25,6 +25,7 @@ UNIT = np.concatenate([rand(40, low=-1, high=1), [0.0, 1.0, -1.0, 1.5, 0.9999, -
 BESSEL = np.concatenate([rand(40, low=-30, high=30), [0.0, 8.0, -8.0, 7.99, 100.0, -300.0]])
 SPECIAL = {"digamma": WIDE, "ndtri": PROB, "erfinv": UNIT, "ndtr": rand(40, low=-10, high=10),
            "log_ndtr": np.concatenate([rand(40, low=-40, high=10), [-9.9, -10.1, -24.0, -26.0, 0.0, 30.0]]),
+           "erfcx": np.concatenate([rand(40, low=-9, high=40), [4.99, 5.01, 25.9, 26.1, 1e5, 0.0, -30.0]]),
            "i0": BESSEL, "i0e": BESSEL * 3, "i1": BESSEL, "i1e": BESSEL * 3,
            "sinc": np.concatenate([rand(40, low=-10, high=10), [0.0]]),
            "entr": np.concatenate([rand(40, low=-1, high=10), [0.0]])}

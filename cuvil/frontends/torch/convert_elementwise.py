@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from ...ir.dtypes import DType
-from .context import aten
+from .context import CONVERTERS, aten
 
 # ATen op -> IR op for unary ops whose operand is first cast to the result dtype (an int tensor's exp is float).
 _UNARY = {"abs": "abs", "neg": "neg", "exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt",
@@ -20,7 +20,8 @@ _UNARY = {"abs": "abs", "neg": "neg", "exp": "exp", "log": "log", "sqrt": "sqrt"
           "erfc": "erfc", "expm1": "expm1", "log1p": "log1p", "log2": "log2", "log10": "log10", "exp2": "exp2",
           "lgamma": "lgamma", "digamma": "digamma", "special_digamma": "digamma", "erfinv": "erfinv",
           "special_ndtr": "ndtr", "special_ndtri": "ndtri", "special_log_ndtr": "log_ndtr", "i0": "i0",
-          "special_i0e": "i0e", "special_i1": "i1", "special_i1e": "i1e", "sinc": "sinc", "special_entr": "entr"}
+          "special_i0e": "i0e", "special_i1": "i1", "special_i1e": "i1e", "sinc": "sinc", "special_entr": "entr",
+          "special_erfcx": "erfcx", "special_modified_bessel_i0": "i0", "special_modified_bessel_i1": "i1"}
 # ATen op -> IR op for binary arithmetic, computed in the result dtype.
 _ARITH = {"mul": "mul", "maximum": "max", "minimum": "min", "floor_divide": "floordiv", "remainder": "mod",
           "atan2": "atan2", "arctan2": "atan2", "hypot": "hypot", "copysign": "copysign", "fmax": "fmax",
@@ -181,6 +182,31 @@ def mvlgamma(cx, x, p):
     return out
 
 
+@aten("signbit")
+def signbit(cx, x):
+    """The sign bit: set for -0.0 and negative NaNs too (copysign reads it)."""
+    x = cx.tensor(x, x.type.dtype if x.type.dtype.is_float else DType.f32)
+    one = cx.tensor(1, x.type.dtype, x.type.shape)
+    return cx.b.lt(cx.b.copysign(one, x), cx.tensor(0, x.type.dtype, x.type.shape))
+
+
+@aten("ldexp")
+def ldexp(cx, x, exponent):
+    """x * 2^exponent, in the result dtype."""
+    x, e = cx.operands([x, exponent], cx.out_dtype())
+    return cx.b.mul(x, cx.b.exp2(e))
+
+
+@aten("angle")
+def angle(cx, x):
+    """The argument of a real number: pi below 0, else 0; NaN stays NaN."""
+    x = cx.tensor(x, cx.out_dtype())
+    t = x.type
+    arg = cx.b.where(cx.b.lt(x, cx.tensor(0, t.dtype, t.shape)), cx.tensor(math.pi, t.dtype, t.shape),
+                     cx.tensor(0, t.dtype, t.shape))
+    return cx.b.where(cx.b.isnan(x), x, arg)
+
+
 @aten("isnan", "isinf")
 def isnan(cx, x):
     if not x.type.dtype.is_float:
@@ -307,3 +333,6 @@ def to_copy(cx, x, *rest):
 @aten("scalar_tensor")
 def scalar_tensor(cx, value, *rest):
     return cx.tensor(value, cx.out_dtype())
+
+
+CONVERTERS["prims.scalar_tensor"] = scalar_tensor  # what xlogy(2.0, t) decomposes into

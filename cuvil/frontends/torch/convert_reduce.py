@@ -111,14 +111,19 @@ def vector_norm(cx, x, ord=2, dim=None, keepdim=False, dtype=None):
 def cdist(cx, x1, x2, p=2.0, *rest):
     """The p-norm of every row difference: x1[..., P, M] against x2[..., R, M] broadcast to [..., P, R, M]
     (exact, where PyTorch may use |a|^2 + |b|^2 - 2ab for large inputs)."""
-    if p == 0:
-        raise cx.error("cdist with p=0 is not supported")
     *lead1, rows, m = x1.type.shape
     *lead2, cols, _ = x2.type.shape
     shape = tuple(cx.out_shape()) + (m,)
     a = cx.broadcast(cx.b.reshape(x1, shape=(*lead1, rows, 1, m)), shape)
     b = cx.broadcast(cx.b.reshape(x2, shape=(*lead2, 1, cols, m)), shape)
     return vector_norm(cx, cx.b.sub(a, b), p, [-1])
+
+@aten("dist")
+def dist(cx, x, y, p=2):
+    """The p-norm of the (broadcast) difference, over every element."""
+    x, y = cx.operands([x, y], cx.out_dtype())
+    return vector_norm(cx, cx.b.sub(x, y), p)
+
 
 @aten("argmax", "argmin")
 def argmax(cx, x, dim=None, keepdim=False):
