@@ -1,5 +1,5 @@
 """Special functions: `lgamma`, `digamma`, `erfinv`, `ndtr`, `ndtri`, `log_ndtr`, `erfcx`, Bessel `i0` `i0e` `i1` `i1e`,
-`sinc`, `entr`, `logit`, `xlogy`, `xlog1py`.
+`zeta`, `sinc`, `entr`, `logit`, `xlogy`, `xlog1py`.
 
 `lgamma` is a primitive (libm's, on every C backend). The others are composites, each written once over a small
 arithmetic namespace and run twice: by NumPy in float64 as its reference, and by the builder in the operand's
@@ -32,7 +32,9 @@ class _NumPy:
         return np.float64(v)
 
     add, sub, mul, div, neg, abs = np.add, np.subtract, np.multiply, np.divide, np.negative, np.abs
-    where, lt, le, eq, gt, ge = np.where, np.less, np.less_equal, np.equal, np.greater, np.greater_equal
+    where, lt, le, eq, ne = np.where, np.less, np.less_equal, np.equal, np.not_equal
+    gt, ge = np.greater, np.greater_equal
+    pow = np.power
     log, log1p, exp, sqrt, tan, sin, floor = np.log, np.log1p, np.exp, np.sqrt, np.tan, np.sin, np.floor
     copysign, isnan, min, max = np.copysign, np.isnan, np.minimum, np.maximum
     logical_or, logical_and = np.logical_or, np.logical_and
@@ -110,6 +112,35 @@ def _digamma(m, x):
     out = m.where(negative, m.sub(psi, reflection), psi)
     out = m.where(m.eq(x, m.c(0)), m.copysign(m.c(math.inf), m.neg(x)), out)
     return m.where(m.logical_and(negative, m.eq(frac, m.c(0))), m.c(math.nan), out)
+
+
+# -- Hurwitz zeta: sum over k >= 0 of (q + k)^-x --------------------------------------------------------
+_ZETA_SHIFT = 32  # terms summed before the Euler-Maclaurin tail; exact for q > 9 - 32, NaN below (see `_zeta`)
+_ZETA_EM = (12.0, -720.0, 30240.0, -1209600.0, 47900160.0, -1.8924375803183791606e9, 7.47242496e10,
+            -2.950130727918164224e12, 1.1646782814350067249e14, -4.5979787224074726105e15,
+            1.8152105401943546773e17, -7.1661652561756670113e18)  # Cephes' (2k)! / B_2k
+
+
+def _zeta(m, x, q):
+    """Cephes' zeta(x, q) with a fixed number of direct terms: the Euler-Maclaurin tail needs q + 32 > 9, so below
+    q = -23 the result is NaN, not a wrong number. inf at x = 1 and at the poles q = 0, -1, ...; NaN for x < 1."""
+    total = m.c(0)
+    for k in range(_ZETA_SHIFT + 1):
+        term = m.pow(m.add(q, m.c(k)), m.neg(x))
+        total = m.add(total, term)
+    w = m.add(q, m.c(_ZETA_SHIFT))
+    total = m.sub(m.add(total, m.div(m.mul(term, w), m.sub(x, m.c(1)))), m.mul(term, m.c(0.5)))
+    a, b, k, done = m.c(1), term, 0, m.lt(x, m.c(-math.inf))
+    for coef in _ZETA_EM:  # each correction added until one falls below the working precision
+        a, b = m.mul(a, m.add(x, m.c(k))), m.div(b, w)
+        t = m.div(m.mul(a, b), m.c(coef))
+        total, done = m.where(done, total, m.add(total, t)), m.logical_or(done, m.lt(m.abs(t), m.mul(
+            m.abs(total), m.c(1.11e-16 if m.f64 else 6e-8))))
+        a, b, k = m.mul(a, m.add(x, m.c(k + 1))), m.div(b, w), k + 2
+    pole = m.logical_and(m.le(q, m.c(0)), m.eq(q, m.floor(q)))
+    total = m.where(m.logical_or(pole, m.eq(x, m.c(1))), m.c(math.inf), total)
+    outside = m.logical_or(m.lt(x, m.c(1)), m.logical_and(m.le(q, m.c(0)), m.ne(x, m.floor(x))))
+    return m.where(m.logical_or(outside, m.le(q, m.c(9 - _ZETA_SHIFT))), m.c(math.nan), total)
 
 
 # -- the normal distribution and erfinv -----------------------------------------------------------------
@@ -345,3 +376,4 @@ special("entr", _entr)
 special("logit", _logit, attrs={"eps": Attr("float", -1.0)}, doc="eps < 0: no clamping")
 special("xlogy", _xlogy, operands=2)
 special("xlog1py", _xlog1py, operands=2)
+special("zeta", _zeta, operands=2, doc="the Hurwitz zeta function zeta(x, q); NaN for q <= -23")

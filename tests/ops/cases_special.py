@@ -44,3 +44,14 @@ CASES += [
     Case("logit", [rand(4, 6, low=0, high=1)], expected=torch_fn("logit")),
     Case("logit", [rand(4, 6, low=0, high=1)], {"eps": 0.2}, expected=torch_fn("logit", eps=0.2), id="eps"),
 ]
+_S = np.concatenate([rand(30, low=2, high=7).round(), rand(10, low=1, high=10), [1.0, 0.5, 2.0, 3.5, 4.0]])
+_Q = np.concatenate([rand(40, low=-9, high=9, seed=2), [2.0, 2.0, -3.0, -2.5, -30.5]])
+
+
+def _zeta(xs):
+    """torch's zeta, except NaN for q <= -23 (the op's documented range)."""
+    return [np.where(xs[1] <= -23, np.nan, torch_fn("zeta")(xs)[0]).astype(xs[0].dtype)]
+
+
+CASES += [Case("zeta", [_S.astype(np.float32), _Q.astype(np.float32)], expected=_zeta, rtol=1e-4, atol=1e-6),
+          Case("zeta", [_S, _Q], expected=_zeta, rtol=1e-10, atol=1e-12, id="f64")]

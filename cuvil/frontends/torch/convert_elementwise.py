@@ -26,7 +26,7 @@ _UNARY = {"abs": "abs", "neg": "neg", "exp": "exp", "log": "log", "sqrt": "sqrt"
 _ARITH = {"mul": "mul", "maximum": "max", "minimum": "min", "floor_divide": "floordiv", "remainder": "mod",
           "atan2": "atan2", "arctan2": "atan2", "hypot": "hypot", "copysign": "copysign", "fmax": "fmax",
           "fmin": "fmin", "nextafter": "nextafter", "xlogy": "xlogy", "special_xlogy": "xlogy",
-          "special_xlog1py": "xlog1py"}
+          "special_xlog1py": "xlog1py", "special_zeta": "zeta"}
 _COMPARE = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge"}
 _LOGIC = {"logical_and": "and", "logical_or": "or", "logical_xor": "xor"}
 # ATen op -> (IR op on bool tensors, IR op on integer tensors).
@@ -166,9 +166,13 @@ def logit(cx, x, eps=None):
 
 @aten("polygamma", "special_polygamma")
 def polygamma(cx, n, x):
-    if n != 0:
-        raise cx.error(f"polygamma of order {n} is not supported yet (order 0, digamma, is)")
-    return cx.b.digamma(cx.tensor(x, cx.out_dtype()))
+    """digamma for n = 0, else (-1)^(n+1) n! zeta(n + 1, x)."""
+    x = cx.tensor(x, cx.out_dtype())
+    if n == 0:
+        return cx.b.digamma(x)
+    t = x.type
+    zeta = cx.b.zeta(cx.tensor(n + 1, t.dtype, t.shape), x)
+    return cx.b.mul(zeta, cx.tensor((-1) ** (n + 1) * math.factorial(n), t.dtype, t.shape))
 
 
 @aten("mvlgamma", "special_multigammaln")

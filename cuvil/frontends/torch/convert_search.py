@@ -36,8 +36,8 @@ def _insertion_points(cx, sequence, values, right: bool):
 
 @aten("searchsorted")
 def searchsorted(cx, sequence, values, out_int32=False, right=False, side=None, sorter=None):
-    if sorter is not None:
-        raise cx.error("searchsorted with a sorter is not supported; sort the sequence first")
+    if sorter is not None:  # the insertion point in the sorted order
+        sequence = cx.b.gather_elements(sequence, cx.tensor(sorter, DType.i64), axis=sequence.type.rank - 1)
     if not hasattr(values, "type"):  # a Python scalar
         values = cx.tensor(values, sequence.type.dtype, ())
     return _insertion_points(cx, sequence, values, bool(right) or side == "right")
