@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import collections
 import os
+import re
 import sys
 import warnings
 
@@ -98,31 +99,56 @@ def _difference(got, want) -> str:
     return f"got {shapes} ({len(g)} outputs), want {len(w)} outputs"
 
 
+def full_name(opinfo) -> str:
+    return opinfo.name + (f".{opinfo.variant_test_name}" if opinfo.variant_test_name else "")
+
+
+def op_outcome(opinfo, n: int, target: str, verbose: bool = False) -> tuple[str, str]:
+    """The worst outcome over the op's first `n` samples, and its detail."""
+    outcomes = []
+    for template in samples(opinfo, n):
+        if any(word in opinfo.name for word in RANDOM):
+            outcomes.append(("export", "random op"))
+            break
+        outcome, detail = run_sample(opinfo, template, target)
+        outcomes.append((outcome, detail))
+        if verbose:
+            print(f"{opinfo.name:40s} {outcome:9s} {detail}", flush=True)
+    kinds = [o for o, _ in outcomes]
+    worst = next((k for k in ("internal", "wrong", "refused", "export") if k in kinds), "pass") if kinds else "none"
+    if worst == "export" and "pass" in kinds:
+        worst = "pass"  # some samples do not export; the others pass
+    return worst, next((d for o, d in outcomes if o == worst), "")
+
+
+def float32_ops(contains: str = "") -> list:
+    """The OpInfos of `op_db` that take float32 on the CPU (and whose name contains `contains`)."""
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    return [o for o in op_db if contains in o.name and torch.float32 in o.supported_dtypes("cpu")]
+
+
 def sweep(ops, n: int, target: str, verbose: bool) -> dict:
     per_op = {}
     for opinfo in ops:
-        outcomes = []
-        for template in samples(opinfo, n):
-            if any(word in opinfo.name for word in RANDOM):
-                outcomes.append(("export", "random op"))
-                break
-            outcome, detail = run_sample(opinfo, template, target)
-            outcomes.append((outcome, detail))
-            if verbose:
-                print(f"{opinfo.name:40s} {outcome:9s} {detail}", flush=True)
-        kinds = [o for o, _ in outcomes]
-        worst = next((k for k in ("internal", "wrong", "refused", "export") if k in kinds), "pass") if kinds else "none"
-        if worst == "export" and "pass" in kinds:
-            worst = "pass"  # some samples do not export; the others pass
-        name = opinfo.name + (f".{opinfo.variant_test_name}" if opinfo.variant_test_name else "")
-        per_op[name] = (worst, next((d for o, d in outcomes if o == worst), ""))
-        print(f"[{len(per_op)}/{len(ops)}] {name}: {worst}", file=sys.stderr, flush=True)
+        name = full_name(opinfo)
+        per_op[name] = op_outcome(opinfo, n, target, verbose)
+        print(f"[{len(per_op)}/{len(ops)}] {name}: {per_op[name][0]}", file=sys.stderr, flush=True)
     return per_op
 
 
-def main(argv=None) -> int:
-    from torch.testing._internal.common_methods_invocations import op_db
+def refusals(per_op: dict) -> dict:
+    """Refused ops grouped by reason: the ATen op without a converter, or the head of the message."""
+    groups = collections.defaultdict(list)
+    for name, (kind, detail) in sorted(per_op.items()):
+        if kind == "refused":
+            missing = re.search(r"ATen op ([\w.]+?)(?:\.default|\.\w+)? \(FX node .*has no Cuvil converter", detail)
+            reason = f"no converter: {missing.group(1)}" if missing else re.sub(r" \(FX node [^)]*\)+", "", detail)[:60]
+            groups[reason].append(name)
+    return groups
 
+
+def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-k", default="", help="only ops whose name contains this")
     p.add_argument("--samples", type=int, default=2)
@@ -130,7 +156,7 @@ def main(argv=None) -> int:
     p.add_argument("--verbose", action="store_true")
     args = p.parse_args(argv)
     warnings.filterwarnings("ignore")
-    ops = [o for o in op_db if args.k in o.name and torch.float32 in o.supported_dtypes("cpu")]
+    ops = float32_ops(args.k)
     per_op = sweep(ops, args.samples, args.target, args.verbose)
     counts = collections.Counter(kind for kind, _ in per_op.values())
     exported = sum(v for k, v in counts.items() if k not in ("export", "none"))
@@ -138,6 +164,9 @@ def main(argv=None) -> int:
         for name, (k, detail) in sorted(per_op.items()):
             if k == kind:
                 print(f"{kind:9s} {name:40s} {detail}")
+    print("\nrefused, by reason:")
+    for reason, names in sorted(refusals(per_op).items(), key=lambda kv: -len(kv[1])):
+        print(f"{len(names):4d}  {reason:60s} {' '.join(names[:6])}{' ...' if len(names) > 6 else ''}")
     print(f"\n{len(per_op)} ops; {exported} export; of those {counts['pass']} pass "
           f"({100 * counts['pass'] / max(exported, 1):.1f}%), {counts['refused']} refused, {counts['wrong']} wrong, "
           f"{counts['internal']} internal errors; target {args.target}, {args.samples} samples per op")

@@ -200,6 +200,7 @@ ELEMENTWISE = {
     "exp2": _libm("exp2"),
     "trunc": _libm("trunc"),
     "erfc": _libm("erfc"),
+    "lgamma": _libm("lgamma"),
     "floor": _libm("floor"),
     "ceil": _libm("ceil"),
     "round": _libm("nearbyint"),

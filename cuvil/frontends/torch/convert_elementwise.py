@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from ...ir.dtypes import DType
-from .context import aten
+from .context import CONVERTERS, aten
 
 # ATen op -> IR op for unary ops whose operand is first cast to the result dtype (an int tensor's exp is float).
 _UNARY = {"abs": "abs", "neg": "neg", "exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt",
@@ -17,11 +17,16 @@ _UNARY = {"abs": "abs", "neg": "neg", "exp": "exp", "log": "log", "sqrt": "sqrt"
           "sin": "sin", "cos": "cos", "tan": "tan", "floor": "floor", "ceil": "ceil", "sign": "sign",
           "silu": "silu", "hardswish": "hardswish", "asin": "asin", "acos": "acos", "atan": "atan", "sinh": "sinh",
           "cosh": "cosh", "asinh": "asinh", "acosh": "acosh", "atanh": "atanh", "trunc": "trunc", "fix": "trunc",
-          "erfc": "erfc", "expm1": "expm1", "log1p": "log1p", "log2": "log2", "log10": "log10", "exp2": "exp2"}
+          "erfc": "erfc", "expm1": "expm1", "log1p": "log1p", "log2": "log2", "log10": "log10", "exp2": "exp2",
+          "lgamma": "lgamma", "digamma": "digamma", "special_digamma": "digamma", "erfinv": "erfinv",
+          "special_ndtr": "ndtr", "special_ndtri": "ndtri", "special_log_ndtr": "log_ndtr", "i0": "i0",
+          "special_i0e": "i0e", "special_i1": "i1", "special_i1e": "i1e", "sinc": "sinc", "special_entr": "entr",
+          "special_erfcx": "erfcx", "special_modified_bessel_i0": "i0", "special_modified_bessel_i1": "i1"}
 # ATen op -> IR op for binary arithmetic, computed in the result dtype.
 _ARITH = {"mul": "mul", "maximum": "max", "minimum": "min", "floor_divide": "floordiv", "remainder": "mod",
           "atan2": "atan2", "arctan2": "atan2", "hypot": "hypot", "copysign": "copysign", "fmax": "fmax",
-          "fmin": "fmin", "nextafter": "nextafter"}
+          "fmin": "fmin", "nextafter": "nextafter", "xlogy": "xlogy", "special_xlogy": "xlogy",
+          "special_xlog1py": "xlog1py", "special_zeta": "zeta"}
 _COMPARE = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge"}
 _LOGIC = {"logical_and": "and", "logical_or": "or", "logical_xor": "xor"}
 # ATen op -> (IR op on bool tensors, IR op on integer tensors).
@@ -154,6 +159,58 @@ def round_(cx, x, decimals=0):
     return cx.b.round(x)
 
 
+@aten("logit", "special_logit")
+def logit(cx, x, eps=None):
+    return cx.b.logit(cx.tensor(x, cx.out_dtype()), eps=-1.0 if eps is None else float(eps))
+
+
+@aten("polygamma", "special_polygamma")
+def polygamma(cx, n, x):
+    """digamma for n = 0, else (-1)^(n+1) n! zeta(n + 1, x)."""
+    x = cx.tensor(x, cx.out_dtype())
+    if n == 0:
+        return cx.b.digamma(x)
+    t = x.type
+    zeta = cx.b.zeta(cx.tensor(n + 1, t.dtype, t.shape), x)
+    return cx.b.mul(zeta, cx.tensor((-1) ** (n + 1) * math.factorial(n), t.dtype, t.shape))
+
+
+@aten("mvlgamma", "special_multigammaln")
+def mvlgamma(cx, x, p):
+    """The multivariate log-gamma: p (p - 1) / 4 log(pi) + sum over j < p of lgamma(x - j / 2)."""
+    x = cx.tensor(x, cx.out_dtype())
+    t = x.type
+    out = cx.tensor(p * (p - 1) / 4 * math.log(math.pi), t.dtype, t.shape)
+    for j in range(p):
+        out = cx.b.add(out, cx.b.lgamma(cx.b.sub(x, cx.tensor(j / 2, t.dtype, t.shape))))
+    return out
+
+
+@aten("signbit")
+def signbit(cx, x):
+    """The sign bit: set for -0.0 and negative NaNs too (copysign reads it)."""
+    x = cx.tensor(x, x.type.dtype if x.type.dtype.is_float else DType.f32)
+    one = cx.tensor(1, x.type.dtype, x.type.shape)
+    return cx.b.lt(cx.b.copysign(one, x), cx.tensor(0, x.type.dtype, x.type.shape))
+
+
+@aten("ldexp")
+def ldexp(cx, x, exponent):
+    """x * 2^exponent, in the result dtype."""
+    x, e = cx.operands([x, exponent], cx.out_dtype())
+    return cx.b.mul(x, cx.b.exp2(e))
+
+
+@aten("angle")
+def angle(cx, x):
+    """The argument of a real number: pi below 0, else 0; NaN stays NaN."""
+    x = cx.tensor(x, cx.out_dtype())
+    t = x.type
+    arg = cx.b.where(cx.b.lt(x, cx.tensor(0, t.dtype, t.shape)), cx.tensor(math.pi, t.dtype, t.shape),
+                     cx.tensor(0, t.dtype, t.shape))
+    return cx.b.where(cx.b.isnan(x), x, arg)
+
+
 @aten("isnan", "isinf")
 def isnan(cx, x):
     if not x.type.dtype.is_float:
@@ -280,3 +337,6 @@ def to_copy(cx, x, *rest):
 @aten("scalar_tensor")
 def scalar_tensor(cx, value, *rest):
     return cx.tensor(value, cx.out_dtype())
+
+
+CONVERTERS["prims.scalar_tensor"] = scalar_tensor  # what xlogy(2.0, t) decomposes into

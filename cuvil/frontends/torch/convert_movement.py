@@ -54,7 +54,7 @@ def slice_(cx, x, dim=0, start=None, end=None, step=1):
     return cx.b.slice(x, starts=[start], ends=[end], axes=[dim], steps=[step])
 
 
-@aten("narrow")
+@aten("narrow", "narrow_copy")
 def narrow(cx, x, dim, start, length):
     return cx.b.slice(x, starts=[start], ends=[start + length], axes=[dim])
 
@@ -122,6 +122,23 @@ def getitem(cx, seq, i):
     return value
 
 
+@aten("unfold", "unfold_copy")
+def unfold(cx, x, dim, size, step):
+    """Tensor.unfold: every window of `size` along `dim`, `step` apart, as a new last axis (a gather of the
+    window positions i * step + k, then that axis moved to the end)."""
+    if x.type.rank == 0:
+        return cx.b.reshape(x, shape=cx.out_shape())
+    dim = dim % x.type.rank
+    length = x.type.shape[dim]
+    if not isinstance(length, int):
+        raise cx.error("unfold along a symbolic axis is not supported")
+    windows = (length - size) // step + 1
+    positions = np.arange(windows, dtype=np.int64)[:, None] * step + np.arange(size, dtype=np.int64)[None, :]
+    y = cx.b.gather(x, cx.b.constant(positions, "unfold_index"), axis=dim)
+    perm = [a for a in range(y.type.rank) if a != dim + 1] + [dim + 1]
+    return cx.b.transpose(y, perm=perm)
+
+
 @aten("as_strided", "as_strided_copy")
 def as_strided(cx, x, size, stride, storage_offset=None):
     """A view of x's storage. PyTorch's decompositions use it to restride a result to a memory format (mean over
@@ -160,6 +177,9 @@ def embedding(cx, weight, indices, *rest):
 
 @aten("index_select")
 def index_select(cx, x, dim, index):
+    if x.type.rank == 0:  # a 0-d tensor is indexed as a 1-element vector (its only index is 0)
+        picked = cx.b.gather(cx.b.reshape(x, shape=(1,)), _index(cx, index), axis=0, negative=False)
+        return cx.b.reshape(picked, shape=cx.out_shape())
     return cx.b.gather(x, _index(cx, index), axis=dim, negative=False)
 
 

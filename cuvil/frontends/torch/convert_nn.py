@@ -57,9 +57,16 @@ def matmul(cx, a, b):
     return y
 
 
+@aten("addmv")
+def addmv(cx, c, a, v, beta=1, alpha=1):
+    """beta * c + alpha * (a @ v), the vector as a one-column matrix."""
+    y = cx.b.reshape(cx.b.matmul(a, cx.b.reshape(v, shape=(v.type.shape[0], 1))), shape=(a.type.shape[0],))
+    return addmm(cx, c, y, None, beta, alpha)
+
+
 @aten("addmm", "baddbmm", "addbmm")
 def addmm(cx, c, a, b, beta=1, alpha=1):
-    y = cx.b.matmul(a, b)
+    y = a if b is None else cx.b.matmul(a, b)
     if cx.op_name == "addbmm":
         y = cx.b.reduce_sum(y, axes=[0], keepdims=False)
     y = y if alpha == 1 else cx.b.mul(y, cx.tensor(alpha, y.type.dtype, y.type.shape))

@@ -41,6 +41,8 @@ def reduce_all(cx, x, *rest):
 @aten("max.dim", "min.dim")
 def reduce_with_index(cx, x, dim, keepdim=False):
     op = cx.op_name
+    if x.type.rank == 0:  # along dim 0 or -1 of a 0-d tensor: the value itself, at index 0
+        return x, cx.b.full(0, (), DType.i64)
     values = cx.b.emit(_REDUCE_OPS[op], x, axes=[dim], keepdims=bool(keepdim))
     return values, cx.b.emit("argmax" if op == "max" else "argmin", x, axis=dim, keepdims=bool(keepdim))
 
@@ -109,14 +111,19 @@ def vector_norm(cx, x, ord=2, dim=None, keepdim=False, dtype=None):
 def cdist(cx, x1, x2, p=2.0, *rest):
     """The p-norm of every row difference: x1[..., P, M] against x2[..., R, M] broadcast to [..., P, R, M]
     (exact, where PyTorch may use |a|^2 + |b|^2 - 2ab for large inputs)."""
-    if p == 0:
-        raise cx.error("cdist with p=0 is not supported")
     *lead1, rows, m = x1.type.shape
     *lead2, cols, _ = x2.type.shape
     shape = tuple(cx.out_shape()) + (m,)
     a = cx.broadcast(cx.b.reshape(x1, shape=(*lead1, rows, 1, m)), shape)
     b = cx.broadcast(cx.b.reshape(x2, shape=(*lead2, 1, cols, m)), shape)
     return vector_norm(cx, cx.b.sub(a, b), p, [-1])
+
+@aten("dist")
+def dist(cx, x, y, p=2):
+    """The p-norm of the (broadcast) difference, over every element."""
+    x, y = cx.operands([x, y], cx.out_dtype())
+    return vector_norm(cx, cx.b.sub(x, y), p)
+
 
 @aten("argmax", "argmin")
 def argmax(cx, x, dim=None, keepdim=False):
@@ -153,6 +160,10 @@ def median(cx, x, dim=None, keepdim=False):
 
 
 def _kth(cx, x, k, dim, keepdim=False):
+    if x.type.rank == 0:  # dim 0 or -1 of a 0-d tensor: the value itself, at index 0
+        norm_axes([dim], 1, cx.op_name)
+        values, idx = _kth(cx, cx.b.reshape(x, shape=(1,)), k, 0)
+        return cx.b.reshape(values, shape=()), cx.b.reshape(idx, shape=())
     axis = norm_axes([dim], x.type.rank, cx.op_name)[0]
     n = x.type.shape[axis]
     if k is None:

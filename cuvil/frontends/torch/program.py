@@ -19,6 +19,7 @@ from ...ir.core import Location, Module
 from ...ir.symbolic import sym
 from ...ir.types import TensorType
 from . import convert_control, convert_elementwise, convert_movement, convert_nn, convert_reduce  # noqa: F401
+from . import convert_search  # noqa: F401
 from .context import Ctx, lookup, source_text, to_dtype
 from .signature import Signature, tensor_to_numpy  # noqa: F401 (tensor_to_numpy: also for importers)
 from .symbols import Multiple, to_dim

@@ -1,0 +1,57 @@
+"""Cases for the special functions, with PyTorch's own implementations (in float64) as the oracle."""
+import math
+
+import numpy as np
+
+from .cases import Case, rand
+
+
+def torch_fn(name, **kwargs):
+    """The oracle: torch.special.<name> in float64, rounded to the case's dtype."""
+    def expected(xs):
+        import torch
+        out = getattr(torch.special, name)(*(torch.from_numpy(x.astype(np.float64)) for x in xs), **kwargs)
+        return [out.numpy().astype(xs[0].dtype)]
+    return expected
+
+
+def _lgamma(xs):
+    return [np.vectorize(lambda v: math.inf if v <= 0 and v == int(v) else math.lgamma(v))(xs[0]).astype(xs[0].dtype)]
+
+
+WIDE = np.concatenate([rand(40, low=-20, high=30), [0.0, -0.0, -1.0, -2.5, 1e-3, 1.4616, 1e8, np.inf, np.nan]])
+PROB = np.concatenate([rand(40, low=0, high=1), [0.0, 1.0, 1e-10, 1 - 1e-7, 0.5, -0.1, 1.1, 1e-30]])
+UNIT = np.concatenate([rand(40, low=-1, high=1), [0.0, 1.0, -1.0, 1.5, 0.9999, -0.99999]])
+BESSEL = np.concatenate([rand(40, low=-30, high=30), [0.0, 8.0, -8.0, 7.99, 100.0, -300.0]])
+SPECIAL = {"digamma": WIDE, "ndtri": PROB, "erfinv": UNIT, "ndtr": rand(40, low=-10, high=10),
+           "log_ndtr": np.concatenate([rand(40, low=-40, high=10), [-9.9, -10.1, -24.0, -26.0, 0.0, 30.0]]),
+           "erfcx": np.concatenate([rand(40, low=-9, high=40), [4.99, 5.01, 25.9, 26.1, 1e5, 0.0, -30.0]]),
+           "i0": BESSEL, "i0e": BESSEL * 3, "i1": BESSEL, "i1e": BESSEL * 3,
+           "sinc": np.concatenate([rand(40, low=-10, high=10), [0.0]]),
+           "entr": np.concatenate([rand(40, low=-1, high=10), [0.0]])}
+
+CASES = [Case("lgamma", [WIDE.astype(np.float32)], expected=_lgamma),
+         Case("lgamma", [WIDE], expected=_lgamma, id="f64")]
+for _op, _x in SPECIAL.items():
+    _oracle = torch_fn({"digamma": "digamma", "erfinv": "erfinv"}.get(_op, _op))
+    CASES += [Case(_op, [_x.astype(np.float32)], expected=_oracle, rtol=1e-5, atol=1e-6),
+              Case(_op, [_x], expected=_oracle, id="f64")]
+_X, _Y = rand(4, 6, low=-1, high=3), rand(4, 6, low=-1, high=3, seed=1)
+_X[0, :3], _Y[1, :2] = 0.0, np.nan
+CASES += [
+    Case("xlogy", [_X, _Y], expected=torch_fn("xlogy")),
+    Case("xlog1py", [_X, _Y], expected=torch_fn("xlog1py")),
+    Case("logit", [rand(4, 6, low=0, high=1)], expected=torch_fn("logit")),
+    Case("logit", [rand(4, 6, low=0, high=1)], {"eps": 0.2}, expected=torch_fn("logit", eps=0.2), id="eps"),
+]
+_S = np.concatenate([rand(30, low=2, high=7).round(), rand(10, low=1, high=10), [1.0, 0.5, 2.0, 3.5, 4.0]])
+_Q = np.concatenate([rand(40, low=-9, high=9, seed=2), [2.0, 2.0, -3.0, -2.5, -30.5]])
+
+
+def _zeta(xs):
+    """torch's zeta, except NaN for q <= -23 (the op's documented range)."""
+    return [np.where(xs[1] <= -23, np.nan, torch_fn("zeta")(xs)[0]).astype(xs[0].dtype)]
+
+
+CASES += [Case("zeta", [_S.astype(np.float32), _Q.astype(np.float32)], expected=_zeta, rtol=1e-4, atol=1e-6),
+          Case("zeta", [_S, _Q], expected=_zeta, rtol=1e-10, atol=1e-12, id="f64")]
