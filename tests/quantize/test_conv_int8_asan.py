@@ -1,4 +1,5 @@
-"""conv_int8.c under AddressSanitizer: every path, every geometry of test_conv_int8.py, buffers sized exactly."""
+"""conv_int8.c and conv_lowp.c under AddressSanitizer: every path, every geometry of test_conv_int8.py, buffers sized
+exactly."""
 import os
 import subprocess
 import sys

@@ -15,7 +15,8 @@
  * split each 4-byte group into its even and odd bytes for vpmaddwd, so every path gives the same answer.
  */
 
-#define QC_OB 8                         /* output channels per block */
+#define QC_OB 8                         /* output channels per block (int8) */
+#define QC_OB_MAX 16                    /* ... the most of any kernel sharing this driver (conv_lowp.c) */
 #define QC_LANES 16                     /* pixels per 512-bit vector */
 #define QC_NV 3                         /* vectors per register block */
 #define QC_PIX (QC_LANES * QC_NV)       /* pixels per register block */
@@ -24,9 +25,9 @@ typedef struct {
     int64_t n, c, h, w, o, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl;
 } qconv_geom;
 
-/* Where the copied image lives and how a tap reads it: buf[phase][C/4][plane pixels][4]. */
+/* Where the copied image lives and how a tap reads it: buf[phase][channel group][plane pixels][4 bytes]. */
 typedef struct {
-    int64_t c4, taps, wp, pv, rows, plane, phases; /* wp: width of a virtual row; pv: virtual pixels (oh * wp) */
+    int64_t c4, taps, wp, pv, rows, plane, phases; /* c4: channel groups; wp: virtual row width; pv: oh * wp */
     int64_t *toff;                                 /* per tap: the pixel offset of what it reads */
     uint8_t *buf;
 } qconv_layout;
@@ -40,9 +41,10 @@ static qconv_geom qc_geom(const int64_t *g)
     return q;
 }
 
-static void qc_shape(const qconv_geom *g, qconv_layout *l)
+/* `groups` of channels (4 bytes per pixel each); the rest follows from the geometry. */
+static void qc_shape(const qconv_geom *g, int64_t groups, qconv_layout *l)
 {
-    l->c4 = qc_c4(g->c), l->taps = g->kh * g->kw, l->phases = g->sh * g->sw;
+    l->c4 = groups, l->taps = g->kh * g->kw, l->phases = g->sh * g->sw;
     l->wp = g->ow + (g->kw - 1) * g->dw / g->sw;
     l->rows = g->oh + (g->kh - 1) * g->dh / g->sh;
     l->plane = l->rows * l->wp + (l->wp - g->ow) + QC_LANES; /* a block's last vector reads past the rows */
@@ -76,8 +78,8 @@ int64_t cuvil_qconv_scratch_bytes(const int64_t *g)
 {
     qconv_geom q = qc_geom(g);
     qconv_layout l;
-    qc_shape(&q, &l);
-    return (l.taps * 8 + 63) / 64 * 64 + l.phases * l.c4 * l.plane * 4 + 64;
+    qc_shape(&q, qc_c4(q.c), &l);
+    return (l.taps * 8 + 63) / 64 * 64 + l.phases * l.c4 * l.plane * 4;
 }
 
 /* -- the image, quantised, in groups of 4 channels --------------------------------------------------------- */
@@ -85,10 +87,12 @@ typedef struct {
     const qconv_geom *g;
     const qconv_layout *l;
     const void *x; /* one image, [C, H, W] */
-    int is_u8;
+    int kind;      /* QC_FROM_U8 (copied), QC_FROM_F32 (quantised), QC_TO_BF16 (f32 rounded to bf16, 2 per group) */
     float inv;
     int32_t zero;
 } qc_fill_job;
+
+enum { QC_FROM_U8 = 0, QC_FROM_F32 = 1, QC_TO_BF16 = 2 };
 
 static inline uint8_t qc_quantize(float v, float inv, int32_t zero)
 {
@@ -99,9 +103,13 @@ static inline uint8_t qc_quantize(float v, float inv, int32_t zero)
 /* One channel's row of a plane: columns q in [q0, q1) read src[q * cs], into every 4th byte of dst. */
 static void qc_fill_row(const qc_fill_job *j, const void *src, int64_t cs, int64_t q0, int64_t q1, uint8_t *dst)
 {
-    if (j->is_u8) {
+    if (j->kind == QC_FROM_U8) {
         const uint8_t *s = (const uint8_t *)src;
         for (int64_t q = q0; q < q1; q++) dst[q * 4] = s[q * cs];
+    } else if (j->kind == QC_TO_BF16) {
+        const float *s = (const float *)src;
+        uint16_t *d = (uint16_t *)dst;
+        for (int64_t q = q0; q < q1; q++) d[q * 2] = lp_f32_to_bf16(s[q * cs]);
     } else {
         const float *s = (const float *)src;
         for (int64_t q = q0; q < q1; q++) dst[q * 4] = qc_quantize(s[q * cs], j->inv, j->zero);
@@ -125,9 +133,9 @@ static int qc_fill_planes(void *ctx, int64_t lo, int64_t hi)
     const qc_fill_job *j = (const qc_fill_job *)ctx;
     const qconv_geom *g = j->g;
     const qconv_layout *l = j->l;
-    int64_t hw = g->h * g->w, size = j->is_u8 ? 1 : 4;
+    int64_t hw = g->h * g->w, size = j->kind == QC_FROM_U8 ? 1 : 4, per = j->kind == QC_TO_BF16 ? 2 : 4;
     for (int64_t i = lo; i < hi; i++) {
-        int64_t ph = i / l->c4, c0 = (i % l->c4) * 4, a = ph / g->sw, b = ph % g->sw;
+        int64_t ph = i / l->c4, c0 = (i % l->c4) * per, a = ph / g->sw, b = ph % g->sw;
         if (!qc_phase_read(g->kh, g->dh, g->sh, a) || !qc_phase_read(g->kw, g->dw, g->sw, b)) continue;
         int64_t y0 = a - g->pt, x0 = b - g->pl;
         int64_t q0 = qc_ceil_div(-x0, g->sw), q1 = qc_ceil_div(g->w - x0, g->sw);
@@ -137,43 +145,52 @@ static int qc_fill_planes(void *ctx, int64_t lo, int64_t hi)
         for (int64_t u = 0; u < l->rows && q0 < q1; u++) {
             int64_t iy = u * g->sh + y0;
             if (iy < 0 || iy >= g->h) continue;
-            for (int64_t c = c0; c < c0 + 4 && c < g->c; c++)
+            for (int64_t c = c0; c < c0 + per && c < g->c; c++)
                 qc_fill_row(j, (const uint8_t *)j->x + (c * hw + iy * g->w + x0) * size, g->sw, q0, q1,
-                            dst + u * l->wp * 4 + (c - c0));
+                            dst + u * l->wp * 4 + (c - c0) * (4 / per));
         }
     }
     return 0;
 }
 
 /* -- register blocks: acc[j][p] = sum over taps and channel groups of A[p, 4 bytes] . W[j, 4 bytes] ---------- */
+typedef union {
+    int32_t i[QC_OB_MAX][QC_PIX];
+    float f[QC_OB_MAX][QC_PIX];
+} qc_acc;
+
+/* acc = the block of channels at w (the packed weight of one block) x virtual pixels [vp0, vp0 + 16 nv). */
+typedef void (*qc_tile_fn)(int nv, const qconv_layout *l, int64_t vp0, const void *w, qc_acc *acc);
+
 typedef struct {
     const qconv_geom *g;
     const qconv_layout *l;
-    const int8_t *w;
+    qc_tile_fn tile;
+    int ob, lowp;    /* channels per block; lowp: acc is f32 (conv_lowp.c), else int32 with the int8 epilogue */
+    int64_t wblock;  /* bytes of packed weight per block */
+    const uint8_t *w;
     const int32_t *sums;
     float sa;
     int32_t za;
     const float *w_scale, *bias, *res;
-    int act, isa;
+    int act;
     void *y; /* one image's output, [O, OH, OW] */
     float out_scale;
     int32_t out_zero;
 } qc_job;
 
-typedef void (*qc_tile_fn)(int nv, const qconv_layout *l, int64_t vp0, const int8_t *w, int32_t acc[][QC_PIX]);
-
-static void qc_tile_scalar(int nv, const qconv_layout *l, int64_t vp0, const int8_t *w, int32_t acc[][QC_PIX])
+static void qc_tile_scalar(int nv, const qconv_layout *l, int64_t vp0, const void *w, qc_acc *acc)
 {
     int64_t np = nv * QC_LANES;
     for (int jo = 0; jo < QC_OB; jo++)
-        for (int64_t p = 0; p < np; p++) acc[jo][p] = 0;
+        for (int64_t p = 0; p < np; p++) acc->i[jo][p] = 0;
     for (int64_t t = 0; t < l->taps; t++)
         for (int64_t c = 0; c < l->c4; c++) {
             const uint8_t *a = l->buf + (l->toff[t] + c * l->plane + vp0) * 4;
-            const int8_t *wc = w + (t * l->c4 + c) * QC_OB * 4;
+            const int8_t *wc = (const int8_t *)w + (t * l->c4 + c) * QC_OB * 4;
             for (int jo = 0; jo < QC_OB; jo++)
                 for (int64_t p = 0; p < np; p++)
-                    for (int i = 0; i < 4; i++) acc[jo][p] += (int32_t)a[p * 4 + i] * wc[jo * 4 + i];
+                    for (int i = 0; i < 4; i++) acc->i[jo][p] += (int32_t)a[p * 4 + i] * wc[jo * 4 + i];
         }
 }
 
@@ -182,14 +199,14 @@ static void qc_tile_scalar(int nv, const qconv_layout *l, int64_t vp0, const int
 #define QC_BW_TARGET __attribute__((target("avx512f,avx512bw")))
 
 static inline __attribute__((always_inline)) QC_VNNI_TARGET void
-qc_vnni_body(const int nv, const qconv_layout *l, int64_t vp0, const int8_t *w, int32_t acc[][QC_PIX])
+qc_vnni_body(const int nv, const qconv_layout *l, int64_t vp0, const void *w, qc_acc *acc)
 {
     __m512i c[QC_OB][QC_NV];
     for (int jo = 0; jo < QC_OB; jo++)
         for (int v = 0; v < nv; v++) c[jo][v] = _mm512_setzero_si512();
     for (int64_t t = 0; t < l->taps; t++) {
         const uint8_t *a = l->buf + (l->toff[t] + vp0) * 4;
-        const int8_t *wc = w + t * l->c4 * QC_OB * 4;
+        const int8_t *wc = (const int8_t *)w + t * l->c4 * QC_OB * 4;
         for (int64_t g = 0; g < l->c4; g++, a += l->plane * 4, wc += QC_OB * 4) {
             __m512i av[QC_NV];
             for (int v = 0; v < nv; v++) av[v] = _mm512_loadu_si512(a + v * 64);
@@ -200,11 +217,11 @@ qc_vnni_body(const int nv, const qconv_layout *l, int64_t vp0, const int8_t *w, 
         }
     }
     for (int jo = 0; jo < QC_OB; jo++)
-        for (int v = 0; v < nv; v++) _mm512_storeu_si512(acc[jo] + v * QC_LANES, c[jo][v]);
+        for (int v = 0; v < nv; v++) _mm512_storeu_si512(acc->i[jo] + v * QC_LANES, c[jo][v]);
 }
 
-QC_VNNI_TARGET static void qc_tile_vnni(int nv, const qconv_layout *l, int64_t vp0, const int8_t *w,
-                                        int32_t acc[][QC_PIX])
+QC_VNNI_TARGET static void qc_tile_vnni(int nv, const qconv_layout *l, int64_t vp0, const void *w,
+                                        qc_acc *acc)
 {
     if (nv == 3) qc_vnni_body(3, l, vp0, w, acc);
     else if (nv == 2) qc_vnni_body(2, l, vp0, w, acc);
@@ -212,7 +229,7 @@ QC_VNNI_TARGET static void qc_tile_vnni(int nv, const qconv_layout *l, int64_t v
 }
 
 static inline __attribute__((always_inline)) QC_BW_TARGET void
-qc_bw_body(const int nv, const qconv_layout *l, int64_t vp0, const int8_t *w, int32_t acc[][QC_PIX])
+qc_bw_body(const int nv, const qconv_layout *l, int64_t vp0, const void *w, qc_acc *acc)
 {
     const __m512i low = _mm512_set1_epi16(0xff);
     __m512i c[QC_OB][QC_NV];
@@ -220,7 +237,7 @@ qc_bw_body(const int nv, const qconv_layout *l, int64_t vp0, const int8_t *w, in
         for (int v = 0; v < nv; v++) c[jo][v] = _mm512_setzero_si512();
     for (int64_t t = 0; t < l->taps; t++) {
         const uint8_t *a = l->buf + (l->toff[t] + vp0) * 4;
-        const int8_t *wc = w + t * l->c4 * QC_OB * 4;
+        const int8_t *wc = (const int8_t *)w + t * l->c4 * QC_OB * 4;
         for (int64_t g = 0; g < l->c4; g++, a += l->plane * 4, wc += QC_OB * 4) {
             __m512i ae[QC_NV], ao[QC_NV];
             for (int v = 0; v < nv; v++) {
@@ -237,11 +254,11 @@ qc_bw_body(const int nv, const qconv_layout *l, int64_t vp0, const int8_t *w, in
         }
     }
     for (int jo = 0; jo < QC_OB; jo++)
-        for (int v = 0; v < nv; v++) _mm512_storeu_si512(acc[jo] + v * QC_LANES, c[jo][v]);
+        for (int v = 0; v < nv; v++) _mm512_storeu_si512(acc->i[jo] + v * QC_LANES, c[jo][v]);
 }
 
-QC_BW_TARGET static void qc_tile_bw(int nv, const qconv_layout *l, int64_t vp0, const int8_t *w,
-                                    int32_t acc[][QC_PIX])
+QC_BW_TARGET static void qc_tile_bw(int nv, const qconv_layout *l, int64_t vp0, const void *w,
+                                    qc_acc *acc)
 {
     if (nv == 3) qc_bw_body(3, l, vp0, w, acc);
     else if (nv == 2) qc_bw_body(2, l, vp0, w, acc);
@@ -250,7 +267,7 @@ QC_BW_TARGET static void qc_tile_bw(int nv, const qconv_layout *l, int64_t vp0, 
 
 /* AVX2: one vector of 8 pixels at a time against all 8 channels (8 accumulators). */
 __attribute__((target("avx2"))) static void qc_tile_avx2(int nv, const qconv_layout *l, int64_t vp0,
-                                                         const int8_t *w, int32_t acc[][QC_PIX])
+                                                         const void *w, qc_acc *acc)
 {
     const __m256i low = _mm256_set1_epi16(0xff);
     for (int64_t u = 0; u < 2 * nv; u++) {
@@ -258,7 +275,7 @@ __attribute__((target("avx2"))) static void qc_tile_avx2(int nv, const qconv_lay
         for (int jo = 0; jo < QC_OB; jo++) c[jo] = _mm256_setzero_si256();
         for (int64_t t = 0; t < l->taps; t++) {
             const uint8_t *a = l->buf + (l->toff[t] + vp0 + u * 8) * 4;
-            const int8_t *wc = w + t * l->c4 * QC_OB * 4;
+            const int8_t *wc = (const int8_t *)w + t * l->c4 * QC_OB * 4;
             for (int64_t g = 0; g < l->c4; g++, a += l->plane * 4, wc += QC_OB * 4) {
                 __m256i av = _mm256_loadu_si256((const __m256i *)a);
                 __m256i ae = _mm256_and_si256(av, low), ao = _mm256_srli_epi16(av, 8);
@@ -270,7 +287,7 @@ __attribute__((target("avx2"))) static void qc_tile_avx2(int nv, const qconv_lay
                 }
             }
         }
-        for (int jo = 0; jo < QC_OB; jo++) _mm256_storeu_si256((__m256i *)(acc[jo] + u * 8), c[jo]);
+        for (int jo = 0; jo < QC_OB; jo++) _mm256_storeu_si256((__m256i *)(acc->i[jo] + u * 8), c[jo]);
     }
 }
 #endif
@@ -310,13 +327,19 @@ static inline float qc_relu(int act, float v)
     return act == CUVIL_ACT_RELU6 ? (lo > 6.0f ? 6.0f : lo) : lo;
 }
 
-static void qc_channel(const qc_job *j, int64_t o, const int32_t *acc, const qc_run *runs, int nruns)
+static void qc_channel(const qc_job *j, int64_t o, const qc_acc *acc, int jo, const qc_run *runs, int nruns)
 {
     int64_t plane = j->g->oh * j->g->ow;
-    float scale = j->sa * j->w_scale[o], b = j->bias ? j->bias[o] : 0.0f, y[QC_PIX];
-    int32_t zs = j->za * j->sums[o];
+    float b = j->bias ? j->bias[o] : 0.0f, y[QC_PIX];
+    if (j->lowp) {
 #pragma omp simd
-    for (int i = 0; i < QC_PIX; i++) y[i] = (float)(acc[i] - zs) * scale + b;
+        for (int i = 0; i < QC_PIX; i++) y[i] = acc->f[jo][i] + b;
+    } else {
+        float scale = j->sa * j->w_scale[o];
+        int32_t zs = j->za * j->sums[o];
+#pragma omp simd
+        for (int i = 0; i < QC_PIX; i++) y[i] = (float)(acc->i[jo][i] - zs) * scale + b;
+    }
     for (int r = 0; j->res && r < nruns; r++)
         for (int64_t i = 0; i < runs[r].n; i++) y[runs[r].i + i] += j->res[o * plane + runs[r].p + i];
     if (j->act == CUVIL_ACT_RELU || j->act == CUVIL_ACT_RELU6) {
@@ -342,12 +365,11 @@ static void qc_channel(const qc_job *j, int64_t o, const int32_t *acc, const qc_
     }
 }
 
-static void qc_epilogue(const qc_job *j, int64_t b, int64_t vp0, int64_t nvp, int32_t acc[][QC_PIX])
+static void qc_epilogue(const qc_job *j, int64_t b, int64_t vp0, int64_t nvp, const qc_acc *acc)
 {
     qc_run runs[QC_PIX];
     int nruns = qc_runs(j, vp0, nvp, runs);
-    for (int64_t jo = 0; jo < QC_OB && b * QC_OB + jo < j->g->o; jo++) qc_channel(j, b * QC_OB + jo, acc[jo], runs,
-                                                                                 nruns);
+    for (int jo = 0; jo < j->ob && b * j->ob + jo < j->g->o; jo++) qc_channel(j, b * j->ob + jo, acc, jo, runs, nruns);
 }
 
 /* Items [lo, hi): pixel block i / blocks of output channels, channel block i % blocks. */
@@ -355,23 +377,22 @@ static int qc_blocks_run(void *ctx, int64_t lo, int64_t hi)
 {
     const qc_job *j = (const qc_job *)ctx;
     const qconv_layout *l = j->l;
-    int64_t nob = qc_blocks(j->g->o), per_block = l->taps * l->c4 * QC_OB * 4;
-    qc_tile_fn tile = qc_tile_for(j->isa);
-    int32_t acc[QC_OB][QC_PIX];
-    memset(acc, 0, sizeof(acc)); /* lanes past a short block's vectors are read by the epilogue, then dropped */
+    int64_t nob = (j->g->o + j->ob - 1) / j->ob;
+    qc_acc acc;
+    memset(&acc, 0, sizeof(acc)); /* lanes past a short block's vectors are read by the epilogue, then dropped */
     for (int64_t i = lo; i < hi; i++) {
         int64_t b = i % nob, vp0 = (i / nob) * QC_PIX;
         int64_t nvp = l->pv - vp0 < QC_PIX ? l->pv - vp0 : QC_PIX;
-        tile((int)((nvp + QC_LANES - 1) / QC_LANES), l, vp0, j->w + b * per_block, acc);
-        qc_epilogue(j, b, vp0, nvp, acc);
+        j->tile((int)((nvp + QC_LANES - 1) / QC_LANES), l, vp0, j->w + b * j->wblock, &acc);
+        qc_epilogue(j, b, vp0, nvp, &acc);
     }
     return 0;
 }
 
-/* -- the op ---------------------------------------------------------------------------------------------------- */
-static void qc_layout_in(const qconv_geom *g, void *scratch, qconv_layout *l)
+/* -- the driver, shared with conv_lowp.c ------------------------------------------------------------------------ */
+static void qc_layout_in(const qconv_geom *g, int64_t groups, void *scratch, qconv_layout *l)
 {
-    qc_shape(g, l);
+    qc_shape(g, groups, l);
     l->toff = (int64_t *)scratch;
     l->buf = (uint8_t *)scratch + (l->taps * 8 + 63) / 64 * 64;
     for (int64_t t = 0; t < l->taps; t++) {
@@ -380,16 +401,25 @@ static void qc_layout_in(const qconv_geom *g, void *scratch, qconv_layout *l)
     }
 }
 
+/* One image: its copy into the layout (fill), then every block (job) by `run` (qc_blocks_run, or a wrapper). */
+static void qc_image(qc_fill_job *fill, qc_job *job, cuvil_range_fn run)
+{
+    const qconv_layout *l = job->l;
+    int64_t planes = l->phases * l->c4, nob = (job->g->o + job->ob - 1) / job->ob;
+    int64_t items = nob * ((l->pv + QC_PIX - 1) / QC_PIX), macs = l->pv * job->g->o * l->taps * l->c4 * 4;
+    cuvil_parallel_team(planes, (int)min64(threads_for(planes * l->plane * 16), planes), qc_fill_planes, fill);
+    cuvil_parallel_team(items, (int)min64(threads_for(macs), items), run, job);
+}
+
 void cuvil_qconv(const void *x, int x_is_u8, float x_scale, int32_t x_zero, const void *packed,
                  const float *w_scale, const float *bias, const float *res, int act, void *y, float out_scale,
                  int32_t out_zero, const int64_t *geom, void *scratch)
 {
     qconv_geom g = qc_geom(geom);
     qconv_layout l;
-    qc_layout_in(&g, scratch, &l);
-    int64_t image = g.c * g.h * g.w, out_plane = g.o * g.oh * g.ow, taps_c = l.taps * l.c4 * 4;
-    int64_t nob = qc_blocks(g.o), items = nob * ((l.pv + QC_PIX - 1) / QC_PIX), planes = l.phases * l.c4;
-    const int8_t *w = (const int8_t *)packed;
+    qc_layout_in(&g, qc_c4(g.c), scratch, &l);
+    int64_t image = g.c * g.h * g.w, out_plane = g.o * g.oh * g.ow, wblock = l.taps * l.c4 * QC_OB * 4;
+    const uint8_t *w = (const uint8_t *)packed;
     size_t out_bytes = out_scale > 0.0f ? 1 : 4;
     for (int64_t n = 0; n < g.n; n++) {
         float s = x_scale;
@@ -397,11 +427,11 @@ void cuvil_qconv(const void *x, int x_is_u8, float x_scale, int32_t x_zero, cons
         const void *xn = x_is_u8 ? (const void *)((const uint8_t *)x + n * image)
                                  : (const void *)((const float *)x + n * image);
         if (!x_is_u8 && !(s > 0.0f)) s = tensor_range_u8(image, (const float *)xn, &z);
-        qc_fill_job fill = {&g, &l, xn, x_is_u8, 1.0f / s, z};
-        cuvil_parallel_team(planes, (int)min64(threads_for(planes * l.plane * 16), planes), qc_fill_planes, &fill);
-        qc_job job = {&g, &l, w, (const int32_t *)(w + nob * taps_c * QC_OB), s, z, w_scale, bias,
-                      res ? res + n * out_plane : NULL, act, cuvil_int8_isa(),
-                      (uint8_t *)y + n * out_plane * out_bytes, out_scale, out_zero};
-        cuvil_parallel_team(items, (int)min64(threads_for(l.pv * g.o * taps_c), items), qc_blocks_run, &job);
+        qc_fill_job fill = {&g, &l, xn, x_is_u8 ? QC_FROM_U8 : QC_FROM_F32, 1.0f / s, z};
+        qc_job job = {&g, &l, qc_tile_for(cuvil_int8_isa()), QC_OB, 0, wblock, w,
+                      (const int32_t *)(w + qc_blocks(g.o) * wblock), s, z, w_scale, bias,
+                      res ? res + n * out_plane : NULL, act, (uint8_t *)y + n * out_plane * out_bytes, out_scale,
+                      out_zero};
+        qc_image(&fill, &job, qc_blocks_run);
     }
 }

@@ -125,6 +125,15 @@ int cuvil_lowp_set_path(int path);
 void cuvil_lowp_gemm_packed(int64_t M, int64_t N, int64_t K, const float *A, int64_t rsa, int64_t csa,
                             const uint16_t *packed_b, int is_f16, float *C, int64_t ldc, const float *bias, int act);
 
+/* bf16 2-D convolution, NCHW, groups 1 (conv_lowp.c): W[O, C, KH, KW] bf16 bits packed by cuvil_conv_bf16_pack into
+ * cuvil_conv_bf16_packed_bytes(O, C, KH, KW) bytes; x f32 (rounded to bf16), fp32 accumulation; y = act(conv + bias
+ * + res) f32 (bias, res NULL or as in cuvil_qconv); the same geom as cuvil_qconv; the path is cuvil_lowp_path's. */
+int64_t cuvil_conv_bf16_packed_bytes(int64_t O, int64_t C, int64_t KH, int64_t KW);
+void cuvil_conv_bf16_pack(int64_t O, int64_t C, int64_t KH, int64_t KW, const uint16_t *W, void *packed);
+int64_t cuvil_conv_bf16_scratch_bytes(const int64_t *geom);
+void cuvil_conv_bf16(const float *x, const void *packed, const float *bias, const float *res, int act, float *y,
+                     const int64_t *geom, void *scratch);
+
 /* y[i] = act(x[i]) with the epilogue's vector math (x == y allowed). */
 void cuvil_activation(int act, int64_t n, const float *x, float *y);
 
