@@ -15,6 +15,6 @@ def test_the_int8_convolution_is_memory_safe_under_asan(tmp_path):
            "CUVIL_EXTRA_CFLAGS": "-fsanitize=address -fno-omit-frame-pointer", "CUVIL_CACHE_DIR": str(tmp_path),
            "CUVIL_OPT_LEVEL": "1", "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, "-m", "tests.quantize.qconv_asan_program"], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=600)
+                         capture_output=True, text=True, timeout=1200)  # an ASan build of the library
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-6000:]
     assert "qconv asan ok" in out.stdout
