@@ -157,10 +157,15 @@ void cuvil_conv_bf16(const float *x, const void *packed, const float *bias, cons
     qc_layout_in(&g, cl_groups(g.c), scratch, &l);
     int64_t image = g.c * g.h * g.w, out_plane = g.o * g.oh * g.ow;
     int path = cuvil_lowp_path();
+#if LP_HAVE_X86_BF16
+    cuvil_range_fn run = path == LP_AMX ? cl_amx_blocks : qc_blocks_run; /* AMX: a tile config per thread */
+#else
+    cuvil_range_fn run = qc_blocks_run;
+#endif
     for (int64_t n = 0; n < g.n; n++) {
         qc_fill_job fill = {&g, &l, x + n * image, QC_TO_BF16, 1.0f, 0};
         qc_job job = {&g, &l, cl_tile_for(path), CL_OB, 1, l.taps * l.c4 * CL_OB * 4, (const uint8_t *)packed,
                       NULL, 1.0f, 0, NULL, bias, res ? res + n * out_plane : NULL, act, y + n * out_plane, 0.0f, 0};
-        qc_image(&fill, &job, path == LP_AMX ? cl_amx_blocks : qc_blocks_run);
+        qc_image(&fill, &job, run);
     }
 }
