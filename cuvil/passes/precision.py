@@ -87,3 +87,56 @@ class LowerFloatPrecision(Pass):
         if changed:
             DCE().run_on_operation(module)  # the f32 weights nobody reads any more
         return changed
+
+
+# -- convolutions (conv_bf16, kernels/conv_lowp.c) ---------------------------------------------------------
+MIN_BF16_CONV_CHANNELS = 16  # narrower inputs (an RGB stem) stay fp32: the kernel pads channels to 32
+
+
+def _bf16_conv(v: Value, module: Module) -> bool:
+    """A 2-D, one-group f32 conv with a constant weight (and bias) and at least MIN_BF16_CONV_CHANNELS inputs."""
+    op = v.owner
+    x, w = op.operands[:2]
+    constant = all(isinstance(u.owner, Op) and u.owner.name == "constant" for u in op.operands[1:])
+    return (constant and op.attrs["groups"] == 1 and x.type.rank == 4 and v.type.dtype is DType.f32
+            and isinstance(w.type.shape[1], int) and w.type.shape[1] >= MIN_BF16_CONV_CHANNELS)
+
+
+def _only_use(v: Value, module: Module) -> bool:
+    uses = sum(u is v for fn in module.functions.values() for op in fn.walk() for u in op.operands)
+    return uses == 1 and v.owner.attrs["act"] == "none"
+
+
+def _to_conv_bf16(b, m):
+    conv = m.conv.owner
+    name = conv.operands[1].owner.attrs["name"]
+    w = b.constant(b.module.constants[name].astype(DType.bf16.numpy), f"{name}_bf16")
+    attrs = {k: conv.attrs[k] for k in ("strides", "dilations", "pads")}
+    return b.conv_bf16(conv.operands[0], w, *conv.operands[2:], **attrs)
+
+
+def _with_relu(b, m):
+    conv = m.conv.owner
+    return b.conv_bf16(*conv.operands, **{**conv.attrs, "act": "relu"})
+
+
+CONV_RULES = [Rule(Pat("conv", bind="conv", where=_bf16_conv), _to_conv_bf16, "conv-bf16"),
+              Rule(Pat("relu", Pat("conv_bf16", bind="conv", where=_only_use)), _with_relu, "conv-bf16-relu")]
+
+
+class LowerConvPrecision(Pass):
+    """2-D convolutions on bf16 weights (conv_bf16), before the blocked layout takes the fp32 ones; their relu
+    becomes the kernel's epilogue. The compiler adds it where the CPU has a bf16 dot product (AMX or AVX512_BF16):
+    elsewhere the fp32 kernels are faster and convolutions stay fp32."""
+
+    name = "lower-conv-precision"
+    scope = "module"
+    anchor = ("after", "fold-batch-norm")  # the batch norms already folded into the weights and biases
+
+    def run_on_operation(self, module: Module) -> bool:
+        changed = False
+        for fn in module.functions.values():
+            changed |= apply_rules(fn, CONV_RULES)
+        if changed:
+            DCE().run_on_operation(module)  # the f32 weights nobody reads any more
+        return changed

@@ -58,13 +58,22 @@ def lower_precision(module, precision: str = "fp32", calibrate_dataset=None, cal
             raise UnsupportedError("calibrate_dataset is for precision='int8' or 'int4'; this compile is fp32")
         return module, []
     if precision in FLOAT_PRECISIONS:
-        from ..passes.precision import LowerFloatPrecision
+        from ..passes.precision import LowerConvPrecision, LowerFloatPrecision
 
         module.metadata["precision"] = precision
-        return module, [LowerFloatPrecision(FLOAT_PRECISIONS[precision])]
+        convs = [LowerConvPrecision()] if precision == "bf16" and _bf16_dot_product() else []
+        return module, [LowerFloatPrecision(FLOAT_PRECISIONS[precision]), *convs]
     quantized = _integer_quantizer()(module, precision, calibrate_dataset=calibrate_dataset, method=calibration)
     quantized.metadata["precision"] = precision
     return quantized, []
+
+
+def _bf16_dot_product() -> bool:
+    """Whether this CPU runs the bf16 kernels on AMX or AVX512_BF16 (less CUVIL_DISABLE_CPU_FEATURES), where bf16
+    convolutions beat fp32 ones."""
+    from ..backends.cpu import kernels
+
+    return kernels.lowp_path() != "generic"
 
 
 def check_precision(precision, calibration: str = "minmax") -> None:

@@ -28,7 +28,7 @@ ABI_VERSION = 1
 # One unit: every kernel runs on cuvil_pool.c's threads; the convs, the int8/int4 and the 16-bit GEMMs use gemm.c's
 # allocator.
 SOURCES = ("cuvil_pool.c", "gemm.c", "dwconv.c", "conv_nchwc.c", "winograd.c", "gemm_int8.c", "gemm_int4.c",
-           "gemm_lowp.c")
+           "gemm_lowp.c", "conv_int8.c", "conv_lowp.c")
 HEADERS = ("cuvil_kernels.h", "cuvil_simd.h", "cuvil_math.inc", "cuvil_scalar.inc", "cuvil_omp.h")
 
 _i64, _f32, _int, _ptr = ctypes.c_int64, ctypes.c_float, ctypes.c_int, ctypes.c_void_p
@@ -65,9 +65,15 @@ SIGNATURES = {
     "cuvil_quantize_rows_u8": ([_i64, _i64, _ptr, _i64, _ptr, _i64, _ptr, _ptr, _f32, ctypes.c_int32], None),
     "cuvil_qlinear_scratch_bytes": ([_i64, _i64], _i64),
     "cuvil_qlinear": ([_ptr, _ptr, _int, _f32, ctypes.c_int32, _ptr], None),
-    "cuvil_qconv2d_scratch_bytes": ([_ptr], _i64),
-    "cuvil_qconv2d": ([_ptr, _int, _f32, ctypes.c_int32, _ptr, _ptr, _ptr, _int, _ptr, _f32, ctypes.c_int32, _ptr,
-                       _ptr], None),
+    "cuvil_qconv_packed_bytes": ([_i64, _i64, _i64, _i64], _i64),
+    "cuvil_qconv_pack": ([_i64, _i64, _i64, _i64, _ptr, _ptr], None),
+    "cuvil_qconv_scratch_bytes": ([_ptr], _i64),
+    "cuvil_qconv": ([_ptr, _int, _f32, ctypes.c_int32, _ptr, _ptr, _ptr, _ptr, _int, _ptr, _f32, ctypes.c_int32,
+                     _ptr, _ptr], None),
+    "cuvil_conv_bf16_packed_bytes": ([_i64, _i64, _i64, _i64], _i64),
+    "cuvil_conv_bf16_pack": ([_i64, _i64, _i64, _i64, _ptr, _ptr], None),
+    "cuvil_conv_bf16_scratch_bytes": ([_ptr], _i64),
+    "cuvil_conv_bf16": ([_ptr, _ptr, _ptr, _ptr, _int, _ptr, _ptr, _ptr], None),
     "cuvil_gemm_int4_scratch_bytes": ([_i64, _i64, _i64], _i64),
     "cuvil_gemm_int4": ([_i64, _i64, _i64, _i64, _ptr, _ptr, _ptr, _ptr, _ptr, _int, _ptr, _ptr], None),
     # bf16 / fp16 (gemm_lowp.c; Python side in kernels_lowp.py)

@@ -1,4 +1,4 @@
-"""NumPy bindings of the int8 and int4 kernels (gemm_int8.c, gemm_int4.c), for tests and the benchmarks.
+"""NumPy bindings of the int8 and int4 kernels (gemm_int8.c, conv_int8.c, gemm_int4.c), for tests and the benchmarks.
 
     >>> import numpy as np
     >>> from cuvil.backends.cpu import kernels_int8
@@ -88,22 +88,36 @@ def conv_geometry(x_shape, w_shape, out_shape, strides, dilations, pads) -> np.n
     return np.array([*x_shape, w_shape[0], *out_shape[2:], *w_shape[2:], *strides, *dilations, *pads[:2]], np.int64)
 
 
+def qconv_pack(w: np.ndarray, opt_level: int = 3) -> np.ndarray:
+    """W [O, C, KH, KW] int8 packed for cuvil_qconv (conv_int8.c)."""
+    w = np.ascontiguousarray(w, np.int8)
+    lib = kernels.load(opt_level)
+    out = kernels.aligned_empty(lib.cuvil_qconv_packed_bytes(*w.shape), np.uint8)
+    lib.cuvil_qconv_pack(*w.shape, w.ctypes.data, out.ctypes.data)
+    return out
+
+
 def qconv2d(x, w, w_scale, bias=None, *, strides=(1, 1), dilations=(1, 1), pads=(0, 0, 0, 0), x_scale=0.0,
-            x_zero=0, act="none", out_scale=0.0, out_zero=0, opt_level=3) -> np.ndarray:
-    """The `qconv_i8` op on NCHW x (f32 or u8)."""
+            x_zero=0, act="none", out_scale=0.0, out_zero=0, residual=None, opt_level=3) -> np.ndarray:
+    """The `qconv_i8` op on NCHW x (f32 or u8); `residual` (f32, the output's shape) is added before `act`."""
     x = np.ascontiguousarray(x)
     (n, _, h, wd), (o, _, kh, kw) = x.shape, w.shape
     oh = (h + pads[0] + pads[2] - dilations[0] * (kh - 1) - 1) // strides[0] + 1
     ow = (wd + pads[1] + pads[3] - dilations[1] * (kw - 1) - 1) // strides[1] + 1
     out = np.empty((n, o, oh, ow), np.uint8 if out_scale > 0 else np.float32)
+    if residual is not None:
+        residual = np.ascontiguousarray(residual, np.float32)
+        if residual.shape != out.shape:
+            raise ShapeError(f"qconv2d: residual must have shape {out.shape}, got {residual.shape}")
     geom = conv_geometry(x.shape, w.shape, out.shape, strides, dilations, pads)
     lib = kernels.load(opt_level)
-    packed = pack(w.reshape(o, -1), opt_level)
+    packed = qconv_pack(w, opt_level)
     scale, bias = _vector(w_scale, o, "w_scale"), _vector(bias, o, "bias")
-    scratch = kernels.aligned_empty(lib.cuvil_qconv2d_scratch_bytes(geom.ctypes.data), np.uint8)
-    lib.cuvil_qconv2d(x.ctypes.data, int(x.dtype == np.uint8), x_scale, x_zero, packed.ctypes.data,
-                      scale.ctypes.data, None if bias is None else bias.ctypes.data, kernels.ACTIVATIONS[act],
-                      out.ctypes.data, out_scale, out_zero, geom.ctypes.data, scratch.ctypes.data)
+    scratch = kernels.aligned_empty(lib.cuvil_qconv_scratch_bytes(geom.ctypes.data), np.uint8)
+    lib.cuvil_qconv(x.ctypes.data, int(x.dtype == np.uint8), x_scale, x_zero, packed.ctypes.data, scale.ctypes.data,
+                    None if bias is None else bias.ctypes.data, None if residual is None else residual.ctypes.data,
+                    kernels.ACTIVATIONS[act], out.ctypes.data, out_scale, out_zero, geom.ctypes.data,
+                    scratch.ctypes.data)
     return out
 
 

@@ -1,4 +1,5 @@
-"""Library emitters for the quantized ops (cuvil/ops/quantized.py) on gemm_int8.c and gemm_int4.c.
+"""Library emitters for the quantized ops (cuvil/ops/quantized.py) on gemm_int8.c, conv_int8.c and gemm_int4.c, and
+for the bf16 convolution (cuvil/ops/lowp.py) on conv_lowp.c.
 
 An int8 weight is packed once, when the library loads (cuvil_prepare), from the IR's plain [N, K] constant (a
 weight computed at run time is packed into the op's scratch on every call); the epilogue's scales, zero points and
@@ -22,16 +23,16 @@ def _prod(dims):
     return n
 
 
-def _packed_int8(gen, w, n: int, k: int, depth: int, scratch_bytes: str) -> tuple:
+def _packed_weight(gen, w, size: str, pack: str, depth: int, scratch_bytes: str) -> tuple:
     """(packed weight, the op's other scratch): the weight prepared at load time when it is a constant, else packed
-    into the front of the op's scratch by this call."""
-    size = f"cuvil_qgemm_packed_bytes({n}, {k})"
-    packed = gen.prepared(w, f"({size} + 3) / 4", f"cuvil_qgemm_pack({n}, {k}, (const int8_t *)src, (void *)dst)")
+    into the front of the op's scratch by this call. `pack` is the packing call with `src` and `dst` to fill in."""
+    src = f"(const {'uint16_t' if w.type.dtype is DType.bf16 else 'int8_t'} *)src"
+    packed = gen.prepared(w, f"({size} + 3) / 4", pack.format(src=src, dst="(void *)dst"))
     if packed is not None:
         return packed, gen.scratch(scratch_bytes, "uint8_t")
     front = f"({size} + 63) / 64 * 64"
     base = gen.scratch(f"{front} + {scratch_bytes}", "uint8_t")
-    gen.line(depth, f"cuvil_qgemm_pack({n}, {k}, {gen.args_of([w])[0]}, {base});")
+    gen.line(depth, pack.format(src=gen.args_of([w])[0], dst=base) + ";")
     return base, f"({base} + {front})"
 
 
@@ -47,7 +48,9 @@ def _qlinear(gen, op, depth: int) -> None:
     x, w = op.operands[:2]
     n, k = w.type.shape
     m = c_dim(_prod(x.type.shape[:-1]))
-    packed, scratch = _packed_int8(gen, w, n, k, depth, f"cuvil_qlinear_scratch_bytes({m}, {k})")
+    packed, scratch = _packed_weight(gen, w, f"cuvil_qgemm_packed_bytes({n}, {k})",
+                                   f"cuvil_qgemm_pack({n}, {k}, {{src}}, {{dst}})", depth,
+                                   f"cuvil_qlinear_scratch_bytes({m}, {k})")
     fields = _epilogue_fields(gen, op, packed)
     a = op.attrs
     gen.line(depth, "{")
@@ -63,16 +66,37 @@ def _qconv(gen, op, depth: int) -> None:
     a = op.attrs
     (nb, c, h, wd), (o, _, kh, kw) = x.type.shape, w.type.shape
     oh, ow = out.type.shape[2:]
-    geom = [nb, c, h, wd, o, oh, ow, kh, kw, *a["strides"], *a["dilations"], *a["pads"][:2]]
-    image, rows = c_dim(c * h * wd), c_dim(oh * ow * ((c * kh * kw + 3) // 4 * 4))
-    packed, scratch = _packed_int8(gen, w, o, c * kh * kw, depth, f"({image} + 63) / 64 * 64 + {rows} + 64")
+    geom = ", ".join(c_dim(d) for d in [nb, c, h, wd, o, oh, ow, kh, kw, *a["strides"], *a["dilations"],
+                                        *a["pads"][:2]])
+    packed, scratch = _packed_weight(gen, w, f"cuvil_qconv_packed_bytes({o}, {c}, {kh}, {kw})",
+                                   f"cuvil_qconv_pack({o}, {c}, {kh}, {kw}, {{src}}, {{dst}})", depth,
+                                   f"cuvil_qconv_scratch_bytes((const int64_t[15]){{{geom}}})")
     px, ps, pc = gen.args_of([x, op.operands[2], out])
     pb = gen.args_of([op.operands[3]])[0] if len(op.operands) > 3 else "NULL"
     gen.line(depth, "{")
-    gen.line(depth + 1, f"const int64_t g[15] = {{{', '.join(c_dim(d) for d in geom)}}};")
-    gen.line(depth + 1, f"cuvil_qconv2d({px}, {int(x.type.dtype is DType.u8)}, {_float(a['x_scale'])}, "
-                        f"{a['x_zero']}, {packed}, {ps}, {pb}, {ACTIVATIONS[a['act']]}, {pc}, "
+    gen.line(depth + 1, f"const int64_t g[15] = {{{geom}}};")
+    gen.line(depth + 1, f"cuvil_qconv({px}, {int(x.type.dtype is DType.u8)}, {_float(a['x_scale'])}, "
+                        f"{a['x_zero']}, {packed}, {ps}, {pb}, NULL, {ACTIVATIONS[a['act']]}, {pc}, "
                         f"{_float(a['out_scale'])}, {a['out_zero']}, g, {scratch});")
+    gen.line(depth, "}")
+
+
+def _conv_bf16(gen, op, depth: int) -> None:
+    x, w = op.operands[:2]
+    out = op.results[0]
+    a = op.attrs
+    (nb, c, h, wd), (o, _, kh, kw) = x.type.shape, w.type.shape
+    oh, ow = out.type.shape[2:]
+    geom = ", ".join(c_dim(d) for d in [nb, c, h, wd, o, oh, ow, kh, kw, *a["strides"], *a["dilations"],
+                                        *a["pads"][:2]])
+    packed, scratch = _packed_weight(gen, w, f"cuvil_conv_bf16_packed_bytes({o}, {c}, {kh}, {kw})",
+                                     f"cuvil_conv_bf16_pack({o}, {c}, {kh}, {kw}, {{src}}, {{dst}})", depth,
+                                     f"cuvil_conv_bf16_scratch_bytes((const int64_t[15]){{{geom}}})")
+    px, pc = gen.args_of([x, out])
+    pb = gen.args_of([op.operands[2]])[0] if len(op.operands) > 2 else "NULL"
+    gen.line(depth, "{")
+    gen.line(depth + 1, f"const int64_t g[15] = {{{geom}}};")
+    gen.line(depth + 1, f"cuvil_conv_bf16({px}, {packed}, {pb}, NULL, {ACTIVATIONS[a['act']]}, {pc}, g, {scratch});")
     gen.line(depth, "}")
 
 
@@ -87,4 +111,4 @@ def _linear_i4(gen, op, depth: int) -> None:
                     f"{ACTIVATIONS[op.attrs['act']]}, {py}, {scratch});")
 
 
-EMITTERS = {"qlinear_i8": _qlinear, "qconv_i8": _qconv, "linear_i4": _linear_i4}
+EMITTERS = {"qlinear_i8": _qlinear, "qconv_i8": _qconv, "linear_i4": _linear_i4, "conv_bf16": _conv_bf16}

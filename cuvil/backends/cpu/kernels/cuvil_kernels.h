@@ -125,6 +125,15 @@ int cuvil_lowp_set_path(int path);
 void cuvil_lowp_gemm_packed(int64_t M, int64_t N, int64_t K, const float *A, int64_t rsa, int64_t csa,
                             const uint16_t *packed_b, int is_f16, float *C, int64_t ldc, const float *bias, int act);
 
+/* bf16 2-D convolution, NCHW, groups 1 (conv_lowp.c): W[O, C, KH, KW] bf16 bits packed by cuvil_conv_bf16_pack into
+ * cuvil_conv_bf16_packed_bytes(O, C, KH, KW) bytes; x f32 (rounded to bf16), fp32 accumulation; y = act(conv + bias
+ * + res) f32 (bias, res NULL or as in cuvil_qconv); the same geom as cuvil_qconv; the path is cuvil_lowp_path's. */
+int64_t cuvil_conv_bf16_packed_bytes(int64_t O, int64_t C, int64_t KH, int64_t KW);
+void cuvil_conv_bf16_pack(int64_t O, int64_t C, int64_t KH, int64_t KW, const uint16_t *W, void *packed);
+int64_t cuvil_conv_bf16_scratch_bytes(const int64_t *geom);
+void cuvil_conv_bf16(const float *x, const void *packed, const float *bias, const float *res, int act, float *y,
+                     const int64_t *geom, void *scratch);
+
 /* y[i] = act(x[i]) with the epilogue's vector math (x == y allowed). */
 void cuvil_activation(int act, int64_t n, const float *x, float *y);
 
@@ -161,13 +170,16 @@ void cuvil_quantize_rows_u8(int64_t M, int64_t K, const float *x, int64_t ldx, u
  * row when x_scale is 0) or uint8 [M, K] (x_is_u8, with x_scale, x_zero); scratch of cuvil_qlinear_scratch_bytes. */
 int64_t cuvil_qlinear_scratch_bytes(int64_t M, int64_t K);
 void cuvil_qlinear(cuvil_qgemm_args *q, const void *x, int x_is_u8, float x_scale, int32_t x_zero, void *scratch);
-/* NCHW 2-D convolution, groups 1, with W[O, C, KH, KW] packed as cuvil_qgemm_pack(O, C*KH*KW); x f32 or uint8 as in
- * cuvil_qlinear (x_scale 0: each image's range); y[n, O, OH, OW] f32 or uint8 (out_scale > 0).
+/* NCHW 2-D convolution, groups 1 (conv_int8.c): W[O, C, KH, KW] packed by cuvil_qconv_pack into
+ * cuvil_qconv_packed_bytes(O, C, KH, KW) bytes; x f32 or uint8 as in cuvil_qlinear (x_scale 0: each image's range);
+ * res NULL or f32 [n, O, OH, OW], added before the activation; y[n, O, OH, OW] f32 or uint8 (out_scale > 0).
  * geom: n, c, h, w, o, oh, ow, kh, kw, stride h, w, dilation h, w, pad top, left. */
-int64_t cuvil_qconv2d_scratch_bytes(const int64_t *geom);
-void cuvil_qconv2d(const void *x, int x_is_u8, float x_scale, int32_t x_zero, const void *packed,
-                   const float *w_scale, const float *bias, int act, void *y, float out_scale, int32_t out_zero,
-                   const int64_t *geom, void *scratch);
+int64_t cuvil_qconv_packed_bytes(int64_t O, int64_t C, int64_t KH, int64_t KW);
+void cuvil_qconv_pack(int64_t O, int64_t C, int64_t KH, int64_t KW, const int8_t *W, void *packed);
+int64_t cuvil_qconv_scratch_bytes(const int64_t *geom);
+void cuvil_qconv(const void *x, int x_is_u8, float x_scale, int32_t x_zero, const void *packed,
+                 const float *w_scale, const float *bias, const float *res, int act, void *y, float out_scale,
+                 int32_t out_zero, const int64_t *geom, void *scratch);
 
 /* int4 weight-only (gemm_int4.c): y[M, N] = act(x[M, K] @ W^T + bias), W[n, k] = (q - zero[n, k / G]) *
  * scale[n, k / G] with q 4-bit, K / 2 bytes per row (layout in gemm_int4.c), G a multiple of 32 dividing K. */

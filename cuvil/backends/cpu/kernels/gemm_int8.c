@@ -1,5 +1,6 @@
-/* Cuvil's int8 GEMM and convolution: uint8 activations x int8 weights with int32 accumulation, and an epilogue
- * that dequantises (or requantises to uint8), adds the bias and applies the activation in one pass over C.
+/* Cuvil's int8 GEMM (the convolution is conv_int8.c): uint8 activations x int8 weights with int32 accumulation,
+ * and an epilogue that dequantises (or requantises to uint8), adds the bias and applies the activation in one pass
+ * over C.
  *
  * The paths, chosen when called by the CPU's features (cuvil_int8_isa), all exact, so they agree bit for bit:
  *   3  AVX-512 VNNI: vpdpbusd, 8 rows x 32 columns per register block;
@@ -408,7 +409,7 @@ void cuvil_qlinear(cuvil_qgemm_args *q, const void *x, int x_is_u8, float x_scal
     cuvil_qgemm(q);
 }
 
-/* -- convolution: the image quantised to uint8, im2col rows (padding = the zero point), one GEMM ----------- */
+/* -- a tensor's range, widened to hold 0, onto 0..255 (the dynamic conv, conv_int8.c) ------------------ */
 static float tensor_range_u8(int64_t n, const float *x, int32_t *zero)
 {
     float lo = 0.0f, hi = 0.0f;
@@ -420,54 +421,4 @@ static float tensor_range_u8(int64_t n, const float *x, int32_t *zero)
     int32_t z = (int32_t)rintf(-lo / s);
     *zero = z < 0 ? 0 : z > 255 ? 255 : z;
     return s;
-}
-
-int64_t cuvil_qconv2d_scratch_bytes(const int64_t *g)
-{
-    return g[1] * g[2] * g[3] + 64 + g[5] * g[6] * k4_of(g[1] * g[7] * g[8]) * 4 + 64;
-}
-
-static void im2col_u8(const uint8_t *img, const int64_t *g, uint8_t zero, uint8_t *rows, int64_t ld)
-{
-    int64_t C = g[1], H = g[2], W = g[3], OH = g[5], OW = g[6], KH = g[7], KW = g[8];
-    int nt = threads_for(OH * OW * C * KH * KW * 4);
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-    for (int64_t p = 0; p < OH * OW; p++) {
-        int64_t oy = p / OW, ox = p % OW;
-        uint8_t *row = rows + p * ld;
-        int64_t k = 0;
-        for (int64_t c = 0; c < C; c++)
-            for (int64_t ky = 0; ky < KH; ky++) {
-                int64_t iy = oy * g[9] + ky * g[11] - g[13];
-                for (int64_t kx = 0; kx < KW; kx++, k++) {
-                    int64_t ix = ox * g[10] + kx * g[12] - g[14];
-                    row[k] = iy >= 0 && iy < H && ix >= 0 && ix < W ? img[(c * H + iy) * W + ix] : zero;
-                }
-            }
-        for (; k < ld; k++) row[k] = zero;
-    }
-}
-
-void cuvil_qconv2d(const void *x, int x_is_u8, float x_scale, int32_t x_zero, const void *packed,
-                   const float *w_scale, const float *bias, int act, void *y, float out_scale, int32_t out_zero,
-                   const int64_t *g, void *scratch)
-{
-    int64_t C = g[1], HW = g[2] * g[3], O = g[4], P = g[5] * g[6], K = C * g[7] * g[8], ld = k4_of(K) * 4;
-    uint8_t *img = (uint8_t *)scratch, *rows = img + (C * HW + 63) / 64 * 64;
-    size_t out_bytes = out_scale > 0.0f ? 1 : 4;
-    for (int64_t n = 0; n < g[0]; n++) {
-        float s = x_scale;
-        int32_t z = x_zero;
-        const uint8_t *src = (const uint8_t *)x + n * C * HW;
-        if (!x_is_u8) {
-            const float *xf = (const float *)x + n * C * HW;
-            if (!(s > 0.0f)) s = tensor_range_u8(C * HW, xf, &z);
-            cuvil_quantize_rows_u8(1, C * HW, xf, C * HW, img, C * HW, &s, &z, s, z);
-            src = img;
-        }
-        im2col_u8(src, g, (uint8_t)z, rows, ld);
-        cuvil_qgemm_args q = {P, O, K, rows, ld, &s, &z, 0, packed, w_scale, bias, act,
-                              (uint8_t *)y + n * O * P * out_bytes, 1, P, out_scale, out_zero};
-        cuvil_qgemm(&q);
-    }
 }

@@ -1,0 +1,97 @@
+"""ResNet-18 at reduced precision against ONNX Runtime fp32, interleaved in one process (2 threads):
+`python -m bench.resnet_lowp [rounds]`. A quick check of issue #15's ResNet-18 rows; the full table with the
+peers' own reduced precisions is `python -m bench --only "W3 ResNet-18" --peers ...` (docs/precision.md).
+
+Rows: ONNX Runtime fp32 and int8 (its quantize_static QDQ file, per-channel, 32 calibration inputs), Cuvil fp32,
+bf16 (`optimize(precision="bf16")`) and int8 (`quantize_module`, static on the same 32 inputs); each with its
+cosine similarity to ONNX Runtime fp32 on one fresh input and its median time as a ratio to ONNX Runtime fp32.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+THREADS = 2
+
+
+class _Context:
+    """The part of bench.peers.Context the int8 file makers read."""
+
+    def __init__(self, path: str):
+        self.path, self.threads = path, THREADS
+
+    def onnx_path(self) -> str:
+        return self.path
+
+
+def _ort(path: str):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads, so.inter_op_num_threads = THREADS, 1
+    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    name = sess.get_inputs()[0].name
+    return lambda x: sess.run(None, {name: x})[0]
+
+
+def _runners(built, path: str) -> dict:
+    import cuvil
+    from bench import peers_int8
+    from cuvil.compiler import compile_module
+    from cuvil.quantize.int8 import quantize_module
+
+    runners = {"ONNX Runtime fp32": _ort(path)}
+    with contextlib.redirect_stdout(io.StringIO()):
+        runners["ONNX Runtime int8"] = _ort(peers_int8._qdq_file(built, _Context(path)))
+        for precision in ("fp32", "bf16"):
+            model = cuvil.load_onnx(path).optimize(precision=precision)
+            runners[f"cuvil {precision}"] = lambda x, m=model: _first(m(x))
+        exe = compile_module(quantize_module(cuvil.load_onnx(path).module, "int8",
+                                             peers_int8.calibration_inputs(built)))
+        runners["cuvil int8"] = lambda x: _first(exe(x))
+    return runners
+
+
+def _first(out) -> np.ndarray:
+    return np.asarray(out[0] if isinstance(out, (list, tuple)) else out)
+
+
+def _cosine(a, b) -> float:
+    a, b = np.ravel(a).astype(np.float64), np.ravel(b).astype(np.float64)
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def main(rounds: int = 20) -> None:
+    import torch
+
+    from bench.workloads import ResNet18, vision_workload
+
+    torch.set_num_threads(THREADS)
+    os.environ.setdefault("CUVIL_NUM_THREADS", str(THREADS))
+    built = vision_workload(ResNet18)
+    path = os.path.join(tempfile.mkdtemp(prefix="cuvil-resnet-lowp-"), "resnet18.onnx")
+    torch.onnx.export(built.module, tuple(built.inputs), path, dynamo=False)
+    runners = _runners(built, path)
+    x = np.random.default_rng(7).standard_normal(built.numpy_inputs[0].shape).astype(np.float32)
+    ref = runners["ONNX Runtime fp32"](x)
+    cosine = {k: _cosine(f(x), ref) for k, f in runners.items()}
+    times = {k: [] for k in runners}
+    for _ in range(rounds):
+        for k, f in runners.items():
+            t0 = time.perf_counter()
+            f(x)
+            times[k].append(time.perf_counter() - t0)
+    med = {k: float(np.median(v)) * 1e3 for k, v in times.items()}
+    print(f"ResNet-18 batch 1, {THREADS} threads, {rounds} rounds, load {os.getloadavg()[0]:.1f}")
+    for k, v in med.items():
+        print(f"  {k:18s} {v:8.2f} ms  ratio {v / med['ONNX Runtime fp32']:.2f}  cosine {cosine[k]:.5f}")
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 20)

@@ -1,0 +1,437 @@
+/* Cuvil's direct int8 convolution (the qconv_i8 op): uint8 activations x int8 weights, int32 accumulation, the
+ * epilogue of gemm_int8.c (dequantise or requantise, bias, residual, activation), NCHW in and out.
+ *
+ * An implicit GEMM with pixels along the vector lanes, so there is no im2col matrix and the result of a block is
+ * 16 consecutive pixels of one output channel, stored as they are into NCHW:
+ *   - the image is copied once, quantised if it is f32, into groups of 4 channels, [C/4][pixel][4] bytes, the
+ *     zero point around it as padding, split into its SH x SW phases (padded row u * SH + a, column v * SW + b):
+ *     a tap (ky, kx) reads one phase shifted by (ky / SH) * Wp + kx / SW (dilations included), so every output
+ *     pixel is a "virtual" pixel oy * Wp + ox of a phase, those with ox >= OW dropped. At stride 1 the one phase
+ *     is the padded image;
+ *   - the weight is packed once (cuvil_qconv_pack) into blocks of 8 output channels, [O/8][tap][C/4][8][4], so
+ *     one 4-byte group of a channel is the broadcast operand of vpdpbusd against 16 pixels x 4 channels;
+ *   - a register block is 8 channels x 48 pixels (24 accumulators); blocks run on Cuvil's pool.
+ * The paths (cuvil_int8_isa: 3 VNNI, 2 AVX-512BW, 1 AVX2, 0 C) share these layouts and are exact: the 16-bit ones
+ * split each 4-byte group into its even and odd bytes for vpmaddwd, so every path gives the same answer.
+ */
+
+#define QC_OB 8                         /* output channels per block (int8) */
+#define QC_OB_MAX 16                    /* ... the most of any kernel sharing this driver (conv_lowp.c) */
+#define QC_LANES 16                     /* pixels per 512-bit vector */
+#define QC_NV 3                         /* vectors per register block */
+#define QC_PIX (QC_LANES * QC_NV)       /* pixels per register block */
+
+typedef struct {
+    int64_t n, c, h, w, o, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl;
+} qconv_geom;
+
+/* Where the copied image lives and how a tap reads it: buf[phase][channel group][plane pixels][4 bytes]. */
+typedef struct {
+    int64_t c4, taps, wp, pv, rows, plane, phases; /* c4: channel groups; wp: virtual row width; pv: oh * wp */
+    int64_t *toff;                                 /* per tap: the pixel offset of what it reads */
+    uint8_t *buf;
+} qconv_layout;
+
+static int64_t qc_c4(int64_t c) { return (c + 3) / 4; }
+static int64_t qc_blocks(int64_t o) { return (o + QC_OB - 1) / QC_OB; }
+
+static qconv_geom qc_geom(const int64_t *g)
+{
+    qconv_geom q = {g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8], g[9], g[10], g[11], g[12], g[13], g[14]};
+    return q;
+}
+
+/* `groups` of channels (4 bytes per pixel each); the rest follows from the geometry. */
+static void qc_shape(const qconv_geom *g, int64_t groups, qconv_layout *l)
+{
+    l->c4 = groups, l->taps = g->kh * g->kw, l->phases = g->sh * g->sw;
+    l->wp = g->ow + (g->kw - 1) * g->dw / g->sw;
+    l->rows = g->oh + (g->kh - 1) * g->dh / g->sh;
+    l->plane = l->rows * l->wp + (l->wp - g->ow) + QC_LANES; /* a block's last vector reads past the rows */
+    l->pv = g->oh * l->wp;
+}
+
+int64_t cuvil_qconv_packed_bytes(int64_t O, int64_t C, int64_t KH, int64_t KW)
+{
+    return qc_blocks(O) * KH * KW * qc_c4(C) * QC_OB * 4 + qc_blocks(O) * QC_OB * 4;
+}
+
+void cuvil_qconv_pack(int64_t O, int64_t C, int64_t KH, int64_t KW, const int8_t *W, void *packed)
+{
+    int64_t taps = KH * KW, c4 = qc_c4(C), nob = qc_blocks(O);
+    int8_t *p = (int8_t *)packed;
+    int32_t *sums = (int32_t *)(p + nob * taps * c4 * QC_OB * 4);
+    memset(p, 0, (size_t)(nob * taps * c4 * QC_OB * 4));
+    for (int64_t o = 0; o < nob * QC_OB; o++) {
+        int32_t s = 0;
+        for (int64_t c = 0; o < O && c < C; c++)
+            for (int64_t t = 0; t < taps; t++) {
+                int8_t w = W[(o * C + c) * taps + t];
+                p[(((o / QC_OB) * taps + t) * c4 + c / 4) * QC_OB * 4 + (o % QC_OB) * 4 + c % 4] = w;
+                s += w;
+            }
+        sums[o] = s;
+    }
+}
+
+int64_t cuvil_qconv_scratch_bytes(const int64_t *g)
+{
+    qconv_geom q = qc_geom(g);
+    qconv_layout l;
+    qc_shape(&q, qc_c4(q.c), &l);
+    return (l.taps * 8 + 63) / 64 * 64 + l.phases * l.c4 * l.plane * 4;
+}
+
+/* -- the image, quantised, in groups of 4 channels --------------------------------------------------------- */
+typedef struct {
+    const qconv_geom *g;
+    const qconv_layout *l;
+    const void *x; /* one image, [C, H, W] */
+    int kind;      /* QC_FROM_U8 (copied), QC_FROM_F32 (quantised), QC_TO_BF16 (f32 rounded to bf16, 2 per group) */
+    float inv;
+    int32_t zero;
+} qc_fill_job;
+
+enum { QC_FROM_U8 = 0, QC_FROM_F32 = 1, QC_TO_BF16 = 2 };
+
+static inline uint8_t qc_quantize(float v, float inv, int32_t zero)
+{
+    float q = rintf(v * inv) + (float)zero;
+    return (uint8_t)(q < 0.0f ? 0.0f : q > 255.0f ? 255.0f : q);
+}
+
+/* One channel's row of a plane: columns q in [q0, q1) read src[q * cs], into every 4th byte of dst. */
+static void qc_fill_row(const qc_fill_job *j, const void *src, int64_t cs, int64_t q0, int64_t q1, uint8_t *dst)
+{
+    if (j->kind == QC_FROM_U8) {
+        const uint8_t *s = (const uint8_t *)src;
+        for (int64_t q = q0; q < q1; q++) dst[q * 4] = s[q * cs];
+    } else if (j->kind == QC_TO_BF16) {
+        const float *s = (const float *)src;
+        uint16_t *d = (uint16_t *)dst;
+        for (int64_t q = q0; q < q1; q++) d[q * 2] = lp_f32_to_bf16(s[q * cs]);
+    } else {
+        const float *s = (const float *)src;
+        for (int64_t q = q0; q < q1; q++) dst[q * 4] = qc_quantize(s[q * cs], j->inv, j->zero);
+    }
+}
+
+static int64_t qc_ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
+
+/* Whether a tap k < n (dilation d, stride s) reads phase a. */
+static int qc_phase_read(int64_t n, int64_t d, int64_t s, int64_t a)
+{
+    for (int64_t k = 0; k < n; k++)
+        if (k * d % s == a) return 1;
+    return 0;
+}
+
+/* Plane i = (phase (a, b), channel group): rows u of width wp read input row u * SH + a - pt, column
+ * v * SW + b - pl. A phase no tap reads is left as it is. */
+static int qc_fill_planes(void *ctx, int64_t lo, int64_t hi)
+{
+    const qc_fill_job *j = (const qc_fill_job *)ctx;
+    const qconv_geom *g = j->g;
+    const qconv_layout *l = j->l;
+    int64_t hw = g->h * g->w, size = j->kind == QC_FROM_U8 ? 1 : 4, per = j->kind == QC_TO_BF16 ? 2 : 4;
+    for (int64_t i = lo; i < hi; i++) {
+        int64_t ph = i / l->c4, c0 = (i % l->c4) * per, a = ph / g->sw, b = ph % g->sw;
+        if (!qc_phase_read(g->kh, g->dh, g->sh, a) || !qc_phase_read(g->kw, g->dw, g->sw, b)) continue;
+        int64_t y0 = a - g->pt, x0 = b - g->pl;
+        int64_t q0 = qc_ceil_div(-x0, g->sw), q1 = qc_ceil_div(g->w - x0, g->sw);
+        q0 = q0 < 0 ? 0 : q0, q1 = q1 > l->wp ? l->wp : q1;
+        uint8_t *dst = l->buf + i * l->plane * 4;
+        memset(dst, (int)j->zero, (size_t)(l->plane * 4));
+        for (int64_t u = 0; u < l->rows && q0 < q1; u++) {
+            int64_t iy = u * g->sh + y0;
+            if (iy < 0 || iy >= g->h) continue;
+            for (int64_t c = c0; c < c0 + per && c < g->c; c++)
+                qc_fill_row(j, (const uint8_t *)j->x + (c * hw + iy * g->w + x0) * size, g->sw, q0, q1,
+                            dst + u * l->wp * 4 + (c - c0) * (4 / per));
+        }
+    }
+    return 0;
+}
+
+/* -- register blocks: acc[j][p] = sum over taps and channel groups of A[p, 4 bytes] . W[j, 4 bytes] ---------- */
+typedef union {
+    int32_t i[QC_OB_MAX][QC_PIX];
+    float f[QC_OB_MAX][QC_PIX];
+} qc_acc;
+
+/* acc = the block of channels at w (the packed weight of one block) x virtual pixels [vp0, vp0 + 16 nv). */
+typedef void (*qc_tile_fn)(int nv, const qconv_layout *l, int64_t vp0, const void *w, qc_acc *acc);
+
+typedef struct {
+    const qconv_geom *g;
+    const qconv_layout *l;
+    qc_tile_fn tile;
+    int ob, lowp;    /* channels per block; lowp: acc is f32 (conv_lowp.c), else int32 with the int8 epilogue */
+    int64_t wblock;  /* bytes of packed weight per block */
+    const uint8_t *w;
+    const int32_t *sums;
+    float sa;
+    int32_t za;
+    const float *w_scale, *bias, *res;
+    int act;
+    void *y; /* one image's output, [O, OH, OW] */
+    float out_scale;
+    int32_t out_zero;
+} qc_job;
+
+static void qc_tile_scalar(int nv, const qconv_layout *l, int64_t vp0, const void *w, qc_acc *acc)
+{
+    int64_t np = nv * QC_LANES;
+    for (int jo = 0; jo < QC_OB; jo++)
+        for (int64_t p = 0; p < np; p++) acc->i[jo][p] = 0;
+    for (int64_t t = 0; t < l->taps; t++)
+        for (int64_t c = 0; c < l->c4; c++) {
+            const uint8_t *a = l->buf + (l->toff[t] + c * l->plane + vp0) * 4;
+            const int8_t *wc = (const int8_t *)w + (t * l->c4 + c) * QC_OB * 4;
+            for (int jo = 0; jo < QC_OB; jo++)
+                for (int64_t p = 0; p < np; p++)
+                    for (int i = 0; i < 4; i++) acc->i[jo][p] += (int32_t)a[p * 4 + i] * wc[jo * 4 + i];
+        }
+}
+
+#ifdef CUVIL_X86
+#define QC_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vnni")))
+#define QC_BW_TARGET __attribute__((target("avx512f,avx512bw")))
+
+static inline __attribute__((always_inline)) QC_VNNI_TARGET void
+qc_vnni_body(const int nv, const qconv_layout *l, int64_t vp0, const void *w, qc_acc *acc)
+{
+    __m512i c[QC_OB][QC_NV];
+    for (int jo = 0; jo < QC_OB; jo++)
+        for (int v = 0; v < nv; v++) c[jo][v] = _mm512_setzero_si512();
+    for (int64_t t = 0; t < l->taps; t++) {
+        const uint8_t *a = l->buf + (l->toff[t] + vp0) * 4;
+        const int8_t *wc = (const int8_t *)w + t * l->c4 * QC_OB * 4;
+        for (int64_t g = 0; g < l->c4; g++, a += l->plane * 4, wc += QC_OB * 4) {
+            __m512i av[QC_NV];
+            for (int v = 0; v < nv; v++) av[v] = _mm512_loadu_si512(a + v * 64);
+            for (int jo = 0; jo < QC_OB; jo++) {
+                __m512i b = _mm512_set1_epi32(load4((const uint8_t *)wc + jo * 4));
+                for (int v = 0; v < nv; v++) c[jo][v] = _mm512_dpbusd_epi32(c[jo][v], av[v], b);
+            }
+        }
+    }
+    for (int jo = 0; jo < QC_OB; jo++)
+        for (int v = 0; v < nv; v++) _mm512_storeu_si512(acc->i[jo] + v * QC_LANES, c[jo][v]);
+}
+
+QC_VNNI_TARGET static void qc_tile_vnni(int nv, const qconv_layout *l, int64_t vp0, const void *w,
+                                        qc_acc *acc)
+{
+    if (nv == 3) qc_vnni_body(3, l, vp0, w, acc);
+    else if (nv == 2) qc_vnni_body(2, l, vp0, w, acc);
+    else qc_vnni_body(1, l, vp0, w, acc);
+}
+
+static inline __attribute__((always_inline)) QC_BW_TARGET void
+qc_bw_body(const int nv, const qconv_layout *l, int64_t vp0, const void *w, qc_acc *acc)
+{
+    const __m512i low = _mm512_set1_epi16(0xff);
+    __m512i c[QC_OB][QC_NV];
+    for (int jo = 0; jo < QC_OB; jo++)
+        for (int v = 0; v < nv; v++) c[jo][v] = _mm512_setzero_si512();
+    for (int64_t t = 0; t < l->taps; t++) {
+        const uint8_t *a = l->buf + (l->toff[t] + vp0) * 4;
+        const int8_t *wc = (const int8_t *)w + t * l->c4 * QC_OB * 4;
+        for (int64_t g = 0; g < l->c4; g++, a += l->plane * 4, wc += QC_OB * 4) {
+            __m512i ae[QC_NV], ao[QC_NV];
+            for (int v = 0; v < nv; v++) {
+                __m512i av = _mm512_loadu_si512(a + v * 64);
+                ae[v] = _mm512_and_si512(av, low), ao[v] = _mm512_srli_epi16(av, 8);
+            }
+            for (int jo = 0; jo < QC_OB; jo++) {
+                __m512i b = _mm512_set1_epi32(load4((const uint8_t *)wc + jo * 4));
+                __m512i be = _mm512_srai_epi16(_mm512_slli_epi16(b, 8), 8), bo = _mm512_srai_epi16(b, 8);
+                for (int v = 0; v < nv; v++)
+                    c[jo][v] = _mm512_add_epi32(c[jo][v], _mm512_add_epi32(_mm512_madd_epi16(ae[v], be),
+                                                                           _mm512_madd_epi16(ao[v], bo)));
+            }
+        }
+    }
+    for (int jo = 0; jo < QC_OB; jo++)
+        for (int v = 0; v < nv; v++) _mm512_storeu_si512(acc->i[jo] + v * QC_LANES, c[jo][v]);
+}
+
+QC_BW_TARGET static void qc_tile_bw(int nv, const qconv_layout *l, int64_t vp0, const void *w,
+                                    qc_acc *acc)
+{
+    if (nv == 3) qc_bw_body(3, l, vp0, w, acc);
+    else if (nv == 2) qc_bw_body(2, l, vp0, w, acc);
+    else qc_bw_body(1, l, vp0, w, acc);
+}
+
+/* AVX2: one vector of 8 pixels at a time against all 8 channels (8 accumulators). */
+__attribute__((target("avx2"))) static void qc_tile_avx2(int nv, const qconv_layout *l, int64_t vp0,
+                                                         const void *w, qc_acc *acc)
+{
+    const __m256i low = _mm256_set1_epi16(0xff);
+    for (int64_t u = 0; u < 2 * nv; u++) {
+        __m256i c[QC_OB];
+        for (int jo = 0; jo < QC_OB; jo++) c[jo] = _mm256_setzero_si256();
+        for (int64_t t = 0; t < l->taps; t++) {
+            const uint8_t *a = l->buf + (l->toff[t] + vp0 + u * 8) * 4;
+            const int8_t *wc = (const int8_t *)w + t * l->c4 * QC_OB * 4;
+            for (int64_t g = 0; g < l->c4; g++, a += l->plane * 4, wc += QC_OB * 4) {
+                __m256i av = _mm256_loadu_si256((const __m256i *)a);
+                __m256i ae = _mm256_and_si256(av, low), ao = _mm256_srli_epi16(av, 8);
+                for (int jo = 0; jo < QC_OB; jo++) {
+                    __m256i b = _mm256_set1_epi32(load4((const uint8_t *)wc + jo * 4));
+                    __m256i be = _mm256_srai_epi16(_mm256_slli_epi16(b, 8), 8), bo = _mm256_srai_epi16(b, 8);
+                    c[jo] = _mm256_add_epi32(c[jo], _mm256_add_epi32(_mm256_madd_epi16(ae, be),
+                                                                     _mm256_madd_epi16(ao, bo)));
+                }
+            }
+        }
+        for (int jo = 0; jo < QC_OB; jo++) _mm256_storeu_si256((__m256i *)(acc->i[jo] + u * 8), c[jo]);
+    }
+}
+#endif
+
+static qc_tile_fn qc_tile_for(int isa)
+{
+#ifdef CUVIL_X86
+    if (isa >= 3) return qc_tile_vnni;
+    if (isa == 2) return qc_tile_bw;
+    if (isa == 1) return qc_tile_avx2;
+#endif
+    (void)isa;
+    return qc_tile_scalar;
+}
+
+/* -- epilogue: the lanes of one channel, computed whole (vectorised), then stored run by run ----------------- */
+/* A run of a virtual row: lanes [i, i + n) are output pixels [p, p + n). */
+typedef struct {
+    int64_t i, n, p;
+} qc_run;
+
+static int qc_runs(const qc_job *j, int64_t vp0, int64_t nvp, qc_run *runs)
+{
+    int64_t wp = j->l->wp, ow = j->g->ow;
+    int count = 0;
+    for (int64_t i = 0; i < nvp;) {
+        int64_t vp = vp0 + i, oy = vp / wp, ox = vp % wp, left = nvp - i < wp - ox ? nvp - i : wp - ox;
+        if (ox < ow) runs[count++] = (qc_run){i, left < ow - ox ? left : ow - ox, oy * ow + ox};
+        i += left;
+    }
+    return count;
+}
+
+static inline float qc_relu(int act, float v)
+{
+    float lo = v < 0.0f ? 0.0f : v;
+    return act == CUVIL_ACT_RELU6 ? (lo > 6.0f ? 6.0f : lo) : lo;
+}
+
+static void qc_channel(const qc_job *j, int64_t o, const qc_acc *acc, int jo, const qc_run *runs, int nruns)
+{
+    int64_t plane = j->g->oh * j->g->ow;
+    float b = j->bias ? j->bias[o] : 0.0f, y[QC_PIX];
+    if (j->lowp) {
+#pragma omp simd
+        for (int i = 0; i < QC_PIX; i++) y[i] = acc->f[jo][i] + b;
+    } else {
+        float scale = j->sa * j->w_scale[o];
+        int32_t zs = j->za * j->sums[o];
+#pragma omp simd
+        for (int i = 0; i < QC_PIX; i++) y[i] = (float)(acc->i[jo][i] - zs) * scale + b;
+    }
+    for (int r = 0; j->res && r < nruns; r++)
+        for (int64_t i = 0; i < runs[r].n; i++) y[runs[r].i + i] += j->res[o * plane + runs[r].p + i];
+    if (j->act == CUVIL_ACT_RELU || j->act == CUVIL_ACT_RELU6) {
+#pragma omp simd
+        for (int i = 0; i < QC_PIX; i++) y[i] = y[i] != y[i] ? y[i] : qc_relu(j->act, y[i]);
+    } else if (j->act) {
+        cuvil_activation(j->act, QC_PIX, y, y);
+    }
+    if (j->out_scale > 0.0f) {
+        uint8_t q[QC_PIX], *out = (uint8_t *)j->y + o * plane;
+        float inv = j->out_scale, zero = (float)j->out_zero;
+#pragma omp simd
+        for (int i = 0; i < QC_PIX; i++) {
+            float v = rintf(y[i] / inv) + zero;
+            q[i] = (uint8_t)(int32_t)(v < 0.0f ? 0.0f : v > 255.0f ? 255.0f : v);
+        }
+        for (int r = 0; r < nruns; r++)
+            for (int64_t i = 0; i < runs[r].n; i++) out[runs[r].p + i] = q[runs[r].i + i];
+    } else {
+        float *out = (float *)j->y + o * plane;
+        for (int r = 0; r < nruns; r++)
+            for (int64_t i = 0; i < runs[r].n; i++) out[runs[r].p + i] = y[runs[r].i + i];
+    }
+}
+
+static void qc_epilogue(const qc_job *j, int64_t b, int64_t vp0, int64_t nvp, const qc_acc *acc)
+{
+    qc_run runs[QC_PIX];
+    int nruns = qc_runs(j, vp0, nvp, runs);
+    for (int jo = 0; jo < j->ob && b * j->ob + jo < j->g->o; jo++) qc_channel(j, b * j->ob + jo, acc, jo, runs, nruns);
+}
+
+/* Items [lo, hi): pixel block i / blocks of output channels, channel block i % blocks. */
+static int qc_blocks_run(void *ctx, int64_t lo, int64_t hi)
+{
+    const qc_job *j = (const qc_job *)ctx;
+    const qconv_layout *l = j->l;
+    int64_t nob = (j->g->o + j->ob - 1) / j->ob;
+    qc_acc acc;
+    memset(&acc, 0, sizeof(acc)); /* lanes past a short block's vectors are read by the epilogue, then dropped */
+    for (int64_t i = lo; i < hi; i++) {
+        int64_t b = i % nob, vp0 = (i / nob) * QC_PIX;
+        int64_t nvp = l->pv - vp0 < QC_PIX ? l->pv - vp0 : QC_PIX;
+        j->tile((int)((nvp + QC_LANES - 1) / QC_LANES), l, vp0, j->w + b * j->wblock, &acc);
+        qc_epilogue(j, b, vp0, nvp, &acc);
+    }
+    return 0;
+}
+
+/* -- the driver, shared with conv_lowp.c ------------------------------------------------------------------------ */
+static void qc_layout_in(const qconv_geom *g, int64_t groups, void *scratch, qconv_layout *l)
+{
+    qc_shape(g, groups, l);
+    l->toff = (int64_t *)scratch;
+    l->buf = (uint8_t *)scratch + (l->taps * 8 + 63) / 64 * 64;
+    for (int64_t t = 0; t < l->taps; t++) {
+        int64_t ry = (t / g->kw) * g->dh, rx = (t % g->kw) * g->dw;
+        l->toff[t] = ((ry % g->sh) * g->sw + rx % g->sw) * l->c4 * l->plane + (ry / g->sh) * l->wp + rx / g->sw;
+    }
+}
+
+/* One image: its copy into the layout (fill), then every block (job) by `run` (qc_blocks_run, or a wrapper). */
+static void qc_image(qc_fill_job *fill, qc_job *job, cuvil_range_fn run)
+{
+    const qconv_layout *l = job->l;
+    int64_t planes = l->phases * l->c4, nob = (job->g->o + job->ob - 1) / job->ob;
+    int64_t items = nob * ((l->pv + QC_PIX - 1) / QC_PIX), macs = l->pv * job->g->o * l->taps * l->c4 * 4;
+    cuvil_parallel_team(planes, (int)min64(threads_for(planes * l->plane * 16), planes), qc_fill_planes, fill);
+    cuvil_parallel_team(items, (int)min64(threads_for(macs), items), run, job);
+}
+
+void cuvil_qconv(const void *x, int x_is_u8, float x_scale, int32_t x_zero, const void *packed,
+                 const float *w_scale, const float *bias, const float *res, int act, void *y, float out_scale,
+                 int32_t out_zero, const int64_t *geom, void *scratch)
+{
+    qconv_geom g = qc_geom(geom);
+    qconv_layout l;
+    qc_layout_in(&g, qc_c4(g.c), scratch, &l);
+    int64_t image = g.c * g.h * g.w, out_plane = g.o * g.oh * g.ow, wblock = l.taps * l.c4 * QC_OB * 4;
+    const uint8_t *w = (const uint8_t *)packed;
+    size_t out_bytes = out_scale > 0.0f ? 1 : 4;
+    for (int64_t n = 0; n < g.n; n++) {
+        float s = x_scale;
+        int32_t z = x_zero;
+        const void *xn = x_is_u8 ? (const void *)((const uint8_t *)x + n * image)
+                                 : (const void *)((const float *)x + n * image);
+        if (!x_is_u8 && !(s > 0.0f)) s = tensor_range_u8(image, (const float *)xn, &z);
+        qc_fill_job fill = {&g, &l, xn, x_is_u8 ? QC_FROM_U8 : QC_FROM_F32, 1.0f / s, z};
+        qc_job job = {&g, &l, qc_tile_for(cuvil_int8_isa()), QC_OB, 0, wblock, w,
+                      (const int32_t *)(w + qc_blocks(g.o) * wblock), s, z, w_scale, bias,
+                      res ? res + n * out_plane : NULL, act, (uint8_t *)y + n * out_plane * out_bytes, out_scale,
+                      out_zero};
+        qc_image(&fill, &job, qc_blocks_run);
+    }
+}
