@@ -118,3 +118,21 @@ def test_a_worker_on_a_cpu_without_a_needed_feature_reports_it(cluster, artifact
     actor = ray.remote(cuvil.ray.Predictor).remote(cuvil.ray.put(bad))
     with pytest.raises(ray.exceptions.RayActorError, match="CPU features this machine lacks: threads"):
         ray.get(actor.__call__.remote({"image": models.images(2)}))
+
+
+def test_arrow_tensor_columns_become_views_of_the_block():
+    """Ray's fixed-shape tensor columns of a sliced block (what batch_format='pyarrow' hands a worker) as NumPy
+    views of the block's values, equal to Ray's own conversion; booleans (bits) and ragged rows are converted."""
+    from ray.data.block import BlockAccessor
+
+    from cuvil.ray.predictor import batch_columns
+
+    columns = {"image": models.images(40), "flags": np.arange(40 * 3).reshape(40, 3) % 2 == 0,
+               "id": np.arange(40)}
+    block = BlockAccessor.batch_to_block(columns).slice(5, 20)
+    got = batch_columns(block)
+    for name, expected in columns.items():
+        np.testing.assert_array_equal(got[name], expected[5:25])
+    assert np.shares_memory(got["image"], batch_columns(block)["image"])  # both views of the block, no copies
+    ragged = BlockAccessor.batch_to_block({"x": np.array([np.ones(2), np.ones(3)], dtype=object)})
+    assert [len(r) for r in batch_columns(ragged)["x"]] == [2, 3]
