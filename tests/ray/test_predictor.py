@@ -3,6 +3,9 @@ to one process running the same `.cuv` (and to ONNX Runtime), the model through 
 Arrow batches, a worker killed mid-job with every row answered once, and a CPU the model was not built for."""
 import os
 import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
@@ -136,3 +139,13 @@ def test_arrow_tensor_columns_become_views_of_the_block():
     assert np.shares_memory(got["image"], batch_columns(block)["image"])  # both views of the block, no copies
     ragged = BlockAccessor.batch_to_block({"x": np.array([np.ones(2), np.ones(3)], dtype=object)})
     assert [len(r) for r in batch_columns(ragged)["x"]] == [2, 3]
+
+
+def test_a_worker_imports_no_frontend(artifacts):
+    """What a Ray worker imports to load and run a .cuv: no torch, onnx, onnxruntime or jax (its start-up)."""
+    code = ("import sys, numpy as np, cuvil.ray; p = cuvil.ray.Predictor(sys.argv[1]); "
+            "p({'image': np.zeros((2, 3, 16, 16), np.float32)}); "
+            "print(sorted(m for m in ('torch', 'onnx', 'onnxruntime', 'jax') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code, str(artifacts["cnn"][0])], check=True, capture_output=True,
+                         text=True, cwd=Path(__file__).resolve().parents[2])  # this checkout's cuvil
+    assert out.stdout.strip() == "[]", out.stdout
