@@ -136,7 +136,7 @@ def ray_job(ds, engine: str, model, args) -> dict:
     stamps = [(b["_start"], b["_end"], b["_pid"]) for b in out.iter_batches(batch_size=None, batch_format="numpy")]
     seconds = time.monotonic() - start
     starts, ends, pids = (np.concatenate(s) for s in zip(*stamps))
-    calls = np.unique(np.stack([starts, ends, pids], 1), axis=0)  # one row per model call, sorted by process
+    calls = np.unique(np.stack([starts, ends, pids], 1), axis=0)  # one row per model call, in order of start
     per_worker = [calls[calls[:, 2] == p] for p in np.unique(calls[:, 2])]
     return {"seconds": seconds, "startup": starts.min() - start, "steady": len(starts) / (ends.max() - starts.min()),
             "busy": statistics.mean((c[:, 1] - c[:, 0]).sum() / (c[:, 1].max() - c[:, 0].min()) for c in per_worker),
