@@ -1,34 +1,42 @@
-"""Cuvil on Ray against one process and against ONNX Runtime on Ray: `python -m bench.ray [cnn|bert]
-[--rows N] [--rounds N] [--batch N] [--workers N]`.
+"""Cuvil on Ray against one in-process loop and against ONNX Runtime on Ray: `python -m bench.ray
+[cnn|bert|resnet18] [--rows N] [--rounds N] [--batch N] [--workers N] [--cpus-per-worker N] [--size N]`.
 
-The model (tests/ray/models.py: a small CNN or the BERT-like encoder, random weights) is exported to a `.cuv`
-and its ONNX graph kept for ONNX Runtime. A dataset of --rows rows is materialized in the object store once;
-then, round by round and in rotated order, the same batches go through:
-- `inproc`: one loop in this process over the batches (cuvil.ray.Predictor, --workers threads);
-- `cuvil`: `map_batches(cuvil.ray.Predictor, concurrency=--workers)`, one CPU and one thread per worker;
-- `ort`: the same job with an ONNX Runtime session per worker (one intra-op thread per worker).
-Each Ray job is timed end to end (actor start-up and model load included), and again less its start-up: the time
-of the same job over one batch per worker (a consumer's view of "steady state" would mislead: Ray computes
-ahead of the consumer and buffers). The ratios `cuvil / inproc` (goal >= 0.9: the engine's overhead within 10%)
-and `cuvil / ort` (goal >= 1.2) are throughput ratios, medians over rounds.
+Models: `cnn` and `bert` are tests/ray/models.py's small CNN (3x16x16) and one-layer BERT-like encoder (16
+tokens); `resnet18` is bench/workloads.py's ResNet-18 at --size (64: 3x64x64). Each is exported to a `.cuv`, and
+its ONNX graph kept for ONNX Runtime. One block of --block rows is put in the object store once and the dataset is
+that block repeated up to --rows rows (Ray Data takes the same reference several times; no N-row copy in memory).
+Round by round, in rotated order, the same batches (--batch rows, sliced from that block) go through:
+- `cuvil-inproc` and `ort-inproc`: one loop in this process over the batches, with the whole thread budget
+  (--workers x --cpus-per-worker threads), model load included;
+- `cuvil-ray` and `ort-ray`: `map_batches` with an actor pool of --workers workers of --cpus-per-worker CPUs
+  each, one thread per CPU (what `cuvil.ray.Predictor` chooses; ONNX Runtime's intra-op threads set the same).
+`ray.init`, building the dataset and a first job of each engine over one block (Ray starts its worker pool and
+imports Ray Data lazily, at a session's first job) are outside every timing. A Ray job is timed from the
+`map_batches` call to its last row in this process, so actor start-up and model load are in it, as a user pays
+them. Each worker also stamps every batch with the start and end of its model call (one clock: one machine), which gives
+- start-up: from the `map_batches` call to the first model call (actors started, model loaded);
+- steady throughput: the rows over the span from the first model call's start to the last one's end;
+- busy: the share of each worker's span spent inside the model call (the rest is Ray's per-batch cost: block to
+  batch, result to block, scheduling).
+Ratios are medians over rounds of per-round throughput ratios: `cuvil-ray / cuvil-inproc` (goal >= 0.9) and
+`cuvil-ray / ort-ray` (goal >= 1.2), end to end and steady, and `cuvil-inproc / ort-inproc`, the ceiling of the
+second: Ray-side work cannot lift it above what the two engines do in one process.
 """
 from __future__ import annotations
 
 import argparse
+import io
+import logging
 import os
 import statistics
 import tempfile
 import time
+import warnings
 
 import numpy as np
 import ray
 
-# cuvil.export of an ONNX model that the artifact cache hands back fails (AttributeError _consts, on main too):
-# compile afresh; the kernel library cache still applies
-os.environ.setdefault("CUVIL_ARTIFACT_CACHE", "0")
-import cuvil  # noqa: E402
-import cuvil.ray  # noqa: E402
-from tests.ray import models  # noqa: E402
+ENGINES = ("cuvil", "ort")
 
 
 class OrtPredictor:
@@ -47,90 +55,165 @@ class OrtPredictor:
         return dict(zip(self.outputs, self.session.run(None, {k: batch[k] for k in self.inputs})))
 
 
-def build(which: str, folder: str, rows: int) -> tuple:
-    """(.cuv path, ONNX bytes, columns of `rows` rows)."""
-    blob = models.cnn() if which == "cnn" else models.bert()
+def predictor(engine: str, model, num_threads: int):
+    """The engine's predictor; each imports only its own engine (a worker's start-up is part of the figures)."""
+    if engine == "ort":
+        return OrtPredictor(model, num_threads)
+    import cuvil.ray
+
+    return cuvil.ray.Predictor(model, num_threads=num_threads)
+
+
+class Timed:
+    """A Ray worker running one engine, stamping each batch's rows with its model call's start, end and process."""
+
+    def __init__(self, engine: str, model, num_threads: int):
+        self.predictor = predictor(engine, model, num_threads)
+
+    def __call__(self, batch: dict) -> dict:
+        start = time.monotonic()
+        out = self.predictor(batch)
+        end = time.monotonic()
+        rows = len(next(iter(out.values())))
+        out.update(_start=np.full(rows, start), _end=np.full(rows, end), _pid=np.full(rows, os.getpid()))
+        return out
+
+
+def build(which: str, folder: str, size: int) -> tuple:
+    """(.cuv path, ONNX bytes, columns of n rows as a function of n)."""
+    import cuvil
+    from tests.ray import models
+
+    if which == "resnet18":
+        blob = _resnet18_onnx(size)
+        columns = lambda n: {"image": np.random.default_rng(2).standard_normal((n, 3, size, size), np.float32)}  # noqa
+    else:
+        blob = models.cnn() if which == "cnn" else models.bert()
+        columns = (lambda n: {"image": models.images(n)}) if which == "cnn" else models.tokens
     path = os.path.join(folder, f"{which}.cuv")
     cuvil.export(cuvil.load_onnx(blob).optimize(), path)
-    columns = {"image": models.images(rows)} if which == "cnn" else models.tokens(rows)
     return path, blob, columns
 
 
-def dataset(columns: dict, blocks: int):
-    """The columns as a dataset materialized in the object store (from NumPy blocks: no per-row objects)."""
-    names = list(columns)
-    stacked = np.stack([columns[n] for n in names], 1)  # both models' columns share one dtype and row shape
-    split = lambda b: {n: b["data"][:, i] for i, n in enumerate(names)}  # noqa: E731
-    return ray.data.from_numpy(np.array_split(stacked, blocks)).map_batches(split).materialize()
+def _resnet18_onnx(size: int) -> bytes:
+    import torch
+
+    from bench.workloads import ResNet18, vision_workload
+
+    built, f = vision_workload(ResNet18, size), io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(built.module, built.inputs, f, dynamo=False, opset_version=17, input_names=["image"],
+                          output_names=["logits"], dynamic_axes={"image": {0: "batch"}, "logits": {0: "batch"}})
+    return f.getvalue()
 
 
-def in_process(path: str, batches: list, threads: int) -> float:
-    """Rows per second of one loop over the batches in this process."""
-    predictor = cuvil.ray.Predictor(path, num_threads=threads)
-    predictor(batches[0])  # the first call builds the functions: a worker does this at start-up too
-    start = time.perf_counter()
-    for b in batches:
-        predictor(b)
-    return sum(len(next(iter(b.values()))) for b in batches) / (time.perf_counter() - start)
+def dataset(block: dict, repeats: int):
+    """`block` (a dict of columns) as one Ray block in the object store, and a dataset of it `repeats` times."""
+    from ray.data.block import BlockAccessor
+
+    ref = ray.put(BlockAccessor.batch_to_block(block))
+    return ray.data.from_arrow_refs([ref] * repeats)
 
 
-def ray_job(ds, fn, kwargs: dict, workers: int, batch: int) -> float:
-    """Seconds of one map_batches job, from the call to its last output row in this process."""
-    start = time.perf_counter()
-    out = ds.map_batches(fn, fn_constructor_kwargs=kwargs, compute=ray.data.ActorPoolStrategy(size=workers),
-                         num_cpus=1, batch_size=batch)
-    for _ in out.iter_batches(batch_size=None, batch_format="numpy"):
-        pass
-    return time.perf_counter() - start
+def in_process(engine: str, path: str, blob: bytes, batches: list, repeats: int, threads: int) -> dict:
+    """One loop in this process over the batches, `repeats` times, model load included."""
+    start = time.monotonic()
+    model = predictor(engine, path if engine == "cuvil" else blob, threads)
+    for _ in range(repeats):
+        for b in batches:
+            model(b)
+    return {"seconds": time.monotonic() - start}
+
+
+def ray_job(ds, engine: str, model, args) -> dict:
+    """One map_batches job, from the call to its last row in this process, and what its workers stamped."""
+    cpus, start = args.cpus_per_worker, time.monotonic()
+    out = ds.map_batches(Timed, fn_constructor_kwargs={"engine": engine, "model": model, "num_threads": cpus},
+                         compute=ray.data.ActorPoolStrategy(size=args.workers), num_cpus=cpus,
+                         batch_size=args.batch, batch_format=args.format if engine == "cuvil" else "numpy",
+                         zero_copy_batch=True)
+    stamps = [(b["_start"], b["_end"], b["_pid"]) for b in out.iter_batches(batch_size=None, batch_format="numpy")]
+    seconds = time.monotonic() - start
+    starts, ends, pids = (np.concatenate(s) for s in zip(*stamps))
+    calls = np.unique(np.stack([starts, ends, pids], 1), axis=0)  # one row per model call, in order of start
+    per_worker = [calls[calls[:, 2] == p] for p in np.unique(calls[:, 2])]
+    return {"seconds": seconds, "startup": starts.min() - start, "steady": len(starts) / (ends.max() - starts.min()),
+            "busy": statistics.mean((c[:, 1] - c[:, 0]).sum() / (c[:, 1].max() - c[:, 0].min()) for c in per_worker),
+            "gap": statistics.median(np.concatenate([c[1:, 0] - c[:-1, 1] for c in per_worker]))}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("model", nargs="?", default="cnn", choices=["cnn", "bert"])
-    parser.add_argument("--rows", type=int, default=20_000)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("model", nargs="?", default="cnn", choices=["cnn", "bert", "resnet18"])
+    parser.add_argument("--rows", type=int, default=200_000, help="rows per job (rounded up to whole blocks)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--block", type=int, default=None, help="rows per block (default: 16 batches)")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--cpus-per-worker", type=int, default=1)
+    parser.add_argument("--size", type=int, default=64, help="resnet18's image size")
+    parser.add_argument("--format", default="numpy", choices=["numpy", "pyarrow"], help="Cuvil's batch_format")
     args = parser.parse_args()
-    ray.init(num_cpus=args.workers, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    ray.init(num_cpus=args.workers * args.cpus_per_worker, include_dashboard=False, log_to_driver=False,
+             logging_level="ERROR")
     ray.data.DataContext.get_current().enable_progress_bars = False
+    logging.getLogger("ray.data").setLevel(logging.WARNING)
     with tempfile.TemporaryDirectory(prefix="bench-ray-") as folder:
-        path, blob, columns = build(args.model, folder, args.rows)
-        batches = [{k: v[i:i + args.batch] for k, v in columns.items()} for i in range(0, args.rows, args.batch)]
-        ds = dataset(columns, 4 * args.workers)
-        tiny = dataset({k: v[:args.workers * args.batch] for k, v in columns.items()}, args.workers)
-        model_ref = cuvil.ray.put(path)
-        jobs = {"cuvil": (cuvil.ray.Predictor, {"model": model_ref}), "ort": (OrtPredictor, {"model": blob})}
-        runs = {"inproc": lambda: args.rows / in_process(path, batches, args.workers)}
-        for name, (fn, kw) in jobs.items():
-            runs[name] = lambda fn=fn, kw=kw: ray_job(ds, fn, kw, args.workers, args.batch)
-            runs[f"{name}-startup"] = lambda fn=fn, kw=kw: ray_job(tiny, fn, kw, args.workers, args.batch)
-        seconds = {name: [] for name in runs}
+        runs = prepare(args, folder)
+        results = {name: [] for name in runs}
         for r in range(args.rounds):
-            names = list(runs)[r % len(runs):] + list(runs)[:r % len(runs)]  # rotated: no peer always first
-            for name in names:
-                seconds[name].append(runs[name]())
-            print(f"round {r + 1}: " + ", ".join(f"{n} {seconds[n][-1]:.2f} s" for n in runs), flush=True)
-    report(args, seconds)
+            for name in list(runs)[r % len(runs):] + list(runs)[:r % len(runs)]:  # rotated: no peer always first
+                results[name].append(runs[name]())
+            print(f"round {r + 1}: " + ", ".join(f"{n} {v[-1]['seconds']:.2f} s" for n, v in results.items()),
+                  flush=True)
+    report(args, results)
     ray.shutdown()
 
 
-def report(args, seconds: dict) -> None:
-    """Throughput ratios, medians over rounds: end to end, and with each engine's start-up (the median time of
-    its job over one batch per worker: starting the actors and loading the model) taken off."""
-    startup = {n: statistics.median(seconds[f"{n}-startup"]) for n in ("cuvil", "ort")}
-    net = {n: [max(t - startup[n], 1e-9) for t in seconds[n]] for n in startup}
+def prepare(args, folder: str) -> dict:
+    """{run name: a function timing it once}, after the untimed first job of each engine; sets args.rows to the
+    rows of whole blocks."""
+    import cuvil.ray
 
-    def ratio(a: list, b: list) -> float:  # throughput of a / throughput of b, round by round
-        return statistics.median(tb / ta for ta, tb in zip(a, b))
+    path, blob, columns = build(args.model, folder, args.size)
+    block = columns(min(args.block or 16 * args.batch, args.rows))
+    rows_in_block = len(next(iter(block.values())))
+    repeats = -(-args.rows // rows_in_block)
+    args.rows = repeats * rows_in_block
+    batches = [{k: v[i:i + args.batch] for k, v in block.items()} for i in range(0, rows_in_block, args.batch)]
+    ds, model_of = dataset(block, repeats), {"cuvil": cuvil.ray.put(path), "ort": blob}
+    for e in ENGINES:  # untimed: Ray starts its worker pool and imports Ray Data lazily, at a session's first job
+        ray_job(dataset(block, 1), e, model_of[e], args)
+    threads = args.workers * args.cpus_per_worker
+    runs = {f"{e}-inproc": (lambda e=e: in_process(e, path, blob, batches, repeats, threads)) for e in ENGINES}
+    runs.update({f"{e}-ray": (lambda e=e: ray_job(ds, e, model_of[e], args)) for e in ENGINES})
+    return runs
 
-    print(f"\n{args.model}, {args.rows} rows, batch {args.batch}, {args.workers} workers, {args.rounds} rounds; "
-          f"load average {os.getloadavg()[0]:.2f}")
-    print(f"  in-process loop {args.rows / statistics.median(seconds['inproc']):.0f} rows/s; start-up of a job: "
-          f"cuvil {startup['cuvil']:.2f} s, ort {startup['ort']:.2f} s")
-    for what, c, o in (("end to end", seconds["cuvil"], seconds["ort"]), ("less start-up", net["cuvil"], net["ort"])):
-        print(f"  {what:13}  cuvil/inproc {ratio(c, seconds['inproc']):.3f} (goal >= 0.9)   "
-              f"cuvil/ort {ratio(c, o):.3f} (goal >= 1.2)")
+
+def report(args, results: dict) -> None:
+    """Throughputs (medians over rounds) and their ratios (medians of per-round ratios)."""
+    def rate(name: str, key: str = "seconds") -> list:
+        return [args.rows / r[key] if key == "seconds" else r[key] for r in results[name]]
+
+    def ratio(a: list, b: list) -> str:
+        return f"{statistics.median(x / y for x, y in zip(a, b)):.3f}"
+
+    med = lambda values: statistics.median(values)  # noqa: E731
+    print(f"\n{args.model}, {args.rows} rows, batch {args.batch}, {args.workers} workers x {args.cpus_per_worker} "
+          f"CPU, {args.rounds} rounds; load average {os.getloadavg()[0]:.2f}")
+    for e in ENGINES:
+        ray_runs = results[f"{e}-ray"]
+        print(f"  {e:5}  in-process {med(rate(f'{e}-inproc')):9.1f} rows/s   on Ray: end to end "
+              f"{med(rate(f'{e}-ray')):9.1f} rows/s, steady {med(rate(f'{e}-ray', 'steady')):9.1f} rows/s, start-up "
+              f"{med(r['startup'] for r in ray_runs):.2f} s, busy {100 * med(r['busy'] for r in ray_runs):.0f}% "
+              f"(median gap between calls {1e3 * med(r['gap'] for r in ray_runs):.2f} ms)")
+    inproc = rate("cuvil-inproc")
+    print(f"  cuvil on Ray / in-process (goal >= 0.9): end to end {ratio(rate('cuvil-ray'), inproc)}, steady "
+          f"{ratio(rate('cuvil-ray', 'steady'), inproc)}")
+    print(f"  cuvil / ort on Ray (goal >= 1.2): end to end {ratio(rate('cuvil-ray'), rate('ort-ray'))}, steady "
+          f"{ratio(rate('cuvil-ray', 'steady'), rate('ort-ray', 'steady'))}; in-process (its ceiling) "
+          f"{ratio(inproc, rate('ort-inproc'))}")
 
 
 if __name__ == "__main__":

@@ -61,6 +61,8 @@ class BatchPlan:
         return cols
 
     def _fit(self, p, dtype: np.dtype, column) -> np.ndarray:
+        if _fits(column, p, dtype):  # the usual case, checked in a few microseconds: passed on as it is
+            return column
         a = _dense(column, p, self.pad_values.get(p.name, 0), self.bucket)
         if a.dtype != dtype:
             if not np.can_cast(a.dtype, dtype, "same_kind"):
@@ -71,6 +73,13 @@ class BatchPlan:
             raise ShapeError(f"column {p.name!r} has rows of shape {a.shape[1:]}; the model's input is "
                              f"{p.dtype}[{', '.join(map(str, p.shape))}]")
         return _pad_axes(np.ascontiguousarray(a), p, self.pad_values.get(p.name, 0))
+
+
+def _fits(column, p, dtype: np.dtype) -> bool:
+    """Whether `column` is already a C-contiguous array of the input's dtype, rank and fixed sizes."""
+    return (isinstance(column, np.ndarray) and column.dtype == dtype and column.ndim == len(p.shape)
+            and column.flags.c_contiguous
+            and all(not isinstance(d, int) or d == n for d, n in zip(p.shape[1:], column.shape[1:])))
 
 
 def _dense(column, p, pad_value, bucket: int) -> np.ndarray:

@@ -99,10 +99,31 @@ def batch_columns(batch) -> Mapping:
 
 
 def _arrow_to_numpy(column) -> np.ndarray:
-    array = column.combine_chunks() if hasattr(column, "combine_chunks") else column
+    array = column.chunk(0) if getattr(column, "num_chunks", 0) == 1 else (
+        column.combine_chunks() if hasattr(column, "combine_chunks") else column)
+    tensor = _tensor_view(array)
+    if tensor is not None:
+        return tensor
     if hasattr(array, "to_numpy_ndarray"):  # Ray's or Arrow's fixed-shape tensor arrays
         return array.to_numpy_ndarray()
     return array.to_numpy(zero_copy_only=False)
+
+
+def _tensor_view(array) -> Optional[np.ndarray]:
+    """A fixed-shape tensor array (Ray's: a list of numbers per row, its shape on the type) as a view of its values
+    (a few microseconds; Ray's and Arrow's own conversions take hundreds); None where it is not one."""
+    shape, storage = getattr(array.type, "shape", None), getattr(array, "storage", None)
+    if (not isinstance(shape, tuple) or storage is None or array.null_count or not hasattr(storage, "offsets")
+            or not hasattr(storage.values, "to_numpy") or storage.values.null_count):
+        return None
+    rows, size = len(storage), int(np.prod(shape, dtype=np.int64))
+    start, stop = (storage.offsets[0].as_py(), storage.offsets[rows].as_py()) if rows else (0, 0)
+    if stop - start != rows * size:  # not uniform rows after all
+        return None
+    try:
+        return storage.values.slice(start, rows * size).to_numpy(zero_copy_only=True).reshape(rows, *shape)
+    except ValueError:  # values NumPy cannot view (booleans are bits): the general path copies them
+        return None
 
 
 def _artifact_source(model):

@@ -3,6 +3,9 @@ to one process running the same `.cuv` (and to ONNX Runtime), the model through 
 Arrow batches, a worker killed mid-job with every row answered once, and a CPU the model was not built for."""
 import os
 import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
@@ -118,3 +121,31 @@ def test_a_worker_on_a_cpu_without_a_needed_feature_reports_it(cluster, artifact
     actor = ray.remote(cuvil.ray.Predictor).remote(cuvil.ray.put(bad))
     with pytest.raises(ray.exceptions.RayActorError, match="CPU features this machine lacks: threads"):
         ray.get(actor.__call__.remote({"image": models.images(2)}))
+
+
+def test_arrow_tensor_columns_become_views_of_the_block():
+    """Ray's fixed-shape tensor columns of a sliced block (what batch_format='pyarrow' hands a worker) as NumPy
+    views of the block's values, equal to Ray's own conversion; booleans (bits) and ragged rows are converted."""
+    from ray.data.block import BlockAccessor
+
+    from cuvil.ray.predictor import batch_columns
+
+    columns = {"image": models.images(40), "flags": np.arange(40 * 3).reshape(40, 3) % 2 == 0,
+               "id": np.arange(40)}
+    block = BlockAccessor.batch_to_block(columns).slice(5, 20)
+    got = batch_columns(block)
+    for name, expected in columns.items():
+        np.testing.assert_array_equal(got[name], expected[5:25])
+    assert np.shares_memory(got["image"], batch_columns(block)["image"])  # both views of the block, no copies
+    ragged = BlockAccessor.batch_to_block({"x": np.array([np.ones(2), np.ones(3)], dtype=object)})
+    assert [len(r) for r in batch_columns(ragged)["x"]] == [2, 3]
+
+
+def test_a_worker_imports_no_frontend(artifacts):
+    """What a Ray worker imports to load and run a .cuv: no torch, onnx, onnxruntime or jax (its start-up)."""
+    code = ("import sys, numpy as np, cuvil.ray; p = cuvil.ray.Predictor(sys.argv[1]); "
+            "p({'image': np.zeros((2, 3, 16, 16), np.float32)}); "
+            "print(sorted(m for m in ('torch', 'onnx', 'onnxruntime', 'jax') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code, str(artifacts["cnn"][0])], check=True, capture_output=True,
+                         text=True, cwd=Path(__file__).resolve().parents[2])  # this checkout's cuvil
+    assert out.stdout.strip() == "[]", out.stdout
