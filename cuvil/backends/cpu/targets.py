@@ -40,6 +40,7 @@ class Target:
     zig_flags: tuple            # the same for `zig cc` (which names CPUs, not -march levels)
     features: tuple             # CPU features (runtime/host.py FEATURE_BITS names) the code needs
     gemm_block: tuple = ()      # (MR, NV): the GEMM's register block, rows x vectors (empty: gemm.c's default)
+    conv_strip: int = 0         # the blocked convolution's strip, output pixels (0: conv_nchwc.c's default)
     model_flags: tuple = ()     # extra flags for generated model code
     gcc_prefix: str = ""        # the Debian cross compiler's prefix (empty: the host's compiler)
     openmp: bool = True         # threads through OpenMP, where the toolchain has it (zig's clang has not)
@@ -55,10 +56,12 @@ class Target:
         return self.name == "cpu"
 
     def flags(self, toolchain_family: str) -> tuple:
-        """Machine and model flags for `toolchain_family` ("gcc" or "zig"), plus the GEMM's register block."""
+        """Machine and model flags for `toolchain_family` ("gcc" or "zig"), plus the GEMM's register block and the
+        convolution's strip."""
         machine = self.zig_flags if toolchain_family == "zig" else self.gcc_flags
         block = (f"-DCUVIL_MR={self.gemm_block[0]}", f"-DCUVIL_NV={self.gemm_block[1]}") if self.gemm_block else ()
-        return (*machine, *block)
+        strip = (f"-DCUVIL_NCHWC_W0={self.conv_strip}",) if self.conv_strip else ()
+        return (*machine, *block, *strip)
 
 
 _X86_V3 = ("sse4_2", "avx", "avx2", "fma", "f16c")

@@ -61,10 +61,12 @@ def vector_lanes(row, block: int | None) -> int:
 
 
 def machine_flags(row, block: int | None = None) -> tuple:
-    """The row's flags for zig's clang, its vector width and its GEMM register block (a widened one for a host's
-    layout)."""
+    """The row's flags for zig's clang, its vector width, GEMM register block and convolution strip (a widened
+    block and the default strip for a host's layout)."""
     lanes = vector_lanes(row, block)
-    mr, nv = row.gemm_block if lanes == row.vector_lanes else WIDENED_GEMM_BLOCK[lanes]
+    if lanes == row.vector_lanes:
+        return (*row.flags("zig"), f"-DCUVIL_WASM_VL={lanes}")
+    mr, nv = WIDENED_GEMM_BLOCK[lanes]
     return (*row.zig_flags, f"-DCUVIL_WASM_VL={lanes}", f"-DCUVIL_MR={mr}", f"-DCUVIL_NV={nv}")
 
 
