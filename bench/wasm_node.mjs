@@ -3,7 +3,8 @@
 // bench/wasm_node.mjs SPEC.json`, SPEC = {cuvil: {peer: {cuv, features}}, onnx, input: {file, shape}, out}
 // (`features`: cuvil.js load's, null for the engine's); then one command a line on stdin, one JSON answer a line:
 //   check     -> {peer: file of its output, ..., "ort": file of onnxruntime-web's}
-//   round N   -> {peer: [seconds per call ...], ...}: N calls of each, the order rotating by round
+//   round N   -> {peer: [seconds per call ...], ..., cpu: {peer: CPU seconds per call of this process}}: N calls of
+//                each, the order rotating by round
 //   levels    -> {peer: the .cuv section cuvil.js runs ("native": SIMD128, "native.1": relaxed-SIMD)}
 import { readFileSync, writeFileSync } from "node:fs";
 import { createInterface } from "node:readline";
@@ -46,14 +47,17 @@ for await (const line of createInterface({ input: process.stdin })) {
   } else if (op === "round") {
     const names = Object.keys(peers);
     const turn = round++ % names.length;
+    answer.cpu = {};
     for (const name of [...names.slice(turn), ...names.slice(0, turn)]) {
-      const times = [];
+      const times = [], cpu0 = process.cpuUsage();
       for (let k = 0; k < Number(n); k++) {
         const t = process.hrtime.bigint();
         await peers[name]();
         times.push(Number(process.hrtime.bigint() - t) / 1e9);
       }
+      const cpu = process.cpuUsage(cpu0);
       answer[name] = times;
+      answer.cpu[name] = (cpu.user + cpu.system) / 1e6 / Number(n);
     }
   } else break;
   process.stdout.write(JSON.stringify(answer) + "\n");

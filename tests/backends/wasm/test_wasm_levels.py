@@ -29,24 +29,40 @@ def test_wasm32_is_a_row_and_a_family():
     assert not targets.widens_blocks()  # the host's kernel library has one block width
 
 
+def _export(net, x, path) -> tuple:
+    """(path, IR text, input, native output) of `net` compiled and exported for wasm32."""
+    require("ziglang")
+    from cuvil.runtime.container import Container
+
+    cuvil.export(cuvil.compile(net, (x,), target="wasm32"), path, "wasm32")
+    want = _tuple(cuvil.compile(net, (x,))(x))
+    ir = json.loads(zlib.decompress(bytes(Container.open(path).data("ir"))))["main"]
+    return path, ir, x.numpy(), want
+
+
 @pytest.fixture(scope="module")
 def cnn(tmp_path_factory):
-    """(path of a CNN compiled and exported for wasm32, its IR text, input, native output)."""
-    require("ziglang")
+    """A CNN of direct blocked convolutions (a narrow first layer, 3x3 and 1x1), compiled and exported for wasm32."""
     import torch
 
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(16, 32, 3),
                               torch.nn.ReLU(), torch.nn.MaxPool2d(2), torch.nn.Conv2d(32, 16, 1), torch.nn.ReLU(),
                               torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(16, 10)).eval()
-    x = torch.randn(2, 3, 20, 20)
-    path = tmp_path_factory.mktemp("wasm-levels") / "cnn.cuv"
-    cuvil.export(cuvil.compile(net, (x,), target="wasm32"), path, "wasm32")
-    want = _tuple(cuvil.compile(net, (x,))(x))
-    from cuvil.runtime.container import Container
+    return _export(net, torch.randn(2, 3, 20, 20), tmp_path_factory.mktemp("wasm-levels") / "cnn.cuv")
 
-    ir = json.loads(zlib.decompress(bytes(Container.open(path).data("ir"))))["main"]
-    return path, ir, x.numpy(), want
+
+@pytest.fixture(scope="module")
+def winograd_cnn(tmp_path_factory):
+    """bench.wasm's small CNN, smaller: its 3x3 convolutions of 32 and 64 channels take the 4-lane Winograd kernel."""
+    import torch
+
+    torch.manual_seed(1)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+                              torch.nn.Conv2d(32, 64, 3, padding=1), torch.nn.ReLU(),
+                              torch.nn.Conv2d(64, 64, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
+                              torch.nn.Flatten(), torch.nn.Linear(64, 10)).eval()
+    return _export(net, torch.randn(1, 3, 32, 32), tmp_path_factory.mktemp("wasm-levels") / "winograd.cuv")
 
 
 def test_a_cnn_compiled_for_wasm32_is_blocked_by_4(cnn):
@@ -61,11 +77,13 @@ def test_a_cnn_compiled_for_wasm32_is_blocked_by_4(cnn):
 
 
 @pytest.mark.parametrize("masked,native", [("", "native.1"), ("relaxed_simd", "native")])
-def test_wasmtime_runs_each_level(cnn, monkeypatch, masked, native):
+@pytest.mark.parametrize("model", ["cnn", "winograd_cnn"])
+def test_wasmtime_runs_each_level(request, model, monkeypatch, masked, native):
     require("wasmtime")
     from cuvil.runtime import wasm
 
-    path, _, x, want = cnn
+    path, ir, x, want = request.getfixturevalue(model)
+    assert ",4] = conv_nchwc" in ir and ("winograd" in ir) == (model == "winograd_cnn")
     monkeypatch.setenv("CUVIL_DISABLE_CPU_FEATURES", masked)
     art = wasm.load(path)
     assert art.native == native
@@ -74,10 +92,11 @@ def test_wasmtime_runs_each_level(cnn, monkeypatch, masked, native):
 
 @pytest.mark.parametrize("relaxed,features,native", [(False, None, "native"), (True, None, "native.1"),
                                                      (True, ["simd128"], "native")])
-def test_node_runs_each_level(cnn, tmp_path, relaxed, features, native):
+@pytest.mark.parametrize("model", ["cnn", "winograd_cnn"])
+def test_node_runs_each_level(request, model, tmp_path, relaxed, features, native):
     """Node.js 20 validates relaxed-SIMD only with its flag: cuvil.js probes the engine and picks the level."""
     require("node")
-    path, _, x, want = cnn
+    path, _, x, want = request.getfixturevalue(model)
     result = node.run(path, [x], tmp_path, features=features, relaxed=relaxed)
     assert "error" not in result, result
     assert result["native"] == native
