@@ -40,12 +40,12 @@ class Target:
     zig_flags: tuple            # the same for `zig cc` (which names CPUs, not -march levels)
     features: tuple             # CPU features (runtime/host.py FEATURE_BITS names) the code needs
     gemm_block: tuple = ()      # (MR, NV): the GEMM's register block, rows x vectors (empty: gemm.c's default)
-    conv_strip: int = 0         # the blocked convolution's strip, output pixels (0: conv_nchwc.c's default)
     model_flags: tuple = ()     # extra flags for generated model code
     gcc_prefix: str = ""        # the Debian cross compiler's prefix (empty: the host's compiler)
     openmp: bool = True         # threads through OpenMP, where the toolchain has it (zig's clang has not)
     dlopen: bool = True         # shared objects loaded at run time (wasm32 links one module instead)
     widens_blocks: bool = False  # kernels built with each module, vectors as wide as its IR's blocks (wasm32)
+    conv_strip: int = 0         # the blocked convolution's strip, output pixels (0: conv_nchwc.c's default)
 
     @property
     def vector_lanes(self) -> int:

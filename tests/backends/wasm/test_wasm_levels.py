@@ -29,6 +29,13 @@ def test_wasm32_is_a_row_and_a_family():
     assert not targets.widens_blocks()  # the host's kernel library has one block width
 
 
+def test_every_row_keeps_its_fields():
+    """The wasm32 fields came after the others' (rows are written positionally): every flag is a string."""
+    assert targets.get("x86_64-v4").model_flags == ("-mprefer-vector-width=512",)
+    for row in targets.TABLE.values():
+        assert all(isinstance(f, str) for f in (*row.flags("gcc"), *row.flags("zig"), *row.model_flags)), row.name
+
+
 def _export(net, x, path) -> tuple:
     """(path, IR text, input, native output) of `net` compiled and exported for wasm32."""
     require("ziglang")
