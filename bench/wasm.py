@@ -4,15 +4,25 @@ same model and inputs (issue 19's goals: wasm / native <= 2x, wasm / onnxruntime
     npm install --prefix bench            # onnxruntime-web, once (bench/package.json; node_modules stays untracked)
     python -m bench.wasm --rounds 15      # W1, W2 (MLP b1), a small CNN
     python -m bench.wasm --rounds 2 --calls 2 --only W2   # a smoke run
+    python -m bench.wasm --only W1 --gemm-blocks 4x2 6x2 4x3 --rounds 7   # the GEMM's register block, measured
+    python -m bench.wasm --only CNN --gemm-blocks 4x2w4 4x2w6 --rounds 7   # ... and the convolution's strip
 
-Native Cuvil runs in this process (`cuvil.load` of the x86-64 `.cuv`, one thread); cuvil.js and onnxruntime-web
-run in one Node.js process (bench/wasm_node.mjs). Rounds alternate: native, then both Node peers (their order
-alternating too). Every peer's output is checked against eager PyTorch's first. Reported: the median seconds per
-call of each peer over all rounds, and the two ratios.
+The model is compiled for wasm32 (4-lane convolution blocks) and exported with both levels; Node.js runs with
+relaxed-SIMD on (Node.js 20's flag), and cuvil.js runs each level as its own peer: `wasm` (SIMD128, what an engine
+without relaxed-SIMD gets) and `wasm relaxed` (its FMA). onnxruntime-web's one build is SIMD128 (it validates without
+relaxed-SIMD). Native Cuvil runs in this process (`cuvil.load` of the x86-64 `.cuv`, one thread: the CPU time it
+takes per wall second is reported, 1.0 for one thread); cuvil.js and onnxruntime-web run in one Node.js process
+(bench/wasm_node.mjs). Rounds alternate: native, then the Node peers (their order rotating). Every peer's output
+is checked against eager PyTorch's first. Reported: the median seconds per call of each peer over all rounds, and
+the ratios; and the same ratios of CPU time per call (each process's own, which a loaded machine disturbs less than
+wall time; on a quiet one they agree). `--gemm-blocks` exports one file per GEMM register block (MR x NV, both
+levels) and times those.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import json
 import os
 import subprocess
@@ -25,11 +35,13 @@ import numpy as np
 import torch
 
 import cuvil
+from cuvil.backends.cpu import targets
 from bench.workloads import Built, matmul_workload, mlp_workload
 
 HERE = Path(__file__).resolve().parent
 WARM_UP_CALLS = 30
 TOLERANCE = 2e-3  # max |peer - torch| / max |torch|, as bench/harness.py
+RELAXED_FLAG = "--experimental-wasm-relaxed-simd"  # Node.js 20 (V8 11.3); on by default from Node.js 22
 
 
 def small_cnn_workload(size: int = 64) -> Built:
@@ -47,12 +59,14 @@ WORKLOADS = {"W1": ("W1 matmul 1024x512x256", matmul_workload), "W2": ("W2 MLP b
              "CNN": ("small CNN 1x3x64x64", small_cnn_workload)}
 
 
-def prepare(built: Built, folder: Path) -> dict:
-    """The workload's x86-64 and wasm32 `.cuv`, its ONNX file, input and eager PyTorch reference."""
+def prepare(built: Built, folder: Path, blocks: list) -> dict:
+    """The workload's x86-64 `.cuv`, its wasm32 ones (one per GEMM block, None: the table's), its ONNX file, input
+    and eager PyTorch reference."""
     module, (x,) = built.exported, built.inputs
-    compiled = cuvil.compile(module, (x,))
-    cuvil.export(compiled, folder / "cpu.cuv")
-    cuvil.export(compiled, folder / "wasm.cuv", "wasm32")
+    cuvil.export(cuvil.compile(module, (x,)), folder / "cpu.cuv")
+    for block in blocks:
+        with gemm_block(block):
+            cuvil.export(cuvil.compile(module, (x,), target="wasm32"), folder / f"wasm-{block}.cuv", "wasm32")
     torch.onnx.export(module, (x,), str(folder / "model.onnx"), dynamo=False, opset_version=17)
     xn = np.ascontiguousarray(x.numpy(), np.float32)
     xn.tofile(folder / "x.bin")
@@ -61,14 +75,37 @@ def prepare(built: Built, folder: Path) -> dict:
     return {"x": xn, "ref": ref}
 
 
-class NodePeers:
-    """The Node.js process running cuvil.js and onnxruntime-web (bench/wasm_node.mjs)."""
+@contextlib.contextmanager
+def gemm_block(block: str | None):
+    """The wasm32 rows with register block `block` ("MRxNV", or "MRxNVwW" with the convolution's strip of W pixels;
+    None: as they are) inside the block."""
+    if block is None:
+        yield
+        return
+    saved = {n: targets.TABLE[n] for n in targets.FAMILIES["wasm32"]}
+    gemm, _, strip = block.partition("w")
+    mr, nv = map(int, gemm.split("x"))
+    targets.TABLE.update({n: dataclasses.replace(r, gemm_block=(mr, nv), conv_strip=int(strip or r.conv_strip))
+                          for n, r in saved.items()})
+    try:
+        yield
+    finally:
+        targets.TABLE.update(saved)
 
-    def __init__(self, folder: Path, shape: tuple):
-        spec = {"cuv": str(folder / "wasm.cuv"), "onnx": str(folder / "model.onnx"), "out": str(folder / "out"),
+
+class NodePeers:
+    """The Node.js process running cuvil.js (each wasm file at each level) and onnxruntime-web (bench/wasm_node.mjs)."""
+
+    def __init__(self, folder: Path, shape: tuple, blocks: list):
+        cuvil_peers = {}
+        for b in blocks:
+            cuv, label = str(folder / f"wasm-{b}.cuv"), "" if b is None else f" {b}"
+            cuvil_peers[f"wasm{label}"] = {"cuv": cuv, "features": ["simd128"]}
+            cuvil_peers[f"wasm relaxed{label}"] = {"cuv": cuv, "features": None}
+        spec = {"cuvil": cuvil_peers, "onnx": str(folder / "model.onnx"), "out": str(folder / "out"),
                 "input": {"file": str(folder / "x.bin"), "shape": list(shape)}}
         (folder / "spec.json").write_text(json.dumps(spec))
-        self.proc = subprocess.Popen(["node", str(HERE / "wasm_node.mjs"), str(folder / "spec.json")],
+        self.proc = subprocess.Popen(["node", RELAXED_FLAG, str(HERE / "wasm_node.mjs"), str(folder / "spec.json")],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
     def ask(self, line: str) -> dict:
@@ -88,48 +125,58 @@ def error(y: np.ndarray, ref: np.ndarray) -> float:
     return float(np.abs(y.reshape(ref.shape) - ref).max() / max(np.abs(ref).max(), 1e-30))
 
 
-def native_round(fn, x: np.ndarray, calls: int) -> list:
-    times = []
+def native_round(fn, x: np.ndarray, calls: int, cpu: list) -> list:
+    """Seconds per call; appends (CPU seconds, wall seconds) of the round to `cpu` (their ratio: threads used)."""
+    times, cpu0, wall0 = [], time.process_time(), time.perf_counter()
     for _ in range(calls):
         t = time.perf_counter()
         fn(x)
         times.append(time.perf_counter() - t)
+    cpu.append((time.process_time() - cpu0, time.perf_counter() - wall0))
     return times
 
 
-def measure(key: str, rounds: int, calls: int) -> dict:
+def measure(key: str, rounds: int, calls: int, blocks: list) -> dict:
     name, build = WORKLOADS[key]
     with tempfile.TemporaryDirectory(prefix="cuvil-bench-wasm-") as tmp:
         folder = Path(tmp)
-        data = prepare(build(), folder)
+        data = prepare(build(), folder, blocks)
         art = cuvil.load(folder / "cpu.cuv")
         art.set_num_threads(1)
         native = art.function("main")
-        node = NodePeers(folder, data["x"].shape)
+        node = NodePeers(folder, data["x"].shape, blocks)
         try:
             outs = node.ask("check")
+            levels = node.ask("levels")
             errors = {"native": error(np.asarray(native(data["x"])), data["ref"])}
             errors.update({p: error(np.fromfile(f, np.float32), data["ref"]) for p, f in outs.items()})
             bad = {p: e for p, e in errors.items() if not e <= TOLERANCE}
             if bad:
                 raise AssertionError(f"{name}: outputs differ from PyTorch's: {bad}")
-            times = {"native": [], "cuvil_wasm": [], "ort_web": []}
+            times, cpu, cpu_per_call = {"native": [], **{p: [] for p in outs}}, [], {p: [] for p in outs}
             # warm-up: V8 runs a module's functions in its baseline compiler first and moves the hot ones to
             # TurboFan in the background, which for the large unrolled kernels takes a few hundred calls' time
-            native_round(native, data["x"], max(calls, WARM_UP_CALLS))
+            native_round(native, data["x"], max(calls, WARM_UP_CALLS), [])
             node.ask(f"round {max(calls, WARM_UP_CALLS)}")
             for _ in range(rounds):
-                times["native"] += native_round(native, data["x"], calls)
+                times["native"] += native_round(native, data["x"], calls, cpu)
                 answer = node.ask(f"round {calls}")
-                times["cuvil_wasm"] += answer["cuvil"]
-                times["ort_web"] += answer["ort"]
+                for p, c in answer.pop("cpu").items():
+                    cpu_per_call[p].append(c)
+                for p, t in answer.items():
+                    times[p] += t
         finally:
             node.close()
             art.close()
     median = {p: float(np.median(t)) for p, t in times.items()}
-    return {"workload": name, "median_s": median, "errors": errors,
-            "wasm_over_native": median["cuvil_wasm"] / median["native"],
-            "wasm_over_ort_web": median["cuvil_wasm"] / median["ort_web"]}
+    cpu_s = {"native": float(np.median([c / calls for c, _ in cpu])), **{p: float(np.median(c))
+                                                                         for p, c in cpu_per_call.items()}}
+    return {"workload": name, "median_s": median, "cpu_s": cpu_s, "errors": errors, "levels": levels,
+            "cpu_over_native": {p: cpu_s[p] / cpu_s["native"] for p in cpu_s if p not in ("native", "ort")},
+            "cpu_over_ort_web": {p: cpu_s[p] / cpu_s["ort"] for p in cpu_s if p not in ("native", "ort")},
+            "native_threads": sum(c for c, _ in cpu) / sum(w for _, w in cpu),
+            "over_native": {p: median[p] / median["native"] for p in median if p not in ("native", "ort")},
+            "over_ort_web": {p: median[p] / median["ort"] for p in median if p not in ("native", "ort")}}
 
 
 def main(argv=None) -> None:
@@ -137,6 +184,9 @@ def main(argv=None) -> None:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--calls", type=int, default=10, help="calls of each peer per round")
     parser.add_argument("--only", nargs="*", choices=sorted(WORKLOADS), default=list(WORKLOADS))
+    parser.add_argument("--gemm-blocks", nargs="*", default=[None], metavar="MRxNV",
+                        help="the wasm32 GEMM's register blocks to compare, MRxNV[wW] with W the blocked "
+                             "convolution's strip (default: the targets table's)")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args(argv)
     if not (HERE / "node_modules" / "onnxruntime-web").exists():
@@ -144,12 +194,15 @@ def main(argv=None) -> None:
     print(f"load: {os.getloadavg()[0]:.2f} (1-minute average); one thread everywhere", flush=True)
     results = []
     for key in args.only:
-        r = measure(key, args.rounds, args.calls)
+        r = measure(key, args.rounds, args.calls, args.gemm_blocks)
         results.append(r)
         m = r["median_s"]
-        print(f"{r['workload']:24s} native {m['native'] * 1e3:8.3f} ms  cuvil wasm {m['cuvil_wasm'] * 1e3:8.3f} ms  "
-              f"onnxruntime-web {m['ort_web'] * 1e3:8.3f} ms  wasm/native {r['wasm_over_native']:5.2f}x (goal <= 2)  "
-              f"wasm/ort-web {r['wasm_over_ort_web']:5.2f}x (goal <= 0.5)", flush=True)
+        print(f"{r['workload']}: native {m['native'] * 1e3:.3f} ms ({r['native_threads']:.2f} CPU s per s), "
+              f"onnxruntime-web {m['ort'] * 1e3:.3f} ms", flush=True)
+        for p in r["over_native"]:
+            print(f"  cuvil {p:20s} {m[p] * 1e3:8.3f} ms  ({r['levels'][p]:8s})  /native {r['over_native'][p]:5.2f}x "
+                  f"(goal <= 2)  /onnxruntime-web {r['over_ort_web'][p]:5.2f}x (goal <= 0.5);  in CPU time "
+                  f"{r['cpu_over_native'][p]:5.2f}x and {r['cpu_over_ort_web'][p]:5.2f}x", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
 

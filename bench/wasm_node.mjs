@@ -1,24 +1,30 @@
-// bench/wasm.py's Node.js side: one wasm32 .cuv run with cuvil.js and the same model's ONNX file run with
-// onnxruntime-web's wasm backend (one thread, SIMD), interleaved. `node bench/wasm_node.mjs SPEC.json`, SPEC =
-// {cuv, onnx, input: {file, shape}, out}; then one command a line on stdin, one JSON answer a line on stdout:
-//   check     -> {"cuvil": file of cuvil.js's output, "ort": file of onnxruntime-web's}
-//   round N   -> {"cuvil": [seconds per call ...], "ort": [...]}: N calls of each, the order alternating by round
+// bench/wasm.py's Node.js side: wasm32 .cuv files run with cuvil.js and the same model's ONNX file run with
+// onnxruntime-web's wasm backend (one thread, SIMD128), interleaved. `node [--experimental-wasm-relaxed-simd]
+// bench/wasm_node.mjs SPEC.json`, SPEC = {cuvil: {peer: {cuv, features}}, onnx, input: {file, shape}, out}
+// (`features`: cuvil.js load's, null for the engine's); then one command a line on stdin, one JSON answer a line:
+//   check     -> {peer: file of its output, ..., "ort": file of onnxruntime-web's}
+//   round N   -> {peer: [seconds per call ...], ..., cpu: {peer: CPU seconds per call of this process}}: N calls of
+//                each, the order rotating by round
+//   levels    -> {peer: the .cuv section cuvil.js runs ("native": SIMD128, "native.1": relaxed-SIMD)}
 import { readFileSync, writeFileSync } from "node:fs";
 import { createInterface } from "node:readline";
-import { load } from "../cuvil/runtime/js/cuvil.js";
+import { engineFeatures, load } from "../cuvil/runtime/js/cuvil.js";
 
 const spec = JSON.parse(readFileSync(process.argv[2], "utf8"));
 const raw = readFileSync(spec.input.file);
 const x = new Float32Array(raw.buffer.slice(raw.byteOffset, raw.byteOffset + raw.byteLength));
-
-const fn = (await load(readFileSync(spec.cuv))).function("main");
 const input = [{ data: x, shape: spec.input.shape }];
-const peers = { cuvil: async () => fn.run(input)[0].data };
+const peers = {}, levels = {};
+for (const [name, { cuv, features }] of Object.entries(spec.cuvil)) {
+  const art = await load(readFileSync(cuv), { features: features || engineFeatures() });
+  const fn = art.function("main");
+  peers[name] = async () => fn.run(input)[0].data;
+  levels[name] = art.native;
+}
 
 if (spec.onnx) {
   const ort = await import("onnxruntime-web");
-  ort.env.wasm.numThreads = 1;
-  ort.env.wasm.simd = true;
+  ort.env.wasm.numThreads = 1; // its one build is SIMD128 with threads (no relaxed-SIMD); one thread here
   const session = await ort.InferenceSession.create(readFileSync(spec.onnx), {
     executionProviders: ["wasm"], graphOptimizationLevel: "all",
   });
@@ -29,24 +35,29 @@ if (spec.onnx) {
 let round = 0;
 for await (const line of createInterface({ input: process.stdin })) {
   const [op, n] = line.trim().split(" ");
-  const answer = {};
+  let answer = {};
   if (op === "check") {
     for (const [name, run] of Object.entries(peers)) {
       const y = await run();
       writeFileSync(`${spec.out}.${name}.bin`, new Uint8Array(y.buffer, y.byteOffset, y.byteLength));
       answer[name] = `${spec.out}.${name}.bin`;
     }
+  } else if (op === "levels") {
+    answer = levels;
   } else if (op === "round") {
     const names = Object.keys(peers);
-    if (round++ % 2) names.reverse();
-    for (const name of names) {
-      const times = [];
+    const turn = round++ % names.length;
+    answer.cpu = {};
+    for (const name of [...names.slice(turn), ...names.slice(0, turn)]) {
+      const times = [], cpu0 = process.cpuUsage();
       for (let k = 0; k < Number(n); k++) {
         const t = process.hrtime.bigint();
         await peers[name]();
         times.push(Number(process.hrtime.bigint() - t) / 1e9);
       }
+      const cpu = process.cpuUsage(cpu0);
       answer[name] = times;
+      answer.cpu[name] = (cpu.user + cpu.system) / 1e6 / Number(n);
     }
   } else break;
   process.stdout.write(JSON.stringify(answer) + "\n");

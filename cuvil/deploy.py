@@ -18,8 +18,6 @@ import os
 from .compiler import Executable
 from .errors import UnsupportedError
 
-WASM = "wasm32"
-
 
 def export(obj, path, target: str = "cpu", *, entry: str = "main", example_inputs=None,
            include_c: bool = False) -> None:
@@ -28,9 +26,9 @@ def export(obj, path, target: str = "cpu", *, entry: str = "main", example_input
     ONNX model (`load_onnx(p).optimize()`), a `cuvil.Executable`, or `{entry name: obj}` for several entry points.
     `include_c` adds the generated C (`cuvil inspect --c` prints it). `target` (docs/targets.md): "cpu" (this
     machine), a row ("x86_64-v3", "aarch64"), a family ("x86_64": every level, the loader picks the best), a list
-    of rows of one architecture (a jit function with `example_inputs` is compiled for it), "wasm32" (a WebAssembly
-    module, SIMD128, that cuvil.js and cuvil.runtime.wasm run; built from this machine's C), or "cuda" (PTX and
-    sm_80/sm_90 cubins, built here, GPU or not)."""
+    of rows of one architecture (a jit function with `example_inputs` is compiled for it), "wasm32" (WebAssembly
+    modules, SIMD128 and relaxed-SIMD, that cuvil.js and cuvil.runtime.wasm run; compile for it for 4-lane
+    convolution blocks), or "cuda" (PTX and sm_80/sm_90 cubins, built here, GPU or not)."""
     named = obj if isinstance(obj, dict) else {entry: obj}
     if target == "cuda":  # PTX and cubins built here, GPU or not (backends/cuda/artifact.py)
         from .backends.cuda import artifact as cuda_artifact
@@ -42,8 +40,7 @@ def export(obj, path, target: str = "cpu", *, entry: str = "main", example_input
     from .backends.cpu import export as cpu_export
     from .backends.cpu import targets
 
-    if target != WASM:
-        targets.levels(target)  # an unknown name fails before anything compiles
+    targets.levels(target)  # an unknown name fails before anything compiles
     executables: dict = {}
     for name, item in named.items():
         variants = _executables(item, example_inputs if not isinstance(obj, dict) else None, target)
@@ -91,7 +88,7 @@ def _jit(fn, example_inputs) -> list:
 
 def _for_target(fn, target):
     """The jit function compiling for `target` (its layout depends on the target's vector width)."""
-    if not isinstance(target, str) or target == WASM or fn.options["target"] == target:
+    if not isinstance(target, str) or fn.options["target"] == target:
         return fn
     return type(fn)(fn.python_function, receiver=fn.receiver, **{**fn.options, "target": target})
 

@@ -215,10 +215,10 @@ def _meta(container: Container) -> dict:
     return meta
 
 
-def _choose_native(container: Container) -> str:
-    """The native section with the most feature bits that this CPU has (`native` when none fits: check 4 says
-    what is missing)."""
-    have = host.feature_bits()
+def _choose_native(container: Container, have: int | None = None) -> str:
+    """The native section with the most feature bits that this CPU (or wasm32 engine: `have`) has (`native` when
+    none fits: check 4 says what is missing)."""
+    have = host.feature_bits() if have is None else have
     natives = [r for n, r in container.rows.items() if n == "native" or n.startswith("native.")]
     fitting = [r for r in natives if not r.features & ~have]
     return max(fitting, key=lambda r: bin(r.features).count("1")).name if fitting else "native"

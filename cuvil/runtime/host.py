@@ -14,7 +14,7 @@ from pathlib import Path
 FEATURE_BITS = {"sse4_2": 0, "avx": 1, "avx2": 2, "fma": 3, "f16c": 4, "avx512f": 5, "avx512bw": 6, "avx512vl": 7,
                 "avx512dq": 8, "avx512_bf16": 9, "avx512_vnni": 10, "amx_bf16": 11, "amx_int8": 12,
                 "avx512_fp16": 13, "avx_vnni": 14, "neon": 32, "sve": 33, "bf16": 34, "i8mm": 35, "dotprod": 36,
-                "simd128": 48, "threads": 49}
+                "simd128": 48, "threads": 49, "relaxed_simd": 50}
 CPUINFO_ALIASES = {"asimd": "neon", "asimddp": "dotprod"}
 
 
@@ -31,7 +31,12 @@ def feature_bits() -> int:
     """The host's feature bits, less those `CUVIL_DISABLE_CPU_FEATURES` names (comma-separated, as in
     `host.FEATURE_BITS`: `avx512f` makes a file's AVX-512 level unusable, so its AVX2 level loads). The C runtime
     reads the same variable."""
-    return cpuinfo_bits() & ~bits(os.environ.get(MASK_VARIABLE, "").replace(",", " ").split())
+    return cpuinfo_bits() & ~masked_bits()
+
+
+def masked_bits() -> int:
+    """The features `CUVIL_DISABLE_CPU_FEATURES` names (a wasm32 engine's too: `relaxed_simd`)."""
+    return bits(os.environ.get(MASK_VARIABLE, "").replace(",", " ").split())
 
 
 @functools.lru_cache(maxsize=1)

@@ -3,13 +3,17 @@ module's ABI (docs/artifact.md, "The wasm32 module's ABI"), as `cuvil/runtime/js
 
     cuvil.export(fn, "model.cuv", "wasm32", example_inputs=(x,))    # needs the ziglang package
     y = cuvil.runtime.wasm.load("model.cuv")(x)                     # needs wasmtime; y equals fn(x)
+
+A file holds a module per level (`wasm32`: SIMD128, `wasm32-relaxed`: relaxed-SIMD); the loader runs the one with the
+most features the engine validates, less those `CUVIL_DISABLE_CPU_FEATURES` names (`relaxed_simd`).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..errors import ArtifactError, CuvilError, ShapeError
-from .artifact import _meta, _numpy_dtype
+from . import host
+from .artifact import _choose_native, _meta, _numpy_dtype
 from .container import Container
 from .function import Param
 
@@ -18,6 +22,10 @@ ABI_VERSION = 1
 OPCODES = ("const", "sym", "dim", "add", "mul", "floordiv", "mod", "eq", "bind", "out", "ge")  # cuvil_checks.h
 OPERANDS = {"const": 1, "sym": 1, "dim": 2, "bind": 1, "out": 1}
 ERROR_INDEX = 1  # cuvil_rt.h's CUVIL_ERROR_INDEX
+# One function of (v128, v128, v128) -> v128 each: valid where the engine has the feature (cuvil.js has the same).
+_PROBE_TYPE = "0061736d01000000" "01080160037b7b7b017b" "03020100"
+PROBES = {"simd128": bytes.fromhex(_PROBE_TYPE + "0a060104002000" "0b"),  # local.get 0
+          "relaxed_simd": bytes.fromhex(_PROBE_TYPE + "0a0d010b00200020012002fd8502" "0b")}  # f32x4.relaxed_madd
 
 
 def load(path) -> "WasmArtifact":
@@ -34,8 +42,22 @@ def load(path) -> "WasmArtifact":
     return WasmArtifact(container, meta)
 
 
+def engine_features(engine) -> int:
+    """The feature bits whose probe module `engine` validates, less those CUVIL_DISABLE_CPU_FEATURES names."""
+    import wasmtime
+
+    def valid(probe: bytes) -> bool:
+        try:
+            wasmtime.Module.validate(engine, probe)
+        except wasmtime.WasmtimeError:
+            return False
+        return True
+    return host.bits(n for n, probe in PROBES.items() if valid(probe)) & ~host.masked_bits()
+
+
 class WasmArtifact:
-    """The entries of a wasm32 `.cuv` in one wasmtime instance: `artifact[name]`, calling it calls `main`."""
+    """The entries of a wasm32 `.cuv` in one wasmtime instance: `artifact[name]`, calling it calls `main`; `native`
+    is the level's section run."""
 
     def __init__(self, container: Container, meta: dict):
         try:
@@ -47,7 +69,13 @@ class WasmArtifact:
         self.store.set_wasi(wasmtime.WasiConfig())
         linker = wasmtime.Linker(self.store.engine)
         linker.define_wasi()
-        module = wasmtime.Module(self.store.engine, bytes(container.data("native", check=False)))
+        have = engine_features(self.store.engine)
+        self.native = _choose_native(container, have)
+        missing = container.rows[self.native].features & ~have
+        if missing:
+            raise ArtifactError(f"{self.path}: the module needs {', '.join(host.names(missing))}, which this wasmtime "
+                                "lacks (or CUVIL_DISABLE_CPU_FEATURES masks)")
+        module = wasmtime.Module(self.store.engine, bytes(container.data(self.native, check=False)))
         self.instance = linker.instantiate(self.store, module)
         self._exports = self.instance.exports(self.store)
         self.call("_initialize")

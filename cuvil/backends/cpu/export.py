@@ -35,7 +35,7 @@ class _Entry:
     generator marks as worth keeping are saved. A loader runs `prepare` only for a buffer made from a stored
     constant (it asks `packed_source`)."""
 
-    def __init__(self, exe, route: dict, host_code: bool, keep_prepared: bool = True):
+    def __init__(self, exe, route: dict, host_code: bool):
         run = exe._run if host_code else None
         if hasattr(run, "resolve"):  # a warm artifact-cache hit (cache/store.py): the CpuFunction its first call makes
             run = run.resolve()
@@ -50,13 +50,9 @@ class _Entry:
             self.consts = [np.ascontiguousarray(exe.module.constants[n]) for n in program.constants]
             return
         self.consts = run._consts[:len(program.constants)]
-        if not keep_prepared:  # the weights a cache entry left out (its packed forms replace them), from the IR
-            self.consts = [c if c is not None else np.ascontiguousarray(exe.module.constants[n])
-                           for n, c in zip(program.constants, self.consts)]
-        else:
-            self.derived = _derived(program, self.consts, run.prepared)
-            keep = [saved or src in self.derived for saved, src in zip(program.prepared_saved, program.prepared_from)]
-            self.prepared = {j: run.prepared[j] for j, saved in enumerate(keep) if saved and j < len(run.prepared)}
+        self.derived = _derived(program, self.consts, run.prepared)
+        keep = [saved or src in self.derived for saved, src in zip(program.prepared_saved, program.prepared_from)]
+        self.prepared = {j: run.prepared[j] for j, saved in enumerate(keep) if saved and j < len(run.prepared)}
         if any(c is None for k, c in enumerate(self.consts) if k not in self.derived):
             raise ValueError("a constant the code reads is missing (a loaded function whose weights were replaced)")
 
@@ -120,17 +116,13 @@ class _Entry:
 def write(path, executables: dict, include_c: bool = False, target="cpu") -> None:
     """Write `{entry name: (Executable, route data)}` into one `.cuv` at `path` (atomically), with native code
     for each level `target` names (targets.levels: a row, a family or a list of rows of one architecture), or
-    for "wasm32" one WebAssembly module (built from the host's C; its loader prepares the packed weights itself,
-    their layout being the target's kernel library's)."""
-    if target == "wasm32":
-        rows, parts = (), {name: _Entry(exe, route, exe.target == "cpu", keep_prepared=False)
-                           for name, (exe, route) in executables.items()}
-    else:
-        rows = targets.levels(target)
-        host_code = targets.runs_here(rows)
-        with targets.use(rows):
-            parts = {name: _Entry(exe, route, host_code and exe.target == "cpu")
-                     for name, (exe, route) in executables.items()}
+    for "wasm32" one WebAssembly module per level (its loader prepares the packed weights itself, their layout being
+    the target's kernel library's)."""
+    rows = targets.levels(target)
+    host_code = targets.runs_here(rows)
+    with targets.use(rows):
+        parts = {name: _Entry(exe, route, host_code and exe.target == "cpu")
+                 for name, (exe, route) in executables.items()}
     for name in parts:
         if not entries.NAME.match(name):
             raise ValueError(f"entry name {name!r} must match [A-Za-z_][A-Za-z0-9_]* (at most 63 characters)")
@@ -139,13 +131,9 @@ def write(path, executables: dict, include_c: bool = False, target="cpu") -> Non
     layout = {"consts": const_layout, "prepared": prep_layout}
     metas = {name: p.meta(standalone.entry_prefix(k), layout) for k, (name, p) in enumerate(parts.items())}
     sources = [p.program.source for p in parts.values()]
-    if rows:
-        natives = _natives(rows, sources)
-        features = min((s.features for s in natives), key=lambda f: bin(f).count("1"))  # the least demanding level
-        triple, levels = rows[0].triple, [r.name for r in rows]
-    else:
-        natives, triple, features = _wasm_native(sources, parts.values())
-        levels = [target]
+    natives = _natives(rows, sources) if rows[0].dlopen else _wasm_natives(rows, sources, parts.values())
+    features = min((s.features for s in natives), key=lambda f: bin(f).count("1"))  # the least demanding level
+    triple, levels = rows[0].triple, [r.name for r in rows]
     meta = {"format": 1, "cuvil_version": __version__, "target": target if isinstance(target, str) else list(target),
             "levels": levels, "triple": triple, "features": host.names(features),
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "entries": metas}
@@ -164,22 +152,24 @@ def write(path, executables: dict, include_c: bool = False, target="cpu") -> Non
     container.write(path, sections, triple, features)
 
 
-def _wasm_native(sources: list, parts) -> tuple:
-    """([the native section: one WebAssembly module], its triple, its feature bits), its kernels' vectors as wide as
-    the blocks the host's layout chose."""
+def _wasm_natives(rows: tuple, sources: list, parts) -> list:
+    """One WebAssembly module per level, as `_natives` names them, its kernels' vectors as wide as the blocks the
+    IR's layout chose (a host's, where it was compiled for the host)."""
     blocks = {op.operands[1].type.shape[5] for p in parts for op in p.exe.module.main.walk() if op.name == "conv_nchwc"}
-    features = host.bits(wasm.TARGET["features"])
-    module = wasm.build(sources, max(blocks, default=None))
-    return [container.Section("native", [module], features=features)], wasm.TARGET["triple"], features
+    return [container.Section(_native_name(k), [wasm.build(sources, row, max(blocks, default=None))],
+                              features=host.bits(row.features)) for k, row in enumerate(rows)]
 
 
 def _natives(rows: tuple, sources: list) -> list:
     """One native section per level, `native`, `native.1`, ...: each with the CPU features its code needs (the
     host's: every feature this CPU has, since -march=native may use any)."""
-    return [container.Section("native" if k == 0 else f"native.{k}",
-                              [standalone.build(sources, target=None if row.is_host else row)],
+    return [container.Section(_native_name(k), [standalone.build(sources, target=None if row.is_host else row)],
                               features=host.cpuinfo_bits() if row.is_host else host.bits(row.features))
             for k, row in enumerate(rows)]
+
+
+def _native_name(k: int) -> str:
+    return "native" if k == 0 else f"native.{k}"
 
 
 def _derived(program, consts: list, prepared: list) -> set:

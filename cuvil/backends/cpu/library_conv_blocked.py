@@ -8,6 +8,7 @@ block must be the library's (one vector of f32 on the host), which the layout pa
 from __future__ import annotations
 
 from ...errors import UnsupportedError
+from . import targets
 from .kernels import conv_block
 from .library_util import c_dim, open_block
 
@@ -27,7 +28,7 @@ def _conv_nchwc(gen, op, depth: int) -> None:
     d = open_block(gen, depth, op, names)
     block = w.type.shape[5]
 
-    if block != conv_block():
+    if block != conv_block() and not targets.widens_blocks():
         uses = f"uses {conv_block()}" if conv_block() else "has levels of several widths (no blocked layout)"
         raise UnsupportedError(f"'conv_nchwc' packs {block} channels per block; the target's kernel library {uses}: "
                                "the IR was laid out for another target. Compile it for this one (target= of "

@@ -5,10 +5,14 @@
     ['x86_64-v2', 'x86_64-v3', 'x86_64-v4']
     >>> targets.get("aarch64").vector_lanes, targets.get("aarch64").triple
     (4, 'aarch64-linux-gnu')
+    >>> [t.name for t in targets.levels("wasm32")]
+    ['wasm32', 'wasm32-relaxed']
 
 `"cpu"` is the host, compiled with `-march=native` (what in-process code always uses). The other rows are fixed
 instruction-set levels a `.cuv` can be exported for (docs/targets.md). A family name (`"x86_64"`, `"aarch64"`)
 names several levels of one architecture: one file carries them all and the loader picks the best the CPU has.
+`"wasm32"` is a row (SIMD128) and a family (with `"wasm32-relaxed"`, relaxed-SIMD's FMA): a WebAssembly module
+built by zig's clang (backends/cpu/wasm.py), the level chosen by the engine's features (cuvil.js, runtime/wasm.py).
 Generated code and the kernel library select their vectors from the compiler's predefined macros (`cuvil_simd.h`),
 so a row's flags decide the vector width; `vector_bits` says what they give, for the IR's layout choices.
 """
@@ -40,6 +44,8 @@ class Target:
     gcc_prefix: str = ""        # the Debian cross compiler's prefix (empty: the host's compiler)
     openmp: bool = True         # threads through OpenMP, where the toolchain has it (zig's clang has not)
     dlopen: bool = True         # shared objects loaded at run time (wasm32 links one module instead)
+    widens_blocks: bool = False  # kernels built with each module, vectors as wide as its IR's blocks (wasm32)
+    conv_strip: int = 0         # the blocked convolution's strip, output pixels (0: conv_nchwc.c's default)
 
     @property
     def vector_lanes(self) -> int:
@@ -50,13 +56,24 @@ class Target:
         return self.name == "cpu"
 
     def flags(self, toolchain_family: str) -> tuple:
-        """Machine and model flags for `toolchain_family` ("gcc" or "zig"), plus the GEMM's register block."""
+        """Machine and model flags for `toolchain_family` ("gcc" or "zig"), plus the GEMM's register block and the
+        convolution's strip."""
         machine = self.zig_flags if toolchain_family == "zig" else self.gcc_flags
         block = (f"-DCUVIL_MR={self.gemm_block[0]}", f"-DCUVIL_NV={self.gemm_block[1]}") if self.gemm_block else ()
-        return (*machine, *block)
+        strip = (f"-DCUVIL_NCHWC_W0={self.conv_strip}",) if self.conv_strip else ()
+        return (*machine, *block, *strip)
 
 
 _X86_V3 = ("sse4_2", "avx", "avx2", "fma", "f16c")
+WASM32_GEMM_BLOCK = (4, 2)
+
+
+def _wasm32(name: str, simd: str, macros: tuple, flags: tuple, features: tuple) -> Target:
+    """A wasm32 row: zig's clang only (no gcc for wasm32-wasi), no OpenMP (no threads yet), one module, no dlopen."""
+    return Target(name, "wasm32-wasi", 128, simd, "wasm_simd128.h", ("__wasm_simd128__", *macros), (),
+                  ("-msimd128", *flags), ("simd128", *features), WASM32_GEMM_BLOCK, openmp=False, dlopen=False,
+                  widens_blocks=True)
+
 # GEMM register blocks, rows x vectors. x86: gemm.c's measured defaults (6 x 4 zmm, 6 x 2 ymm; SSE's 16 registers
 # take 4 x 2). aarch64: 8 x 2 q-registers = 16 accumulators + 2 of B + 8 broadcasts of A fit NEON's 32 registers
 # (the choice of OpenBLAS's and XNNPACK's NEON kernels); unmeasured here (see docs/targets.md for how to).
@@ -74,9 +91,14 @@ TABLE = {t.name: t for t in (
     Target("aarch64-sve", "aarch64-linux-gnu", 128, "neon+sve", "arm_sve.h", ("__ARM_NEON", "__ARM_FEATURE_SVE"),
            ("-march=armv8.2-a+sve",), ("-mcpu=generic+sve",), ("neon", "sve"), (8, 2),
            gcc_prefix="aarch64-linux-gnu-"),
+    _wasm32("wasm32", "simd128", (), (), ()),
+    # relaxed-SIMD: clang contracts `a * b + c` into f32x4.relaxed_madd (an FMA where the CPU has one)
+    _wasm32("wasm32-relaxed", "simd128+relaxed", ("__wasm_relaxed_simd__",), ("-mrelaxed-simd",), ("relaxed_simd",)),
 )}
-# Families: one .cuv holding every level, the loader choosing (SVE where present, else NEON; the widest x86).
-FAMILIES = {"x86_64": ("x86_64-v2", "x86_64-v3", "x86_64-v4"), "aarch64": ("aarch64", "aarch64-sve")}
+# Families: one .cuv holding every level, the loader choosing (SVE where present, else NEON; the widest x86;
+# relaxed-SIMD where the engine validates it, else SIMD128).
+FAMILIES = {"x86_64": ("x86_64-v2", "x86_64-v3", "x86_64-v4"), "aarch64": ("aarch64", "aarch64-sve"),
+            "wasm32": ("wasm32", "wasm32-relaxed")}
 NAMES = ("cpu", *TABLE, *(f for f in FAMILIES if f not in TABLE))
 
 
@@ -101,8 +123,7 @@ def get(name) -> Target:
     if name == "cpu":
         return host_target()
     if name not in TABLE:
-        raise UnsupportedError(f"unknown target {name!r}; expected one of {', '.join(NAMES)} (and, for cuvil.export, "
-                               "wasm32: backends/cpu/wasm.py)")
+        raise UnsupportedError(f"unknown target {name!r}; expected one of {', '.join(NAMES)}")
     return TABLE[name]
 
 
@@ -156,3 +177,9 @@ def layout_lanes():
     levels of different widths keeps convolutions unblocked, since one IR serves every level."""
     lanes = {r.vector_lanes for r in active()}
     return lanes.pop() if len(lanes) == 1 else None
+
+
+def widens_blocks() -> bool:
+    """Whether every active level builds its kernels with the module, as wide as the IR's blocks (wasm32: a host's
+    layout runs, its vectors several v128)."""
+    return all(r.widens_blocks for r in active())

@@ -1,10 +1,10 @@
-"""The wasm32 target of the C backend: the model's generated C and the kernel library compiled with SIMD128 into one
-WebAssembly module (docs/artifact.md, "The wasm32 module's ABI"; docs/targets.md, "wasm32").
+"""The wasm32 rows of the C backend (targets.py: `wasm32`, SIMD128, and `wasm32-relaxed`): the model's generated C
+and the kernel library compiled into one WebAssembly module per row (docs/artifact.md, "The wasm32 module's ABI";
+docs/targets.md, "wasm32").
 
-`TARGET` is this target's row in the shape of the targets table (`targets.py`): triple, vector width, intrinsics,
-toolchain and flags, features. The toolchain is the clang inside the `ziglang` wheel (`python -m ziglang cc`): one
-`pip install`, no system package, and it ships wasi-libc. Objects are cached like native libraries (by source,
-headers, flags and the toolchain's version), under `CUVIL_CACHE_DIR/wasm`.
+The toolchain is the clang inside the `ziglang` wheel (`python -m ziglang cc`): one `pip install`, no system
+package, and it ships wasi-libc. Objects are cached like native libraries (by source, headers, flags and the
+toolchain's version), under `CUVIL_CACHE_DIR/wasm`.
 """
 from __future__ import annotations
 
@@ -17,18 +17,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ...errors import CuvilError
+from ...errors import CuvilError, UnsupportedError
 from . import backend, kernels, standalone, toolchain
 
-TARGET = {
-    "name": "wasm32", "triple": "wasm32-wasi", "vector_bits": 128, "intrinsics": "wasm_simd128.h",
-    "toolchain": "ziglang", "compiler": (sys.executable, "-m", "ziglang", "cc"),
-    "flags": ("-target", "wasm32-wasi", "-msimd128", "-std=gnu11", "-fno-math-errno"),
-    "features": ("simd128",), "openmp": False,
-}
-# The GEMM's register block per conv block (the vector type's lanes, see `vector_lanes`): 8 accumulating v128 each,
-# so that a JIT with 16 vector registers (V8 and wasmtime on x86-64) keeps the block, the B row and A's broadcast.
-GEMM_BLOCK = {4: ("CUVIL_MR=4", "CUVIL_NV=2"), 8: ("CUVIL_MR=4", "CUVIL_NV=1"), 16: ("CUVIL_MR=2", "CUVIL_NV=1")}
+COMPILER = (sys.executable, "-m", "ziglang", "cc")
+TRIPLE = "wasm32-wasi"
+COMPILE_FLAGS = ("-target", TRIPLE, "-std=gnu11", "-fno-math-errno")  # beside each row's (targets.py)
+# The GEMM's register block where the IR was laid out for a wider host (vectors of several v128, see
+# `vector_lanes`): 8 v128 accumulators, as a JIT with 16 vector registers (V8 and wasmtime on x86-64) keeps them.
+WIDENED_GEMM_BLOCK = {8: (4, 1), 16: (2, 1)}
 STACK_BYTES = 1 << 20
 MODULE_SYMBOLS = ("cuvil_alloc", "cuvil_free")  # wasm_abi.c: the host's way to place inputs in linear memory
 
@@ -54,29 +51,42 @@ def compiler_version() -> str:
     return done.stdout.strip()
 
 
-def vector_lanes(block: int | None) -> int:
-    """Lanes of the kernels' vector type: SIMD128's 4, or the blocked layout's width when the IR was laid out for
-    a wider host (its weights are packed in blocks of that many channels; 16 lanes are four v128 each)."""
-    return block or 4
+def vector_lanes(row, block: int | None) -> int:
+    """Lanes of the kernels' vector type: the row's (SIMD128's 4), or the blocked layout's width when the IR was laid
+    out for a wider host (its weights are packed in blocks of that many channels; 16 lanes are four v128 each)."""
+    lanes = block or row.vector_lanes
+    if lanes != row.vector_lanes and lanes not in WIDENED_GEMM_BLOCK:
+        raise UnsupportedError(f"target {row.name!r}: convolution blocks of {lanes} channels (compile for {row.name})")
+    return lanes
 
 
-def build(sources: list, block: int | None = None, opt_level: int | None = None) -> bytes:
-    """The `.wasm` module for the generated C `sources` (entry k gets `standalone.entry_prefix(k)`)."""
+def machine_flags(row, block: int | None = None) -> tuple:
+    """The row's flags for zig's clang, its vector width, GEMM register block and convolution strip (a widened
+    block and the default strip for a host's layout)."""
+    lanes = vector_lanes(row, block)
+    if lanes == row.vector_lanes:
+        return (*row.flags("zig"), f"-DCUVIL_WASM_VL={lanes}")
+    mr, nv = WIDENED_GEMM_BLOCK[lanes]
+    return (*row.zig_flags, f"-DCUVIL_WASM_VL={lanes}", f"-DCUVIL_MR={mr}", f"-DCUVIL_NV={nv}")
+
+
+def build(sources: list, row, block: int | None = None, opt_level: int | None = None) -> bytes:
+    """The `.wasm` module of wasm32 row `row` (targets.py) for the generated C `sources` (entry k gets
+    `standalone.entry_prefix(k)`)."""
     level = backend.opt_level() if opt_level is None else opt_level
-    lanes = vector_lanes(block)
-    defines = (f"CUVIL_WASM_VL={lanes}", *GEMM_BLOCK[lanes])
-    objects = [_object(standalone.prefixed(src, standalone.entry_prefix(k)), level, defines)
+    flags = machine_flags(row, block)
+    objects = [_object(standalone.prefixed(src, standalone.entry_prefix(k)), level, flags)
                for k, src in enumerate(sources)]
     kernel_src = "".join(f'#include "{name}"\n' for name in kernels.SOURCES)
-    objects.append(_object(kernel_src, level, defines))
+    objects.append(_object(kernel_src, level, flags))
     abi_src = (backend.runtime_dir() / "cuvil_export.c").read_text() + '#include "wasm_abi.c"\n'
-    objects.append(_object(abi_src, level, defines))
+    objects.append(_object(abi_src, level, flags))
     return _link(objects, [standalone.entry_prefix(k) for k in range(len(sources))])
 
 
-def _object(source: str, opt_level: int, defines: tuple) -> Path:
+def _object(source: str, opt_level: int, machine: tuple) -> Path:
     """A wasm32 object compiled from `source`, from the cache when its key is there."""
-    flags = (f"-O{opt_level}", *TARGET["flags"], *(f"-D{d}" for d in defines),
+    flags = (f"-O{opt_level}", *COMPILE_FLAGS, *machine,
              *(f"-I{d}" for d in (include_dir(), backend.runtime_dir(), kernels.include_dir())))
     headers = sorted(p for d in (include_dir(), backend.runtime_dir(), kernels.include_dir()) for p in d.iterdir()
                      if p.suffix in (".h", ".c"))
@@ -88,7 +98,7 @@ def _object(source: str, opt_level: int, defines: tuple) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="cuvil-wasm-") as tmp:
         (Path(tmp) / "source.c").write_text(source)
-        _run([*TARGET["compiler"], *flags, "-c", "source.c", "-o", "out.o"], tmp, "compiling for wasm32")
+        _run([*COMPILER, *flags, "-c", "source.c", "-o", "out.o"], tmp, "compiling for wasm32")
         os.replace(Path(tmp) / "out.o", path)
     return path
 
@@ -98,7 +108,7 @@ def _link(objects: list, prefixes: list) -> bytes:
     exported = [f"{p}{s}" for p in prefixes for s in standalone.ENTRY_SYMBOLS]
     exported += [*standalone.LIBRARY_SYMBOLS, *MODULE_SYMBOLS]
     with tempfile.TemporaryDirectory(prefix="cuvil-wasm-link-") as tmp:
-        cmd = [*TARGET["compiler"], "-target", "wasm32-wasi", "-mexec-model=reactor", "-o", "model.wasm",
+        cmd = [*COMPILER, "-target", TRIPLE, "-mexec-model=reactor", "-o", "model.wasm",
                *map(str, objects), "-lm", "-s", f"-Wl,-z,stack-size={STACK_BYTES}",
                *(f"-Wl,--export={s}" for s in exported)]
         _run(cmd, tmp, "linking the wasm32 module")

@@ -37,14 +37,43 @@ export class CuvilError extends Error {
 
 const fail = (message) => { throw new CuvilError("artifact", message); };
 
-/** Check a `.cuv` (ArrayBuffer or typed array) and instantiate its module; resolves to an Artifact. */
-export async function load(buffer, { name = "<memory>" } = {}) {
+// docs/artifact.md's feature bits of wasm32, and a module of one (v128, v128, v128) -> v128 function for each:
+// valid where the engine has the feature (cuvil/runtime/wasm.py has the same probes).
+export const FEATURE_BITS = { simd128: 48n, threads: 49n, relaxed_simd: 50n };
+const PROBE_TYPE = [0, 0x61, 0x73, 0x6d, 1, 0, 0, 0, 1, 8, 1, 0x60, 3, 0x7b, 0x7b, 0x7b, 1, 0x7b, 3, 2, 1, 0];
+const PROBES = {
+  simd128: [10, 6, 1, 4, 0, 0x20, 0, 0x0b], // local.get 0
+  relaxed_simd: [10, 13, 1, 11, 0, 0x20, 0, 0x20, 1, 0x20, 2, 0xfd, 0x85, 2, 0x0b], // f32x4.relaxed_madd
+};
+
+/** The features of this engine (names of FEATURE_BITS) whose probe module validates. */
+export function engineFeatures() {
+  return Object.keys(PROBES).filter((f) => WebAssembly.validate(new Uint8Array([...PROBE_TYPE, ...PROBES[f]])));
+}
+
+/** Check a `.cuv` (ArrayBuffer or typed array) and instantiate the module of its level with the most features the
+ * engine has (`features`: the names it may use, default engineFeatures(); leave out "relaxed_simd" for SIMD128's
+ * module); resolves to an Artifact whose `native` names the section run. */
+export async function load(buffer, { name = "<memory>", features = engineFeatures() } = {}) {
   const bytes = buffer instanceof Uint8Array ? buffer : new Uint8Array(buffer);
   const file = await checkContainer(bytes, name);
-  const module = await WebAssembly.compile(file.section("native"));
-  const art = new Artifact(file, module);
+  const native = chooseNative(file, features);
+  const module = await WebAssembly.compile(file.section(native));
+  const art = new Artifact(file, module, native);
   await art._start();
   return art;
+}
+
+/** The native section with the most feature bits within `features` (docs/artifact.md's rule, as cuvil.load's). */
+function chooseNative(file, features) {
+  const have = features.reduce((m, f) => m | (FEATURE_BITS[f] === undefined ? 0n : 1n << FEATURE_BITS[f]), 0n);
+  const ones = (b) => [...b.toString(2)].filter((c) => c === "1").length;
+  const fitting = Object.values(file.rows).filter((r) => /^native(\.\d+)?$/.test(r.name) && !(r.features & ~have));
+  if (!fitting.length) {
+    const lacks = Object.keys(FEATURE_BITS).filter((f) => (file.rows.native.features >> FEATURE_BITS[f]) & 1n && !features.includes(f));
+    fail(`${file.name}: the module needs ${lacks.join(", ")}, which this engine lacks`);
+  }
+  return fitting.reduce((best, r) => (ones(r.features) > ones(best.features) ? r : best)).name;
 }
 
 /** Checks 1-3 and 5 of docs/artifact.md: {triple, rows, meta, section(name)}; throws CuvilError("artifact"). */
@@ -116,10 +145,12 @@ function readRows(bytes, view, name, tableAt, tableEnd, count) {
   return rows;
 }
 
-/** A loaded wasm32 `.cuv`: `entries`, `metadata`, `function(name)`; one module instance for all entries. */
+/** A loaded wasm32 `.cuv`: `entries`, `metadata`, `native` (the level's section), `function(name)`; one module
+ * instance for all entries. */
 export class Artifact {
-  constructor(file, module) {
+  constructor(file, module, native = "native") {
     this.name = file.name;
+    this.native = native;
     this.metadata = file.meta;
     this._file = file;
     this._module = module;

@@ -155,18 +155,19 @@ def test_a_truncated_file_is_refused(exported, tmp_path):
     assert result["error"]["kind"] == "artifact" and "truncated" in result["error"]["message"]
 
 
-@pytest.mark.parametrize("lanes,ops", [(4, ("f32x4.mul", "f32x4.add", "f32x4.pmax")), (16, ("f32x4.mul", "f32x4.add"))])
-def test_the_kernel_library_compiles_to_simd128(tmp_path, lanes, ops):
+@pytest.mark.parametrize("row,lanes,ops", [("wasm32", 4, ("f32x4.mul", "f32x4.add", "f32x4.pmax")),
+                                          ("wasm32", 16, ("f32x4.mul", "f32x4.add")),
+                                          ("wasm32-relaxed", 4, ("f32x4.relaxed_madd",))])
+def test_the_kernel_library_compiles_to_simd128(tmp_path, row, lanes, ops):
     """The kernels' vector code becomes SIMD128 instructions (not scalar code), for SIMD128's own width and for a
-    wider host's blocked layout."""
+    wider host's blocked layout; relaxed-SIMD's row contracts multiply-adds into its FMA."""
     require("ziglang")
-    from cuvil.backends.cpu import kernels, wasm
+    from cuvil.backends.cpu import kernels, targets, wasm
 
     source = tmp_path / "k.c"
     source.write_text("".join(f'#include "{n}"\n' for n in kernels.SOURCES))
-    cmd = [*wasm.TARGET["compiler"], "-O2", *wasm.TARGET["flags"], f"-DCUVIL_WASM_VL={lanes}",
-           *(f"-D{d}" for d in wasm.GEMM_BLOCK[lanes]), f"-I{wasm.include_dir()}", f"-I{kernels.include_dir()}",
-           "-S", str(source), "-o", str(tmp_path / "k.s")]
+    cmd = [*wasm.COMPILER, "-O2", *wasm.COMPILE_FLAGS, *wasm.machine_flags(targets.get(row), lanes),
+           f"-I{wasm.include_dir()}", f"-I{kernels.include_dir()}", "-S", str(source), "-o", str(tmp_path / "k.s")]
     subprocess.run(cmd, check=True, capture_output=True)
     text = (tmp_path / "k.s").read_text()
     for op in ops:

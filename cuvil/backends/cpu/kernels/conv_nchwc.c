@@ -9,7 +9,9 @@
  * clip its taps (per-tap bounds checks cost a third of the time at 7x7). Bias, residual and relu are applied
  * while the strip is in registers. Compiled in one unit after gemm.c (it uses its thread count).
  */
-#if CUVIL_VL == 16
+#if defined(CUVIL_NCHWC_W0) /* the target's (targets.py: wasm32's is measured) */
+#define NCHWC_W0 CUVIL_NCHWC_W0
+#elif CUVIL_VL == 16
 #define NCHWC_W0 12 /* 2 x 12 accumulators + 2 weights + a broadcast fit the 32 registers */
 #elif CUVIL_VL == 8
 #define NCHWC_W0 6
