@@ -282,7 +282,45 @@ def build_library(source: str, *, name: str = "lib", opt_level: int = 3, extra_f
     flags = tuple(flags) if flags is not None else compile_flags(opt_level, extra_flags, target, compiler)
     flags += tuple(f"-I{d}" for d in include_dirs)
     key = cache_key(source, flags, compiler, depends)
-    entry = cache_dir() / "cpu" / f"{name}-{key[:32]}"
+
+    def compile_source(tmp: Path) -> list:
+        (tmp / "source.c").write_text(source)
+        return [*compiler.command, *flags, "source.c", "-o", "lib.so"]
+
+    return _cached_entry(cache_dir() / "cpu" / f"{name}-{key[:32]}", key, compiler, compile_source)
+
+
+def object_flags(opt_level: int, extra=(), target=None, compiler=None) -> tuple:
+    """`compile_flags` for an object file (-c, not -shared): what the kernel units and exported entries compile with."""
+    return tuple(f for f in compile_flags(opt_level, extra, target, compiler) if f != "-shared") + ("-c",)
+
+
+def link_library(objects: list, *, name: str = "lib", target=None) -> Build:
+    """Link cached object files (`build_library` entries compiled with `object_flags`) into a shared library, cached
+    by the objects' keys; symbols it leaves undefined resolve when it is loaded (against RTLD_GLOBAL libraries)."""
+    compiler = find_compiler(target)
+    extra = tuple(shlex.split(os.environ.get("CUVIL_EXTRA_CFLAGS", "")))  # as compiled (-fsanitize=address)
+    flags = ("-shared", *link_flags(compiler), "-pthread", *extra)
+    key = hashlib.sha256("\0".join([*flags, *compiler.command, compiler.version,
+                                     *(Path(o).parent.name for o in objects)]).encode()).hexdigest()
+
+    def link(tmp: Path) -> list:
+        return [*compiler.command, *flags, "-o", "lib.so", *map(str, named_objects(objects, tmp)), "-lm"]
+
+    return _cached_entry(cache_dir() / "cpu" / f"{name}-{key[:32]}", key, compiler, link)
+
+
+def named_objects(objects: list, folder) -> list:
+    """The objects under `.o` names in `folder` (links): the cache names them lib.so, which zig's clang would take
+    for shared libraries."""
+    links = [Path(folder) / f"{k}.o" for k in range(len(objects))]
+    for link, obj in zip(links, objects):
+        link.symlink_to(obj)
+    return links
+
+
+def _cached_entry(entry: Path, key: str, compiler: Compiler, prepare) -> Build:
+    """The cache entry `entry`, built by the command `prepare(folder)` writes the inputs for and returns if missing."""
     if _valid_entry(entry):
         return Build(entry / "lib.so", key, False, 0.0)
     entry.parent.mkdir(parents=True, exist_ok=True)
@@ -290,7 +328,7 @@ def build_library(source: str, *, name: str = "lib", opt_level: int = 3, extra_f
         if _valid_entry(entry):  # another process built it while we waited for the lock
             return Build(entry / "lib.so", key, False, 0.0)
         discard_entry(entry)
-        seconds = _compile_entry(source, flags, compiler, entry, key)
+        seconds = _build_entry(prepare, compiler, entry, key)
     return Build(entry / "lib.so", key, True, seconds)
 
 
@@ -319,12 +357,11 @@ def _valid_entry(entry: Path) -> bool:
     return False
 
 
-def _compile_entry(source: str, flags, compiler: Compiler, entry: Path, key: str) -> float:
-    """Compile into a temporary folder beside the entry, then publish the folder with one rename."""
+def _build_entry(prepare, compiler: Compiler, entry: Path, key: str) -> float:
+    """Build into a temporary folder beside the entry, then publish the folder with one rename."""
     tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=entry.parent))
     try:
-        (tmp / "source.c").write_text(source)
-        cmd = [*compiler.command, *flags, "source.c", "-o", "lib.so"]
+        cmd = prepare(tmp)
         start = time.perf_counter()
         out = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True)
         seconds = time.perf_counter() - start
