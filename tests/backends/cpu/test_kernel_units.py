@@ -77,3 +77,12 @@ def test_an_export_links_the_objects_the_process_built(tmp_path, monkeypatch):
     new = {p.name for p in (tmp_path / "cpu").iterdir()} - before
     assert not any(name.startswith("obj-kernels-") for name in new), new
     assert len(objects) == len(kernels.CORE) + 1  # and the export ABI's object
+
+
+def test_a_unit_compiles_at_the_level_it_needs():
+    """UNIT_LEVELS caps a unit's -O level (the GEMM runs as fast at -O2); others take the level asked for."""
+    capped = next(iter(kernels.UNIT_LEVELS))
+    for unit, want in ((capped, f"-O{kernels.UNIT_LEVELS[capped]}"), ("pool", "-O3")):
+        (obj,) = kernels.unit_objects((unit,), 3)
+        command = json.loads((obj.parent / "meta.json").read_text())["command"]
+        assert want in command and not {"-O1", "-O2", "-O3"} - {want} & set(command), (unit, command)
