@@ -390,9 +390,9 @@ def test_a_miss_compiles_the_model_once(cache, tmp_path, monkeypatch):
     from cuvil.backends.cpu import toolchain
 
     built = []
-    compile_entry = toolchain._compile_entry
-    monkeypatch.setattr(toolchain, "_compile_entry", lambda source, flags, compiler, entry, key: (
-        built.append(entry.name), compile_entry(source, flags, compiler, entry, key))[1])
+    build_entry = toolchain._build_entry
+    monkeypatch.setattr(toolchain, "_build_entry", lambda prepare, compiler, entry, key: (
+        built.append(entry.name), build_entry(prepare, compiler, entry, key))[1])
     path, _ = _conv_fc_file(tmp_path, np.random.default_rng(5), width=72)  # C no other test compiled
     cuvil.load_onnx(path).optimize()
     assert len(_entries(cache)) == 1

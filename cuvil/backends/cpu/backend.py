@@ -53,10 +53,12 @@ def build_library(module: Module, instrument: bool = False) -> tuple[codegen.CPr
     """The generated program and its loaded library (the profiler reads an instrumented one's timers)."""
     program = codegen.generate(module, instrument=instrument)
     progress_step("C compilation", f"{program.source.count('static void k')} kernels")
-    # On a new machine three compilations wait: the kernel library, this model and the C call path; they run at once
-    # (the compiler is a subprocess), and the model loads after the kernel library, whose ABI it resolves (RTLD_GLOBAL).
+    # On a new machine several compilations wait: the kernel units this model calls, the model and the C call path;
+    # they run at once (the compiler is a subprocess), and the model loads after the kernel library, whose ABI it
+    # resolves (RTLD_GLOBAL).
+    units = kernels.units_for(program.source)
     builds = [threading.Thread(target=_quietly, args=(fn,), daemon=True)
-              for fn in (lambda: kernels.load(opt_level()), fastcall.extension)]
+              for fn in (lambda: kernels.load(opt_level(), units=units), fastcall.extension)]
     for t in builds:
         t.start()
     try:
@@ -64,7 +66,7 @@ def build_library(module: Module, instrument: bool = False) -> tuple[codegen.CPr
     finally:
         for t in builds:
             t.join()
-    kernels.load(opt_level())  # loaded by now, or raises the error its thread met
+    kernels.load(opt_level(), units=units)  # loaded by now, or raises the error its thread met
     lib = standalone.load_entry(obj)
     log.debug("compiled %s: %d kernels, arena %s", module.main.name, program.source.count("static void k"),
               program.plan.slots)

@@ -37,18 +37,20 @@ def prefixed(source: str, prefix: str) -> str:
 
 def build(sources: list, level: int | None = None, target=None) -> bytes:
     """The shared object's bytes for the generated C `sources` (entry k gets `entry_prefix(k)`), for `target` (a
-    targets.Target; None: the host)."""
+    targets.Target; None: the host); it links the kernel units the sources call."""
     level = opt_level() if level is None else level
     objects = [_object(prefixed(src, entry_prefix(k)), "entry", level, model_flags(target), target)
                for k, src in enumerate(sources)]
-    return _link(objects + library_objects(level, target), [entry_prefix(k) for k in range(len(sources))], target)
+    units = sorted({u for src in sources for u in kernels.units_for(src)})
+    return _link(objects + library_objects(level, target, units), [entry_prefix(k) for k in range(len(sources))],
+                 target)
 
 
-def library_objects(level: int, target=None) -> list:
-    """The objects every exported library links, whatever the model (built once per target and level): the kernel
-    library compiled -fPIC and the once-per-library ABI (cuvil_export.c)."""
-    kernel_src = "".join(f'#include "{name}"\n' for name in kernels.SOURCES)
-    return [_object(kernel_src, "kernels", level, (), target),
+def library_objects(level: int, target=None, units=None) -> list:
+    """The objects an exported library links besides its entries (built once per target and level): the kernel
+    library's `units` (default: all of them), the objects the in-process library links too, and the
+    once-per-library ABI (cuvil_export.c)."""
+    return [*kernels.unit_objects(tuple(kernels.UNITS) if units is None else units, level, target),
             _object((runtime_dir() / "cuvil_export.c").read_text(), "export", level, (), target)]
 
 
@@ -69,7 +71,7 @@ def load_entry(obj: Path) -> ctypes.CDLL:
             extra = shlex.split(os.environ.get("CUVIL_EXTRA_CFLAGS", ""))  # as compiled (-fsanitize=address)
             with tempfile.TemporaryDirectory(prefix="cuvil-link-") as folder:
                 _run_linker([*compiler.command, "-shared", *toolchain.link_flags(compiler), "-pthread", *extra, "-o",
-                             tmp, *map(str, _named_objects([obj], folder)), "-lm"])
+                             tmp, *map(str, toolchain.named_objects([obj], folder)), "-lm"])
             os.replace(tmp, lib)  # published whole: another process may be linking the same object
         finally:
             if os.path.exists(tmp):
@@ -79,8 +81,7 @@ def load_entry(obj: Path) -> ctypes.CDLL:
 
 def _object(source: str, name: str, level: int, extra: tuple, target=None) -> Path:
     """An object file compiled -fPIC from `source`, in the toolchain's cache (its entry calls it lib.so)."""
-    compiler = toolchain.find_compiler(target)
-    flags = tuple(f for f in toolchain.compile_flags(level, extra, target, compiler) if f != "-shared") + ("-c",)
+    flags = toolchain.object_flags(level, extra, target, toolchain.find_compiler(target))
     folders = [runtime_dir(), kernels.include_dir()]
     depends = [runtime_dir() / "cuvil_rt.h"] + [kernels.include_dir() / h for h in
                                                         kernels.SOURCES + kernels.HEADERS]
@@ -96,18 +97,9 @@ def _link(objects: list, prefixes: list, target=None) -> bytes:
         script, out = Path(tmp) / "exports.map", Path(tmp) / "model.so"
         script.write_text(f"{{ global: {exported} local: *; }};\n")
         _run_linker([*compiler.command, "-shared", *toolchain.link_flags(compiler), "-pthread", "-o", str(out),
-                     *map(str, _named_objects(objects, tmp)), "-lm", f"-Wl,--version-script={script}",
+                     *map(str, toolchain.named_objects(objects, tmp)), "-lm", f"-Wl,--version-script={script}",
                      "-Wl,--no-undefined", "-Wl,-z,noexecstack", "-Wl,--as-needed"])
         return out.read_bytes()
-
-
-def _named_objects(objects: list, folder) -> list:
-    """The objects linked under `.o` names in `folder`: the cache names them lib.so, which zig's clang would take
-    for shared libraries."""
-    links = [Path(folder) / f"{k}.o" for k in range(len(objects))]
-    for link, obj in zip(links, objects):
-        link.symlink_to(obj)
-    return links
 
 
 def _run_linker(cmd: list) -> None:

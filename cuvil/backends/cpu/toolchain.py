@@ -282,7 +282,45 @@ def build_library(source: str, *, name: str = "lib", opt_level: int = 3, extra_f
     flags = tuple(flags) if flags is not None else compile_flags(opt_level, extra_flags, target, compiler)
     flags += tuple(f"-I{d}" for d in include_dirs)
     key = cache_key(source, flags, compiler, depends)
-    entry = cache_dir() / "cpu" / f"{name}-{key[:32]}"
+
+    def compile_source(tmp: Path) -> list:
+        (tmp / "source.c").write_text(source)
+        return [*compiler.command, *flags, "source.c", "-o", "lib.so"]
+
+    return _cached_entry(cache_dir() / "cpu" / f"{name}-{key[:32]}", key, compiler, compile_source)
+
+
+def object_flags(opt_level: int, extra=(), target=None, compiler=None) -> tuple:
+    """`compile_flags` for an object file (-c, not -shared): what the kernel units and exported entries compile with."""
+    return tuple(f for f in compile_flags(opt_level, extra, target, compiler) if f != "-shared") + ("-c",)
+
+
+def link_library(objects: list, *, name: str = "lib", target=None) -> Build:
+    """Link cached object files (`build_library` entries compiled with `object_flags`) into a shared library, cached
+    by the objects' keys; symbols it leaves undefined resolve when it is loaded (against RTLD_GLOBAL libraries)."""
+    compiler = find_compiler(target)
+    extra = tuple(shlex.split(os.environ.get("CUVIL_EXTRA_CFLAGS", "")))  # as compiled (-fsanitize=address)
+    flags = ("-shared", *link_flags(compiler), "-pthread", *extra)
+    key = hashlib.sha256("\0".join([*flags, *compiler.command, compiler.version,
+                                     *(Path(o).parent.name for o in objects)]).encode()).hexdigest()
+
+    def link(tmp: Path) -> list:
+        return [*compiler.command, *flags, "-o", "lib.so", *map(str, named_objects(objects, tmp)), "-lm"]
+
+    return _cached_entry(cache_dir() / "cpu" / f"{name}-{key[:32]}", key, compiler, link)
+
+
+def named_objects(objects: list, folder) -> list:
+    """The objects under `.o` names in `folder` (links): the cache names them lib.so, which zig's clang would take
+    for shared libraries."""
+    links = [Path(folder) / f"{k}.o" for k in range(len(objects))]
+    for link, obj in zip(links, objects):
+        link.symlink_to(obj)
+    return links
+
+
+def _cached_entry(entry: Path, key: str, compiler: Compiler, prepare) -> Build:
+    """The cache entry `entry`, built by the command `prepare(folder)` writes the inputs for and returns if missing."""
     if _valid_entry(entry):
         return Build(entry / "lib.so", key, False, 0.0)
     entry.parent.mkdir(parents=True, exist_ok=True)
@@ -290,7 +328,7 @@ def build_library(source: str, *, name: str = "lib", opt_level: int = 3, extra_f
         if _valid_entry(entry):  # another process built it while we waited for the lock
             return Build(entry / "lib.so", key, False, 0.0)
         discard_entry(entry)
-        seconds = _compile_entry(source, flags, compiler, entry, key)
+        seconds = _build_entry(prepare, compiler, entry, key)
     return Build(entry / "lib.so", key, True, seconds)
 
 
@@ -319,21 +357,20 @@ def _valid_entry(entry: Path) -> bool:
     return False
 
 
-def _compile_entry(source: str, flags, compiler: Compiler, entry: Path, key: str) -> float:
-    """Compile into a temporary folder beside the entry, then publish the folder with one rename."""
+def _build_entry(prepare, compiler: Compiler, entry: Path, key: str) -> float:
+    """Build into a temporary folder beside the entry, then publish the folder with one rename."""
     tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=entry.parent))
     try:
-        (tmp / "source.c").write_text(source)
-        cmd = [*compiler.command, *flags, "source.c", "-o", "lib.so"]
+        cmd = prepare(tmp)
         start = time.perf_counter()
-        out = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True)
+        returncode, stderr, cpu_seconds = _run_compiler(cmd, tmp)
         seconds = time.perf_counter() - start
-        if out.returncode != 0:
-            raise CompileError(f"C compilation failed (exit {out.returncode}): {' '.join(cmd)}\n{out.stderr.strip()}")
+        if returncode != 0:
+            raise CompileError(f"C compilation failed (exit {returncode}): {' '.join(cmd)}\n{stderr.strip()}")
         log.info("compiled %s in %.3f s: %s (in %s)", entry.name, seconds, " ".join(cmd), entry.parent)
         data = (tmp / "lib.so").read_bytes()
         meta = {"key": key, "size": len(data), "sha256": hashlib.sha256(data).hexdigest(), "command": cmd,
-                "compiler": compiler.version, "seconds": seconds}
+                "compiler": compiler.version, "seconds": seconds, "cpu_seconds": cpu_seconds}
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
         try:
             os.replace(tmp, entry)
@@ -343,6 +380,20 @@ def _compile_entry(source: str, flags, compiler: Compiler, entry: Path, key: str
         return seconds
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run_compiler(cmd: list, cwd: Path) -> tuple:
+    """(exit status, stderr, CPU seconds of the compiler and its children or None): the CPU time is what a build
+    costs whatever else the machine runs, where its wall time is not."""
+    if not hasattr(os, "wait4"):  # pragma: no cover (not POSIX)
+        out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+        return out.returncode, out.stderr, None
+    with tempfile.TemporaryFile(mode="w+") as err:
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        err.seek(0)
+        return proc.returncode, err.read(), usage.ru_utime + usage.ru_stime
 
 
 def discard_entry(entry: Path) -> None:

@@ -1,6 +1,7 @@
 """The C toolchain: compiler discovery, the on-disk cache across processes, corruption and concurrency."""
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import logging
@@ -54,6 +55,22 @@ def test_second_process_hits_the_cache(cache):
     assert first.compiled and first.path.is_file()
     assert child_result(run_python(BUILD_IN_CHILD.format(source=SOURCE), cache)) == {"compiled": False, "value": 42}
     assert not toolchain.build_library(SOURCE, name="t", opt_level=0).compiled
+
+
+def test_a_build_records_its_cpu_time_and_a_link_is_cached():
+    """meta.json holds the compiler's CPU seconds beside its wall seconds (a loaded machine inflates only the wall);
+    objects link once into a cached library."""
+    obj = toolchain.build_library(SOURCE, name="o", flags=toolchain.object_flags(0))
+    meta = json.loads((obj.path.parent / "meta.json").read_text())
+    assert isinstance(meta["cpu_seconds"], float) and 0 < meta["cpu_seconds"] <= meta["seconds"] * 4
+    first = toolchain.link_library([obj.path], name="linked")
+    assert first.compiled and not toolchain.link_library([obj.path], name="linked").compiled
+    assert ctypes.CDLL(str(first.path)).twice(5) == 10
+
+
+def test_a_failed_compile_names_the_command_and_the_error():
+    with pytest.raises(toolchain.CompileError, match=r"(?s)C compilation failed.*source\.c.*error"):
+        toolchain.build_library("int broken( {", name="bad", opt_level=0)
 
 
 def test_cache_key_covers_source_and_flags():

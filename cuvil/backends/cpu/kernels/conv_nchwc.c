@@ -7,7 +7,7 @@
  * weight vector into every accumulator (weights packed [ob, cb, kh, kw, c, B] at compile time, so the vector
  * is contiguous). A padded convolution first copies x into a zero-bordered buffer, so that no strip needs to
  * clip its taps (per-tap bounds checks cost a third of the time at 7x7). Bias, residual and relu are applied
- * while the strip is in registers. Compiled in one unit after gemm.c (it uses its thread count).
+ * while the strip is in registers. A unit of its own (kernels.py), after cuvil_internal.h.
  */
 #if defined(CUVIL_NCHWC_W0) /* the target's (targets.py: wasm32's is measured) */
 #define NCHWC_W0 CUVIL_NCHWC_W0
@@ -19,7 +19,7 @@
 #define NCHWC_W0 4
 #endif
 
-typedef struct { int64_t n, cb, h, w, c, ob, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, oc; } nchwc_geom;
+#include "cuvil_nchwc.h"
 
 #define STRIP_PARAMS const float *restrict xn, const float *restrict wo, int64_t ws, const float *restrict bo, \
     const float *restrict rr, float *restrict yr, int64_t ys, int64_t left, const nchwc_geom *g, int64_t ih0, \
@@ -127,39 +127,6 @@ static void nchwc_row(STRIP_PARAMS, int NB, int64_t px)
                                         ih0, at * g->sw, act);
         ow = at + w;
     }
-}
-
-/* Thread-local scratch, grown as needed and kept for the thread's life (freed when it exits): one slot for a
- * padded conv input (the calling thread's), one for each thread's Winograd buffers. */
-enum { SCRATCH_PADDED, SCRATCH_WINOGRAD, SCRATCH_SLOTS };
-typedef struct { int64_t floats[SCRATCH_SLOTS]; float *data[SCRATCH_SLOTS]; } scratch_set;
-static pthread_key_t scratch_key;
-static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
-
-static void scratch_free(void *p)
-{
-    scratch_set *set = p;
-    for (int i = 0; i < SCRATCH_SLOTS; i++) free(set->data[i]);
-    free(set);
-}
-
-static void make_scratch_key(void) { pthread_key_create(&scratch_key, scratch_free); }
-
-static float *thread_scratch(int slot, int64_t floats)
-{
-    pthread_once(&scratch_once, make_scratch_key);
-    scratch_set *set = pthread_getspecific(scratch_key);
-    if (!set) {
-        set = alloc_or_die(sizeof *set);
-        memset(set, 0, sizeof *set);
-        pthread_setspecific(scratch_key, set);
-    }
-    if (set->floats[slot] < floats) {
-        free(set->data[slot]);
-        set->data[slot] = alloc_or_die(sizeof(float) * floats);
-        set->floats[slot] = floats;
-    }
-    return set->data[slot];
 }
 
 typedef struct {

@@ -1,5 +1,5 @@
 /* Cuvil's depthwise 2-D convolution (one input channel per group, NCHW, fp32), any kernel, stride, dilation and
- * pads. Compiled in one unit after gemm.c (it uses its thread count and allocator).
+ * pads. A unit of its own (kernels.py), after cuvil_internal.h (its thread count and allocator).
  *
  * Each plane is first copied, zero-padded, into sh x sw phase planes of one thread's scratch: phase (a, b)
  * holds the padded input's rows a, a + sh, ... and columns b, b + sw, .... Every tap then reads a contiguous

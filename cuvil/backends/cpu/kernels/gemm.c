@@ -10,11 +10,7 @@
 #include <stdio.h>
 #include <pthread.h>
 
-#include "cuvil_kernels.h"
-#include "cuvil_simd.h"
-
-#define VL CUVIL_VL
-typedef cuvil_vf vf;
+#include "cuvil_internal.h"
 
 /* Block sizes; -D overrides them for experiments (bench/gemm.py --variant).
  * AVX-512: 6 x 64 (24 accumulators; 4 loads of B and 6 broadcasts per 24 FMAs). On Ice Lake it ran 10-25%
@@ -74,7 +70,6 @@ typedef cuvil_vf vf;
 #define NR (NV * VL)
 #define KC CUVIL_KC
 #define NC_PANELS ((CUVIL_NC + NR - 1) / NR)
-#define MIN_WORK_PER_THREAD (1 << 17) /* multiply-adds: below this an extra thread costs more than it gives */
 #define GEMV_COLS 512                 /* columns a thread accumulates at once on the M = 1 path */
 
 #define STR2(x) #x
@@ -95,31 +90,7 @@ typedef struct {
     int act;
 } gemm_t;
 
-static inline int64_t ceil_div(int64_t n, int64_t d) { return n <= 0 ? 0 : (n + d - 1) / d; }
-static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
-/* Start of part p when n is split into `parts` parts whose sizes differ by at most one. */
-static inline int64_t split_at(int64_t n, int64_t parts, int64_t p)
-{
-    return n / parts * p + min64(p, n % parts);
-}
-
 /* ---- threads and buffers ---- */
-
-static int threads_for(int64_t multiply_adds)
-{
-    return cuvil_threads_for(multiply_adds / (MIN_WORK_PER_THREAD / CUVIL_MIN_WORK));
-}
-
-static void *alloc_or_die(size_t bytes)
-{
-    void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
-    if (!p) {
-        fprintf(stderr, "cuvil kernels: out of memory allocating %zu bytes\n", bytes);
-        abort();
-    }
-    return p;
-}
 
 /* Each thread's packing buffer (KC x NC floats), kept for the thread's life so that calls don't page-fault;
  * freed when the thread exits. */

@@ -1,5 +1,5 @@
 /* Winograd F(4x4, 3x3) convolution on the blocked layout (the `conv_nchwc` op with algorithm "winograd"):
- * 3x3 kernels, stride 1, dilation 1, full input blocks. Compiled in one unit after conv_nchwc.c.
+ * 3x3 kernels, stride 1, dilation 1, full input blocks. A unit of its own (kernels.py); it shares cuvil_nchwc.h.
  *
  * Each 4x4 tile of output is Y = A^T [U (.) V] A with V = B^T d B the 6x6 input tile d transformed and
  * U = G g G^T the weights transformed once (cuvil_winograd_weight, at load time): 36 multiplies per tile and
@@ -15,6 +15,8 @@
  * Accuracy: the transforms' coefficients (up to 8 on the way out, 1/24 in the weights) cost about two decimal
  * digits against the direct sum; tests/backends/cpu/test_winograd.py states the tolerance.
  */
+#include "cuvil_nchwc.h"
+
 #define WINO_TB 12 /* tiles per group: 12 x 2 accumulators + 2 weights + a broadcast in 32 registers */
 #define WINO_POS 36
 

@@ -1,0 +1,88 @@
+"""The kernel library in units (kernels.UNITS): each its own cached object, a model builds and loads only the units
+its code calls, the bindings load the others on demand, and an export links the same objects."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cuvil.backends.cpu import backend, kernels, standalone
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_every_source_is_in_one_unit():
+    listed = [name for sources in kernels.UNITS.values() for name in sources]
+    assert sorted(listed) == sorted(kernels.SOURCES) and len(set(listed)) == len(listed)
+    assert set(kernels.CORE) <= set(kernels.UNITS)
+
+
+@pytest.mark.skipif(shutil.which("nm") is None, reason="needs binutils' nm")
+def test_exported_names_are_what_each_object_defines():
+    objects = kernels.unit_objects(tuple(kernels.UNITS), backend.opt_level())
+    for unit, obj in zip(kernels.UNITS, objects):
+        out = subprocess.run(["nm", "-g", "--defined-only", str(obj)], capture_output=True, text=True, check=True)
+        defined = {line.split()[-1] for line in out.stdout.splitlines() if line.split()[-1].startswith("cuvil_")}
+        assert defined == kernels.exported(unit), unit
+
+
+def test_units_for_names_the_units_a_source_calls():
+    assert kernels.units_for("void k(void) { cuvil_sgemm(1, 1, 1); }") == kernels.CORE
+    called = kernels.units_for("cuvil_qgemm(&args); cuvil_conv_winograd(x, u, b, r, y, g, 1);")
+    assert called == (*kernels.CORE, "winograd", "lowp")
+    assert kernels.units_for("/* cuvil_conv_nchwcx is another name */") == kernels.CORE
+
+
+def test_bindings_load_a_unit_on_first_use():
+    lib = kernels.load(backend.opt_level())
+    x = np.array([-1.0, 2.0], np.float32)
+    assert kernels.activation(x, "relu", backend.opt_level()).tolist() == [0.0, 2.0]
+    assert lib.cuvil_winograd_weight_size(1, 1) == 36 * kernels.conv_block() ** 2
+    with pytest.raises(AttributeError, match="no function cuvil_nothing"):
+        _ = lib.cuvil_nothing
+
+
+FIRST_BUILD = """
+import json, sys
+import numpy as np
+from cuvil.compiler import compile_module
+from cuvil.demo_models import mlp_module, mlp_numpy
+module, weights = mlp_module(batch=2)
+x = np.ones((2, 784), np.float32)
+print(json.dumps(float(np.abs(compile_module(module)(x)[0] - mlp_numpy(x, weights)).max())))
+"""
+
+
+def test_a_first_build_compiles_only_the_units_the_model_calls(tmp_path):
+    """An MLP on a new machine (an empty cache) waits for the core units, not for the convs or int8 kernels."""
+    env = {**os.environ, "CUVIL_CACHE_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", FIRST_BUILD], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.splitlines()[-1]) < 1e-3
+    built = {p.name.rsplit("-", 1)[0] for p in (tmp_path / "cpu").glob("obj-kernels-*") if p.is_dir()}
+    assert built == {f"obj-kernels-{u}" for u in kernels.CORE}
+
+
+def test_an_export_links_the_objects_the_process_built(tmp_path, monkeypatch):
+    """The exported library reuses the unit objects of the in-process library: nothing is compiled twice."""
+    monkeypatch.setenv("CUVIL_CACHE_DIR", str(tmp_path))
+    source = "#include <stdint.h>\nvoid cuvil_main(void) {}\nint64_t cuvil_arena_bytes(void) { return 0; }\n"
+    kernels.unit_objects(kernels.CORE, backend.opt_level())
+    before = {p.name for p in (tmp_path / "cpu").iterdir()}
+    objects = standalone.library_objects(backend.opt_level(), units=kernels.units_for(source))
+    new = {p.name for p in (tmp_path / "cpu").iterdir()} - before
+    assert not any(name.startswith("obj-kernels-") for name in new), new
+    assert len(objects) == len(kernels.CORE) + 1  # and the export ABI's object
+
+
+def test_a_unit_compiles_at_the_level_it_needs():
+    """UNIT_LEVELS caps a unit's -O level (the GEMM runs as fast at -O2); others take the level asked for."""
+    capped = next(iter(kernels.UNIT_LEVELS))
+    for unit, want in ((capped, f"-O{kernels.UNIT_LEVELS[capped]}"), ("pool", "-O3")):
+        (obj,) = kernels.unit_objects((unit,), 3)
+        command = json.loads((obj.parent / "meta.json").read_text())["command"]
+        assert want in command and not {"-O1", "-O2", "-O3"} - {want} & set(command), (unit, command)
