@@ -60,17 +60,23 @@ def _qlinear(gen, op, depth: int) -> None:
     gen.line(depth, "}")
 
 
-def _qconv(gen, op, depth: int) -> None:
+def _conv_geometry(gen, op, prefix: str, depth: int) -> tuple:
+    """The 15 sizes a packed-weight convolution kernel takes (as C), and its packed weight and scratch buffers."""
     x, w = op.operands[:2]
-    out = op.results[0]
     a = op.attrs
     (nb, c, h, wd), (o, _, kh, kw) = x.type.shape, w.type.shape
-    oh, ow = out.type.shape[2:]
+    oh, ow = op.results[0].type.shape[2:]
     geom = ", ".join(c_dim(d) for d in [nb, c, h, wd, o, oh, ow, kh, kw, *a["strides"], *a["dilations"],
                                         *a["pads"][:2]])
-    packed, scratch = _packed_weight(gen, w, f"cuvil_qconv_packed_bytes({o}, {c}, {kh}, {kw})",
-                                   f"cuvil_qconv_pack({o}, {c}, {kh}, {kw}, {{src}}, {{dst}})", depth,
-                                   f"cuvil_qconv_scratch_bytes((const int64_t[15]){{{geom}}})")
+    packed, scratch = _packed_weight(gen, w, f"{prefix}_packed_bytes({o}, {c}, {kh}, {kw})",
+                                     f"{prefix}_pack({o}, {c}, {kh}, {kw}, {{src}}, {{dst}})", depth,
+                                     f"{prefix}_scratch_bytes((const int64_t[15]){{{geom}}})")
+    return geom, packed, scratch
+
+
+def _qconv(gen, op, depth: int) -> None:
+    x, out, a = op.operands[0], op.results[0], op.attrs
+    geom, packed, scratch = _conv_geometry(gen, op, "cuvil_qconv", depth)
     px, ps, pc = gen.args_of([x, op.operands[2], out])
     pb = gen.args_of([op.operands[3]])[0] if len(op.operands) > 3 else "NULL"
     gen.line(depth, "{")
@@ -82,21 +88,13 @@ def _qconv(gen, op, depth: int) -> None:
 
 
 def _conv_bf16(gen, op, depth: int) -> None:
-    x, w = op.operands[:2]
-    out = op.results[0]
-    a = op.attrs
-    (nb, c, h, wd), (o, _, kh, kw) = x.type.shape, w.type.shape
-    oh, ow = out.type.shape[2:]
-    geom = ", ".join(c_dim(d) for d in [nb, c, h, wd, o, oh, ow, kh, kw, *a["strides"], *a["dilations"],
-                                        *a["pads"][:2]])
-    packed, scratch = _packed_weight(gen, w, f"cuvil_conv_bf16_packed_bytes({o}, {c}, {kh}, {kw})",
-                                     f"cuvil_conv_bf16_pack({o}, {c}, {kh}, {kw}, {{src}}, {{dst}})", depth,
-                                     f"cuvil_conv_bf16_scratch_bytes((const int64_t[15]){{{geom}}})")
-    px, pc = gen.args_of([x, out])
+    geom, packed, scratch = _conv_geometry(gen, op, "cuvil_conv_bf16", depth)
+    px, pc = gen.args_of([op.operands[0], op.results[0]])
     pb = gen.args_of([op.operands[2]])[0] if len(op.operands) > 2 else "NULL"
     gen.line(depth, "{")
     gen.line(depth + 1, f"const int64_t g[15] = {{{geom}}};")
-    gen.line(depth + 1, f"cuvil_conv_bf16({px}, {packed}, {pb}, NULL, {ACTIVATIONS[a['act']]}, {pc}, g, {scratch});")
+    gen.line(depth + 1, f"cuvil_conv_bf16({px}, {packed}, {pb}, NULL, {ACTIVATIONS[op.attrs['act']]}, {pc}, g, "
+                        f"{scratch});")
     gen.line(depth, "}")
 
 
