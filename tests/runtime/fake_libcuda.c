@@ -3,7 +3,8 @@
  * one line, and a kernel launch runs the kernel's host build ($FAKE_CUDA_KERNELS: the generated CUDA C compiled
  * with CUVIL_CUDA_EMULATION, tests/backends/cuda/emulator.py) when the loaded image is PTX and every parameter is
  * 8 bytes (pointers and int64 sizes). cuBLASLt's f32 matmul is computed here (column-major, batched, bias, relu).
- * $FAKE_CUDA_CC is the device's compute capability (default 75), $FAKE_CUDA_NO_DEVICE makes cuInit fail. */
+ * $FAKE_CUDA_CC is the device's compute capability (default 75), $FAKE_CUDA_NO_DEVICE makes cuInit fail and
+ * $FAKE_CUDA_BAD_IMAGE cuModuleLoadData. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdarg.h>
@@ -60,6 +61,10 @@ int cuStreamDestroy_v2(void *s) { note("cuStreamDestroy"); (void)s; return 0; }
 
 int cuModuleLoadData(void **out, const void *image)
 {
+    if (getenv("FAKE_CUDA_BAD_IMAGE")) {
+        note("cuModuleLoadData failed");
+        return 200; /* CUDA_ERROR_INVALID_IMAGE */
+    }
     module *m = calloc(1, sizeof *m);
     const char *p = image;
     m->ptx = strstr(p, ".version") != NULL && strncmp(p, "\x7f" "ELF", 4) != 0;

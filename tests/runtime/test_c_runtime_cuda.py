@@ -164,6 +164,13 @@ def test_no_driver_or_no_device_is_a_clear_error(models, tmp_path):
     assert info.returncode == 0 and "input  input_0: f32[n, 3]" in info.stdout  # no device needed to read it
 
 
+def test_an_open_that_fails_partway_releases_its_stream_and_context(models, tmp_path):
+    out, calls = _cuvil_run(tmp_path, models["chain"], [np.ones((2, 3), np.float32)], FAKE_CUDA_BAD_IMAGE="1")
+    assert out.returncode != 0 and "cuModuleLoadData failed" in out.stderr, out.stderr
+    names = [c.split()[0] for c in calls]
+    assert names[-3:] == ["cuModuleLoadData", "cuStreamDestroy", "cuDevicePrimaryCtxRelease"], names
+
+
 class Tensor(ctypes.Structure):
     _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int), ("rank", ctypes.c_int),
                 ("shape", ctypes.c_int64 * 16), ("nbytes", ctypes.c_size_t)]

@@ -606,21 +606,23 @@ cuvil_status cuvil_cuda_run(const cuvil_model *model, int index, const cuvil_ten
     return rc;
 }
 
+/* Releases what the open made, however far it got (an open that failed at a module keeps its stream and context
+ * until here): everything is zero until made. */
 void cuvil_cuda_close(cuvil_model *m)
 {
     struct cuvil_cuda *c = m->cuda;
     if (!c) return;
-    if (c->opened > 0) {
+    if (c->ctx) {
         for (int k = 0; k < m->n_entries; k++) {
             cu_entry *e = &c->entries[k];
-            for (int j = 0; j < m->entries[k].n_const; j++) c->cu[CU_FREE](e->consts[j]);
+            for (int j = 0; j < m->entries[k].n_const; j++) if (e->consts[j]) c->cu[CU_FREE](e->consts[j]);
             for (int j = 0; j < m->entries[k].n_in; j++) if (e->ins[j]) c->cu[CU_FREE](e->ins[j]);
             for (int j = 0; j < m->entries[k].n_out; j++) if (e->outs[j]) c->cu[CU_FREE](e->outs[j]);
             if (e->arena) c->cu[CU_FREE](e->arena);
             if (e->module) c->cu[CU_MODULE_UNLOAD](e->module);
         }
         if (c->blas) c->lt[LT_DESTROY](c->blas);
-        c->cu[CU_STREAM_DESTROY](c->stream);
+        if (c->stream) c->cu[CU_STREAM_DESTROY](c->stream);
         c->cu[CU_CTX_RELEASE](c->device);
     }
     pthread_mutex_destroy(&c->lock);
