@@ -9,3 +9,17 @@ os.environ.setdefault("CUVIL_VERIFY", "1")
 os.environ.setdefault("CUVIL_ARTIFACT_CACHE", "0")
 
 from tests.fuzz.summary import pytest_runtest_logreport, pytest_terminal_summary  # noqa: E402, F401 - fuzz counts
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def cuda_compiler():
+    """A CUDA C compiler (NVRTC from the pip wheel, or nvcc), never a GPU; tests that need one skip without it."""
+    from cuvil.backends.cuda import toolchain
+    from cuvil.errors import UnsupportedError
+
+    try:
+        return toolchain.compiler()
+    except UnsupportedError as e:
+        pytest.skip(str(e))

@@ -16,10 +16,9 @@ import pytest
 
 import cuvil
 from cuvil.backends.cpu import toolchain as cpu_toolchain
-from cuvil.backends.cuda import artifact, toolchain
+from cuvil.backends.cuda import artifact
 from cuvil.compiler import compile_module
 from cuvil.demo_models import mlp_module
-from cuvil.errors import UnsupportedError
 from cuvil.interpreter import interpret
 from cuvil.ir import Builder, Module, TensorType, sym
 from tests.backends.cuda.emulator import host_library
@@ -37,14 +36,6 @@ def fake_driver() -> Path:
     subprocess.run([cpu_toolchain.find_compiler().path, "-std=c99", "-O1", "-shared", "-fPIC", str(FAKE), "-o",
                     str(folder / "libcuda.so.1"), "-ldl"], check=True, capture_output=True)
     return folder / "libcuda.so.1"
-
-
-@pytest.fixture(scope="module")
-def cuda_compiler():
-    try:
-        return toolchain.compiler()
-    except UnsupportedError as e:
-        pytest.skip(str(e))
 
 
 def _module(body, *types):
