@@ -1,4 +1,4 @@
-"""The benchmark workloads (W1-W6 of shared/PEERS.md, MobileNetV2, GPT-2): fp32, random weights from fixed seeds.
+"""The benchmark workloads (W1-W6 of shared/PEERS.md, MobileNetV2, GPT-2; the newer ones in workloads_extra): fp32, random weights from fixed seeds.
 
 Each workload builds a `Built`: the PyTorch module every peer's output is checked against, its inputs, and
 the forms the other peers and Cuvil's routes take (NumPy, JAX, a `cuvil.jit` Python function, the module
@@ -286,6 +286,12 @@ def _decode():
     return workloads_decode
 
 
+def _extra():
+    from . import workloads_extra  # it imports this module (Built, _rng)
+
+    return workloads_extra
+
+
 def _jax(fn):
     """`fn` jitted, and the converter of a call's NumPy inputs to device arrays."""
     import jax
@@ -307,6 +313,13 @@ STANDARD = [
     Workload("MNV2", "MobileNetV2", lambda: vision_workload(MobileNetV2), heavy=True),
     Workload("GPT2", "GPT-2 small s64", lambda: transformer_workload("gpt2", 64), heavy=True),
     Workload("GPT2D", "GPT-2 decode step (64 cached)", lambda: _decode().decode_workload(), heavy=True),
+    Workload("MNV3", "MobileNetV3-small", lambda: _extra().cnn_workload(_extra().MobileNetV3Small, 224), heavy=True),
+    Workload("EFFB0", "EfficientNet-B0", lambda: _extra().cnn_workload(_extra().EfficientNetB0, 224), heavy=True),
+    Workload("UNET", "UNet-small 128x128", lambda: _extra().cnn_workload(_extra().SmallUNet, 128), heavy=True),
+    Workload("VITB", "ViT-B/16", lambda: _extra().vit_workload(768, 12, 12, 1), heavy=True),
+    Workload("VITT", "ViT-tiny b2", lambda: _extra().vit_workload(192, 12, 3, 2), heavy=True),
+    Workload("WHSP", "Whisper-tiny encoder", lambda: _extra().whisper_encoder_workload(), heavy=True),
+    Workload("LLAMA", "Llama decode step (128 cached)", lambda: _extra().llama_decode_workload(), heavy=True),
 ]
 
 # Tiny versions of the same code paths: the harness's smoke tests and a quick sanity run.

@@ -100,7 +100,8 @@ def test_onnx_runtime_peer_on_an_exported_model(tmp_path):
 
 def test_selection_environment_and_dispatch():
     assert [w.name for w in select("standard", "W5")] == ["W5 relu branch", "W5 sigmoid branch"]
-    assert {w.key for w in STANDARD} == {"W1", "W2", "W3", "W4", "W5", "W6", "MNV2", "GPT2", "GPT2D"}
+    assert {w.key for w in STANDARD} == {"W1", "W2", "W3", "W4", "W5", "W6", "MNV2", "GPT2", "GPT2D",
+                                           "MNV3", "EFFB0", "UNET", "VITB", "VITT", "WHSP", "LLAMA"}
     env = cli.fair_env(2)
     assert env["OPENBLAS_THREAD_TIMEOUT"] == "20" and env["MALLOC_MMAP_THRESHOLD_"] == str(1 << 30)
     assert env["CUVIL_NUM_THREADS"] == env["OMP_NUM_THREADS"] == "2"
