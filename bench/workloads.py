@@ -1,4 +1,5 @@
-"""The benchmark workloads (W1-W6 of shared/PEERS.md, MobileNetV2, GPT-2; the newer ones in workloads_extra): fp32, random weights from fixed seeds.
+"""The benchmark workloads (W1-W6 of shared/PEERS.md, MobileNetV2, GPT-2; newer ones in workloads_extra): fp32,
+random weights from fixed seeds.
 
 Each workload builds a `Built`: the PyTorch module every peer's output is checked against, its inputs, and
 the forms the other peers and Cuvil's routes take (NumPy, JAX, a `cuvil.jit` Python function, the module
