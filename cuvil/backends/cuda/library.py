@@ -22,6 +22,7 @@ from .elements import grid_loop, load_as, prod, store_as
 from .library_index import EMITTERS as INDEX_EMITTERS
 from .library_linalg import EMITTERS as LINALG_EMITTERS, direct_matmul
 from .library_ml import EMITTERS as ML_EMITTERS
+from .library_resize import EMITTERS as RESIZE_EMITTERS
 from .rows import emit_layer_norm, emit_softmax
 
 CUBLASLT_DTYPES = {DType.f32: "f32", DType.f16: "f16", DType.bf16: "bf16"}
@@ -257,6 +258,6 @@ def emit_fused_library(gen, op: Op) -> None:
 EMITTERS = {"matmul": _matmul, "softmax": emit_softmax, "log_softmax": emit_softmax, "layer_norm": emit_layer_norm,
             "conv": _conv, "max_pool": _pool, "avg_pool": _pool, "shape_of": _shape_of, "cumsum": _scan,
              "cumprod": _scan, "conv_bf16": _conv_bf16,
-            **INDEX_EMITTERS, **LINALG_EMITTERS, **ML_EMITTERS}
+            **INDEX_EMITTERS, **LINALG_EMITTERS, **ML_EMITTERS, **RESIZE_EMITTERS}
 FUSED_EMITTERS = {"matmul": _fused_gemm, "conv": _fused_conv}
 __all__ = ["Buf", "EMITTERS", "FUSED_EMITTERS", "emit_fused_library", "keeps"]

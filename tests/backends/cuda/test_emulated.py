@@ -106,3 +106,25 @@ def test_bert_and_gpt2_attention_take_the_fused_kernel(cuda_compiler, family):
     with torch.no_grad():
         want = net(ids).numpy()
     np.testing.assert_allclose(emulated(module)([ids.numpy()])[0], want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["gather_elements", "scatter_elements-add"])
+def test_an_element_index_outside_its_axis_raises_the_interpreters_error(cuda_compiler, name):
+    """gather_elements and scatter_elements record an index outside the axis in the run's error word; the host
+    raises the interpreter's IndexRangeError (and a negative index counts from the end, as in the interpreter)."""
+    from cuvil.errors import IndexRangeError
+    from tests.ops.test_registry_sweep import CASES as ALL
+
+    case = next(c for c in ALL if c.name() == name)
+    m = build_case(case)
+    run_pipeline(m, default_pipeline("cuda"))
+    f = emulated(m)
+    inputs = [np.array(a) for a in case.inputs]
+    inputs[1] = np.full_like(inputs[1], -1)
+    assert_matches(f(inputs), interpret(build_case(case), inputs), name)
+    inputs[1].flat[-1] = 9
+    with pytest.raises(IndexRangeError) as got:
+        f(inputs)
+    with pytest.raises(IndexRangeError) as want:
+        interpret(build_case(case), inputs)
+    assert str(got.value) == str(want.value)
