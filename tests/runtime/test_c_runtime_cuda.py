@@ -211,3 +211,23 @@ def test_eight_threads_share_one_device_model(models, tmp_path):
     assert out.returncode == 0, out.stderr
     got = np.fromfile(tmp_path / "y.bin", np.float32).reshape(6, 3)
     np.testing.assert_allclose(got, interpret(module, [x])[0], rtol=1e-5, atol=1e-6)
+
+
+def test_the_cuda_path_is_its_own_library_so_the_cpu_runtime_stays_small(models, tmp_path):
+    """libcuvilrt.so (stripped) stays within its 64 KB and holds none of the driver path; libcuvilcuda.so beside it
+    is opened at the first CUDA file (CUVIL_CUDA_RT names another), and without it opening one is a clear
+    CUVIL_ERR_DEVICE naming the library."""
+    built = c_build.runtime()
+    core, cuda = built.shared.read_bytes(), (built.folder / "libcuvilcuda.so").read_bytes()
+    assert len(core) <= 64 * 1024
+    assert b"cuLaunchKernel" not in core and b"cuLaunchKernel" in cuda
+    x = np.ones((2, 3), np.float32)
+    out, calls = _cuvil_run(tmp_path, models["chain"], [x], CUVIL_CUDA_RT="/nonexistent/libcuvilcuda.so")
+    assert out.returncode != 0 and "needs /nonexistent/libcuvilcuda.so (CUVIL_CUDA_RT)" in out.stderr
+    assert not calls
+    alone = tmp_path / "cuvil-run"
+    alone.write_bytes(built.cli.read_bytes())
+    alone.chmod(0o755)
+    info = subprocess.run([str(alone), str(models["chain"][0]), "--info"], capture_output=True, text=True,
+                          env=_env(models["chain"][2]))
+    assert info.returncode != 0 and "needs libcuvilcuda.so" in info.stderr

@@ -10,12 +10,21 @@
  * uploaded. Each run: its sizes evaluated, the arena (slots, error word, cuBLASLt's workspace) and the input and
  * output buffers allocated (kept and grown across runs), the inputs copied in, the steps launched in order
  * (kernels, cuBLASLt GEMMs through a dlopen'd libcublasLt, device copies), the outputs copied out and the error word
- * read. Runs of one model are serialised by its lock.
+ * read. Runs of one model are serialised by its lock. Built as libcuvilcuda.so, which libcuvilrt opens at the first
+ * CUDA file (cuvil_cuda_load.c), so the CPU runtime stays small.
  */
 #define _GNU_SOURCE
 #include "cuvil_internal.h"
 
 #include "cuvil_checks.h"
+
+/* libcuvilcuda.so: the runtime's helpers come from libcuvilrt through the table it passes (cuvil_cuda_load.c). */
+static const cuvil_cuda_host *host;
+#define cuvil_fail (*host->fail)
+#define cuvil_take (*host->take)
+#define cuvil_find_section (*host->find_section)
+#define cuvil_last_message (*host->last_message)
+#define cuvil_dtype_size (*host->dtype_size)
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -23,7 +32,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CUDA_TRIPLE "nvptx64-nvidia-cuda"
 #define SEPARATOR "\0\0CUVIL-NEXT-MODULE\0\0"
 #define SEPARATOR_BYTES 22
 #define ALIGN 256
@@ -305,12 +313,7 @@ static cuvil_status entry_steps(cuvil_model *m, text *t, const cuvil_entry *me, 
     return CUVIL_OK;
 }
 
-int cuvil_cuda_target(const cuvil_model *m)
-{
-    return memcmp(m->data + 48, CUDA_TRIPLE, sizeof CUDA_TRIPLE) == 0;
-}
-
-cuvil_status cuvil_cuda_load(cuvil_model *m)
+static cuvil_status cuda_load(cuvil_model *m)
 {
     const cuvil_section *s = cuvil_find_section(m, "cuda_steps");
     if (!s) return cuvil_fail(CUVIL_ERR_FORMAT, "%s: a .cuv for CUDA without its section 'cuda_steps'", m->where);
@@ -542,7 +545,7 @@ static cuvil_status steps(cuvil_model *m, struct cuvil_cuda *c, int index, const
 {
     const cuvil_entry *me = &m->entries[index];
     cu_entry *e = &c->entries[index];
-    int64_t sym[CUVIL_MAX_SYMBOLS + 1], why[2], *offset = e->offsets;
+    int64_t sym[CUVIL_MAX_SYMBOLS + 1], why[2] = {0, 0}, *offset = e->offsets;
     if (cuvil_run_checks(e->code, e->n_code, in_dim, in, sym, e->values, why))
         return cuvil_fail(CUVIL_ERR_SHAPE, "entry '%s': a size of its steps is negative or divides by zero (%lld)",
                           me->name, (long long)why[0]);
@@ -589,7 +592,7 @@ static cuvil_status steps(cuvil_model *m, struct cuvil_cuda *c, int index, const
                 : CUVIL_OK;
 }
 
-cuvil_status cuvil_cuda_run(const cuvil_model *model, int index, const cuvil_tensor *in, cuvil_tensor *out)
+static cuvil_status cuda_run(const cuvil_model *model, int index, const cuvil_tensor *in, cuvil_tensor *out)
 {
     cuvil_model *m = (cuvil_model *)model; /* the device state is the model's, behind its lock */
     struct cuvil_cuda *c = m->cuda;
@@ -608,7 +611,7 @@ cuvil_status cuvil_cuda_run(const cuvil_model *model, int index, const cuvil_ten
 
 /* Releases what the open made, however far it got (an open that failed at a module keeps its stream and context
  * until here): everything is zero until made. */
-void cuvil_cuda_close(cuvil_model *m)
+static void cuda_close(cuvil_model *m)
 {
     struct cuvil_cuda *c = m->cuda;
     if (!c) return;
@@ -626,4 +629,13 @@ void cuvil_cuda_close(cuvil_model *m)
         c->cu[CU_CTX_RELEASE](c->device);
     }
     pthread_mutex_destroy(&c->lock);
+}
+
+__attribute__((visibility("default"))) int cuvil_cuda_library_v1(const cuvil_cuda_host *h, cuvil_cuda_library *out)
+{
+    host = h;
+    out->load = cuda_load;
+    out->run = cuda_run;
+    out->close = cuda_close;
+    return 0;
 }
