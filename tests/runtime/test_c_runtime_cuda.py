@@ -103,10 +103,12 @@ def test_cuvil_run_runs_the_kernels_through_the_driver_in_order(models, tmp_path
     assert names[:4] == ["cuInit", "cuDeviceGet", "cuDevicePrimaryCtxRetain", "cuCtxSetCurrent"]
     assert "cuModuleLoadData ptx" in calls  # compute capability 7.5: no cubin matches, the driver compiles the PTX
     launches = [c for c in calls if c.startswith("cuLaunchKernel")]
-    assert launches and all(c.endswith(" run") for c in launches)
+    assert launches and all(c.endswith(" run captured") for c in launches)  # into the shape's graph
     first = names.index("cuLaunchKernel")
-    assert names.index("cuMemsetD32Async") < names.index("cuMemcpyHtoDAsync") < first  # error word, then inputs
-    assert names[first + 1:first + 3] == ["cuMemcpyDtoHAsync", "cuStreamSynchronize"]
+    assert names.index("cuStreamBeginCapture") < names.index("cuMemsetD32Async") < names.index("cuMemcpyHtoDAsync") \
+        < first  # error word, then inputs
+    assert names[first + 1:first + 6] == ["cuMemcpyDtoHAsync", "cuStreamEndCapture", "cuGraphInstantiateWithFlags",
+                                          "cuGraphLaunch", "cuStreamSynchronize"]
     assert names[-3:] == ["cuModuleUnload", "cuStreamDestroy", "cuDevicePrimaryCtxRelease"]
     assert not any(n.startswith("cublasLt") for n in names)
 
@@ -117,8 +119,8 @@ def test_gemms_go_through_cublaslt_with_their_epilogues(models, tmp_path):
     assert out.returncode == 0, out.stderr
     np.testing.assert_allclose(_outputs(tmp_path, 1)[0], interpret(models["mlp"][1], [x])[0], rtol=1e-4, atol=1e-5)
     matmuls = [c for c in calls if c.startswith("cublasLtMatmul ")]
-    assert matmuls == ["cublasLtMatmul type 0 D 256x3 batch 1 trans 0 0 epilogue 6 bias 1",  # relu + bias
-                       "cublasLtMatmul type 0 D 10x3 batch 1 trans 0 0 epilogue 4 bias 1"]
+    assert matmuls == ["cublasLtMatmul type 0 D 256x3 batch 1 trans 0 0 epilogue 6 bias 1 captured",  # relu + bias
+                       "cublasLtMatmul type 0 D 10x3 batch 1 trans 0 0 epilogue 4 bias 1 captured"]
     uploads = [int(c.split()[1]) for c in calls if c.startswith("cuMemcpyHtoDAsync")]
     assert uploads[:4] == [784 * 256 * 4, 256 * 4, 256 * 10 * 4, 10 * 4]  # the weights, once, before the input
 
@@ -198,6 +200,37 @@ def test_the_c_api_runs_with_caller_buffers_and_gives_status_codes(models, monke
         assert lib.cuvil_run(model, None, 0, ctypes.byref(ins), 1, ctypes.byref(outs), 1) == CUVIL_ERR_DEVICE
     finally:
         lib.cuvil_close(model)
+
+
+def test_a_graph_per_shape_is_captured_once_and_replayed_through_pinned_staging(models, monkeypatch, tmp_path):
+    """Each input shape's run is captured into a CUDA Graph once and replayed after (a buffer that must grow drops
+    the graphs: they hold its address); every copy between host and device goes through pinned staging."""
+    path, module, kernels = models["chain"]
+    log = tmp_path / "calls.log"
+    for key, value in _env(kernels, CUVIL_LIBCUDA=str(fake_driver()), FAKE_CUDA_LOG=str(log)).items():
+        monkeypatch.setenv(key, value)
+    lib = ctypes.CDLL(str(c_build.runtime().shared))
+    lib.cuvil_last_message.restype = ctypes.c_char_p
+    model = ctypes.c_void_p()
+    assert lib.cuvil_open_file(str(path).encode(), ctypes.byref(model)) == 0, lib.cuvil_last_message()
+    rng = np.random.default_rng(4)
+    try:
+        for rows in (7, 7, 3, 7, 9, 9):
+            x = rng.standard_normal((rows, 3)).astype(np.float32)
+            y = np.empty_like(x)
+            ins, outs = _tensor(x), _tensor(y)
+            assert lib.cuvil_run(model, None, 0, ctypes.byref(ins), 1, ctypes.byref(outs), 1) == 0
+            np.testing.assert_allclose(y, interpret(module, [x])[0], rtol=1e-5, atol=1e-6)
+    finally:
+        lib.cuvil_close(model)
+    calls = log.read_text().splitlines()
+    names = [c.split()[0] for c in calls]
+    # 7: captured; 7: replayed; 3: captured (the buffers fit); 7: replayed; 9: buffers grow, graphs dropped, captured
+    assert names.count("cuStreamBeginCapture") == 3 and names.count("cuGraphLaunch") == 6
+    assert names.count("cuGraphExecDestroy") == names.count("cuGraphDestroy") == 3  # two at the growth, one at close
+    copies = [c for c in calls if c.startswith(("cuMemcpyHtoDAsync", "cuMemcpyDtoHAsync"))]
+    assert copies and not any("pageable" in c for c in copies)
+    assert names.count("cuMemAllocHost") == names.count("cuMemFreeHost")
 
 
 def test_eight_threads_share_one_device_model(models, tmp_path):
