@@ -6,6 +6,10 @@
 - conv, max_pool, avg_pool (N-d, NCHW): one thread per output element, padding read as absent; a fused conv's clamp
   is applied on the way out. cuDNN would be faster; these are what runs everywhere first.
 - cumsum, cumprod: a thread a line along the axis; shape_of: one thread writes the dims.
+- conv_bf16: the conv kernel, x rounded to bf16 on the way in, relu as its clamp.
+- the rest, a thread per output element or line (elements.py): conv_transpose, einsum and the integer/f64 matmul
+  (library_linalg.py), gather/scatter_elements, argmax/argmin, topk (library_index.py), resize (library_resize.py),
+  tree_ensemble and the quantized ops (library_ml.py).
 """
 from __future__ import annotations
 
