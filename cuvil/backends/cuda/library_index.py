@@ -13,16 +13,10 @@ from __future__ import annotations
 from ...ir.dtypes import DType
 from ..common.c_exprs import CType, c_dim
 from ..common.index import wrapped_index
-from ..cpu.library_misc import _COMBINE_BOOL, _COMBINE_INT
+from ..cpu.library_misc import _COMBINE_BOOL, _COMBINE_INT, _COMBINE_WIDE, _isnan
+from ..cpu.library_util import flat as _flat
 from .elements import device_helper, element_kernel, load_as, prod, store_as
 from .kernels import CUDA_STORAGE
-
-
-def _flat(coords, shape) -> str:
-    expr = "0"
-    for i, (c, d) in enumerate(zip(coords, shape)):
-        expr = c if i == 0 else f"({expr}) * {c_dim(d)} + {c}"
-    return expr
 
 
 def _checked(gen, op, raw: str) -> list:
@@ -73,8 +67,7 @@ def _scatter_elements(gen, op) -> None:
         value = f"u[{at_u}]"
     elif dt.is_float:
         t = CType(dt).name
-        combine = {"add": "{a} + {b}", "mul": "{a} * {b}", "max": "CUVIL_MAX({a}, {b})", "min": "CUVIL_MIN({a}, {b})"}
-        value = store_as(dt, f"({t})({combine[red].format(a=load_as(dt, 'y', at_y), b=load_as(dt, 'u', at_u))})")
+        value = store_as(dt, f"({t})({_COMBINE_WIDE[red].format(a=load_as(dt, 'y', at_y), b=load_as(dt, 'u', at_u))})")
     else:
         value = (_COMBINE_BOOL if dt is DType.bool else _COMBINE_INT)[red].format(a=f"y[{at_y}]", b=f"u[{at_u}]",
                                                                                t=CUDA_STORAGE[dt])
@@ -82,10 +75,6 @@ def _scatter_elements(gen, op) -> None:
             f"for (int64_t r = 0; r < {c_dim(idx.type.shape[axis])}; r++) {{",
             *("    " + s for s in _checked(gen, op, f"ix[{at_u}]")), f"    y[{at_y}] = {value};", "}"]
     element_kernel(gen, op, f"scatter_elements_{red}", line, body, {"ix": idx, "u": upd}, {"y": y}, err=True)
-
-
-def _isnan(dt: DType):
-    return (lambda v: f"({v} != {v})") if dt.is_float else (lambda v: "0")
 
 
 def _lines(x, axis: int) -> tuple:
