@@ -13,12 +13,11 @@
 """
 from __future__ import annotations
 
-import math
 from types import SimpleNamespace
 
 from ...ir.core import Op
 from ...ir.dtypes import DType
-from ..common.c_exprs import CType, c_dim, load
+from ..common.c_exprs import CType, c_dim, elementwise_expr, load
 from .program import Buf, Gemm
 from .kernels import BLOCK, CUDA_STORAGE, KernelLaunch
 from .attention import emit_attention
@@ -61,8 +60,6 @@ def _gemm(gen, a_op, b_op, out, bias, act, op: Op) -> None:
 
 def _activation_in_place(gen, out, act: str) -> None:
     """An activation cuBLASLt's epilogue lacks (sigmoid, tanh, exact gelu), applied to C after the GEMM."""
-    from ..common.c_exprs import elementwise_expr
-
     name, attrs = (("gelu", {"approximate": "none"}) if act.startswith("gelu") else (act, {}))
     t = CType(out.type.dtype)
     expr = elementwise_expr(name, [load(out.type.dtype, "c", "i")], attrs, out.type.dtype)
@@ -119,7 +116,8 @@ def _pointwise_kernel(gen, op: Op, kname: str, params: list, body: list, ins: li
     gen.launch(launch, ins, op.results, kinds)
 
 
-def _conv(gen, op: Op, clip=None) -> None:
+def _conv(gen, op: Op, epilogue=None) -> None:
+    """The direct conv kernel; `epilogue` (op name, attrs): the elementwise op applied on the way out."""
     x, w = op.operands[0].type, op.operands[1].type
     y = op.results[0].type
     a, s = op.attrs, x.rank - 2
@@ -139,12 +137,8 @@ def _conv(gen, op: Op, clip=None) -> None:
     body += ["}"] * (s + 1)
     if has_bias:
         body.append(f"acc += {load_as(y.dtype, 'bias', 'o1')};")
-    if clip is not None:
-        lo, hi = clip
-        if lo != -math.inf:
-            body.append(f"acc = CUVIL_MAX(acc, ({t.name}){t.lit(lo)});")
-        if hi != math.inf:
-            body.append(f"acc = CUVIL_MIN(acc, ({t.name}){t.lit(hi)});")
+    if epilogue is not None:
+        body.append(f"acc = {elementwise_expr(epilogue[0], ['acc'], epilogue[1], y.dtype)};")
     body.append(f"y[o] = {store_as(y.dtype, 'acc')};")
     params = [f"const {st} *__restrict__ x", f"const {CUDA_STORAGE[w.dtype]} *__restrict__ wt"] + (
         [f"const {st} *__restrict__ bias"] if has_bias else []) + [f"{st} *__restrict__ y"]
@@ -187,17 +181,18 @@ def _pool(gen, op: Op) -> None:
 
 def _conv_bf16(gen, op: Op) -> None:
     """x f32 rounded to bf16, w bf16, f32 accumulation (the direct conv kernel), relu as its clamp."""
-    _conv(gen, op, (0.0, math.inf) if op.attrs["act"] == "relu" else None)
+    _conv(gen, op, ("relu", {}) if op.attrs["act"] == "relu" else None)
 
 
 def _fused_conv(gen, op: Op) -> None:
-    """conv -> clip (FuseLibraryEpilogue's form): the clamp on the way out of the conv kernel."""
+    """conv -> clip, relu, sigmoid, tanh, gelu, silu or hardswish (FuseLibraryEpilogue's forms): the epilogue on the
+    way out of the conv kernel."""
     body = op.regions[0].ops
-    conv, clip = body[0], next(o for o in body if o.name == "clip")
+    conv, act = body[0], body[1]
     source = dict(zip((id(a) for a in op.regions[0].args), op.operands))
     outer = SimpleNamespace(name="conv", operands=[source[id(v)] for v in conv.operands], attrs=conv.attrs,
                             results=op.results, loc=conv.loc)  # the conv as if unfused, writing the group's result
-    _conv(gen, outer, (clip.attrs["min"], clip.attrs["max"]))
+    _conv(gen, outer, (act.name, act.attrs))
 
 
 # -- cumsum, cumprod -----------------------------------------------------------------------------------------

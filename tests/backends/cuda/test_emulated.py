@@ -128,3 +128,21 @@ def test_an_element_index_outside_its_axis_raises_the_interpreters_error(cuda_co
     with pytest.raises(IndexRangeError) as want:
         interpret(build_case(case), inputs)
     assert str(got.value) == str(want.value)
+
+
+@pytest.mark.parametrize("act", ["relu", "clip", "sigmoid", "tanh", "gelu", "silu", "hardswish"])
+def test_a_conv_with_its_fused_epilogue_matches_the_interpreter(cuda_compiler, act):
+    """Every epilogue FuseLibraryEpilogue gives a conv (a clamp, or one of the GEMM activations) runs on the way out
+    of the conv kernel (conv -> sigmoid used to stop the CUDA code generator with a StopIteration)."""
+    from cuvil.ir import Builder, Module, TensorType
+
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", (1, 3, 6, 5)), TensorType("f32", (4, 3, 3, 3))])
+    y = b.conv(*b.args)
+    b.ret(b.clip(y, min=0.0, max=6.0) if act == "clip" else getattr(b, act)(y))
+    rng = np.random.default_rng(5)
+    inputs = [rng.standard_normal(shape).astype(np.float32) for shape in ((1, 3, 6, 5), (4, 3, 3, 3))]
+    want = interpret(m, inputs)
+    run_pipeline(m, default_pipeline("cuda"))
+    assert [o.name for o in m.main.body.ops if o.name != "return"] == ["fused"]
+    np.testing.assert_allclose(emulated(m)(inputs)[0], want[0], rtol=1e-5, atol=1e-5)
