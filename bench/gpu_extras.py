@@ -7,7 +7,10 @@
 - `cuvil.runtime.Runtime(device="cuda", stream_priority=-1)`: the stream's priority within the device's range, and
   the call's result;
 - the standalone C runtime: `cuvil-run` on a cuda `.cuv` (an elementwise chain and the MLP with its cuBLASLt GEMMs)
-  through the real driver, against the interpreter.
+  through the real driver, against the interpreter; then libcuvilrt's C API running the chain at shapes that repeat
+  and change (its CUDA Graph per shape captured once and replayed, pinned staging), against the interpreter;
+- gather_elements and scatter_elements with an index outside the axis: the error word's atomics on real threads give
+  the interpreter's IndexRangeError.
 
 In a dry run (the fake driver) only the attention and Runtime checks run; DLPack with torch and the C runtime need
 the GPU.
@@ -110,6 +113,60 @@ def _c_runtime(folder: str, mlp_path: str) -> dict:
             continue
         got = np.load(os.path.join(folder, name, "output_0.npy"))
         out[name] = bool(np.allclose(got, interpret(module, [x])[0], rtol=1e-3, atol=1e-4))
+    out["graph_replays"] = _c_api_graphs(built.shared, chain_path, chain)
+    return out
+
+
+def _c_api_graphs(shared, path: str, module) -> bool:
+    """The chain through libcuvilrt's C API at rows 1000, 1000, 10, 1000, 5000: every result the interpreter's."""
+    import ctypes
+
+    from cuvil.interpreter import interpret
+
+    class Tensor(ctypes.Structure):  # cuvil_runtime.h's cuvil_tensor
+        _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int), ("rank", ctypes.c_int),
+                    ("shape", ctypes.c_int64 * 16), ("nbytes", ctypes.c_size_t)]
+
+    lib = ctypes.CDLL(str(shared))
+    model = ctypes.c_void_p()
+    if lib.cuvil_open_file(path.encode(), ctypes.byref(model)):
+        return False
+    ok, rng = True, np.random.default_rng(2)
+    try:
+        for rows in (1000, 1000, 10, 1000, 5000):
+            x = rng.standard_normal((rows, 3)).astype(np.float32)
+            y = np.empty_like(x)
+            ins, outs = (Tensor(a.ctypes.data, 2, 2, (ctypes.c_int64 * 16)(*a.shape), a.nbytes) for a in (x, y))
+            ok &= lib.cuvil_run(model, None, 0, ctypes.byref(ins), 1, ctypes.byref(outs), 1) == 0 and \
+                bool(np.allclose(y, interpret(module, [x])[0], rtol=1e-3, atol=1e-4))
+    finally:
+        lib.cuvil_close(model)
+    return ok
+
+
+def _element_index_errors() -> dict:
+    """An index outside its axis: the interpreter's IndexRangeError from the device's error word."""
+    from cuvil.compiler import compile_module
+    from cuvil.errors import IndexRangeError
+    from cuvil.interpreter import interpret
+    from tests.ops.test_registry_sweep import CASES, build_case
+
+    out = {}
+    for name in ("gather_elements", "scatter_elements-add"):
+        case = next(c for c in CASES if c.name() == name)
+        inputs = [np.array(a) for a in case.inputs]
+        inputs[1].flat[-1] = 9
+        try:
+            interpret(build_case(case), inputs)
+            out[name] = "the interpreter did not raise"
+            continue
+        except IndexRangeError as e:
+            want = str(e)
+        try:
+            compile_module(build_case(case), target="cuda")(*inputs)
+            out[name] = False
+        except IndexRangeError as e:
+            out[name] = str(e) == want
     return out
 
 
@@ -118,7 +175,7 @@ def stage_extras(dry_run: bool, results: dict) -> None:
     folder = tempfile.mkdtemp(prefix="cuvil-gpu-extras-")
     checks = [("attention", lambda: _attention(dry_run)), ("runtime", lambda: _runtime(dry_run, folder))]
     if not dry_run:
-        checks += [("dlpack_torch", _dlpack),
+        checks += [("dlpack_torch", _dlpack), ("element_index_errors", _element_index_errors),
                    ("c_runtime", lambda: _c_runtime(folder, out.get("runtime", {}).get("path", "")))]
     for name, check in checks:
         try:

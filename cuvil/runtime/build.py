@@ -4,12 +4,13 @@ target with its cross toolchain (docs/targets.md).
     cuvil build-runtime --out DIR [--sanitize] [--target aarch64]    (or python -m cuvil.runtime.build --out DIR)
 
 gives DIR/libcuvilrt.so, DIR/libcuvilrt.a, DIR/cuvil-run (linked with the static library, so it runs without
-Python or the build folder) and DIR/include/cuvil_runtime.h. The release build is -Os and stripped; `sanitize`
+Python or the build folder), DIR/libcuvilcuda.so (the CUDA driver path, which the runtime opens beside itself at
+the first `.cuv` for CUDA) and DIR/include/cuvil_runtime.h. The release build is -Os and stripped; `sanitize`
 builds everything with AddressSanitizer instead (for the tests and CI).
 
     >>> import tempfile
     >>> built = build_runtime(tempfile.mkdtemp())
-    >>> sorted(built.sizes) == ["cuvil-run", "libcuvilrt.a", "libcuvilrt.so"]
+    >>> sorted(built.sizes) == ["cuvil-run", "libcuvilcuda.so", "libcuvilrt.a", "libcuvilrt.so"]
     True
 """
 from __future__ import annotations
@@ -25,7 +26,8 @@ from ..backends.cpu import targets, toolchain
 from ..errors import CuvilError
 
 SOURCE_DIR = Path(__file__).with_name("c")
-LIBRARY_SOURCES = ("cuvil_runtime.c", "cuvil_format.c", "cuvil_hash.c", "cuvil_cuda_rt.c")
+LIBRARY_SOURCES = ("cuvil_runtime.c", "cuvil_format.c", "cuvil_hash.c", "cuvil_cuda_load.c")
+CUDA_SOURCE = "cuvil_cuda_rt.c"  # libcuvilcuda.so
 HEADERS = ("cuvil_runtime.h", "cuvil_internal.h", "cuvil_checks.h", "cuvil_hash.h")
 CLI_SOURCE = "cuvil_run.c"
 COMMON_FLAGS = ("-std=c99", "-Wall", "-Wextra", "-fPIC", "-ffunction-sections", "-fdata-sections")
@@ -47,7 +49,7 @@ class RuntimeBuild:
 
 def sources() -> list[Path]:
     """Every file the runtime is built from (the tests key their cached build on these)."""
-    return [SOURCE_DIR / name for name in (*LIBRARY_SOURCES, *HEADERS, CLI_SOURCE)]
+    return [SOURCE_DIR / name for name in (*LIBRARY_SOURCES, *HEADERS, CLI_SOURCE, CUDA_SOURCE)]
 
 
 def build_runtime(out_dir, *, sanitize: bool = False, target: str = "cpu") -> RuntimeBuild:
@@ -73,10 +75,12 @@ def build_runtime(out_dir, *, sanitize: bool = False, target: str = "cpu") -> Ru
     static.unlink(missing_ok=True)
     _run([*_archiver(compiler), "rcs", str(static), *objects])
     _run([*cc, *COMMON_FLAGS, *mode, *strip, str(SOURCE_DIR / CLI_SOURCE), str(static), "-o", str(cli), *LINK_LIBS])
+    cuda = out / "libcuvilcuda.so"
+    _run([*cc, *COMMON_FLAGS, *mode, "-shared", *strip, str(SOURCE_DIR / CUDA_SOURCE), "-o", str(cuda), *LINK_LIBS])
     include = out / "include"
     include.mkdir(exist_ok=True)
     header = Path(shutil.copy(SOURCE_DIR / "cuvil_runtime.h", include / "cuvil_runtime.h"))
-    sizes = {p.name: p.stat().st_size for p in (shared, static, cli)}
+    sizes = {p.name: p.stat().st_size for p in (shared, static, cli, cuda)}
     return RuntimeBuild(shared, static, cli, header, sizes)
 
 
@@ -115,8 +119,8 @@ def main(argv=None) -> int:
     except CuvilError as e:
         print(f"cuvil build-runtime: error: {e}", file=sys.stderr)
         return 1
-    for path in (built.shared, built.static, built.cli):
-        print(f"{path}  {built.sizes[path.name] / 1024:.1f} KB")
+    for name, size in built.sizes.items():
+        print(f"{built.shared.with_name(name)}  {size / 1024:.1f} KB")
     print(f"{built.header}")
     return 0
 

@@ -4,7 +4,10 @@
  * with CUVIL_CUDA_EMULATION, tests/backends/cuda/emulator.py) when the loaded image is PTX and every parameter is
  * 8 bytes (pointers and int64 sizes). cuBLASLt's f32 matmul is computed here (column-major, batched, bias, relu).
  * $FAKE_CUDA_CC is the device's compute capability (default 75), $FAKE_CUDA_NO_DEVICE makes cuInit fail and
- * $FAKE_CUDA_BAD_IMAGE cuModuleLoadData. */
+ * $FAKE_CUDA_BAD_IMAGE cuModuleLoadData. Between cuStreamBeginCapture and cuStreamEndCapture the stream's work
+ * (copies, memsets, launches with their parameters' values, matmuls with their descriptors) is logged and kept in
+ * the graph instead of done; cuGraphLaunch does it. Pinned host memory (cuMemAllocHost) is counted: a pointer a copy
+ * reads or writes on the host side that is not pinned is logged as "pageable". */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdarg.h>
@@ -15,9 +18,11 @@
 
 typedef unsigned long long cu_ptr;
 
+static int replaying; /* a graph's work is logged when captured, not again when replayed */
+
 __attribute__((format(printf, 1, 2))) static void note(const char *fmt, ...)
 {
-    const char *path = getenv("FAKE_CUDA_LOG");
+    const char *path = replaying ? NULL : getenv("FAKE_CUDA_LOG");
     FILE *f = path ? fopen(path, "a") : NULL;
     if (!f) return;
     va_list ap;
@@ -26,6 +31,43 @@ __attribute__((format(printf, 1, 2))) static void note(const char *fmt, ...)
     va_end(ap);
     fputc('\n', f);
     fclose(f);
+}
+
+/* --- capture: work kept for a graph ------------------------------------------------------------------------ */
+
+typedef struct { int32_t ta, tb; uint32_t epilogue; cu_ptr bias; } desc;
+typedef struct { int type; uint64_t rows, cols; int64_t ld, stride; int32_t batch; } layout;
+typedef struct {
+    char kind; /* h: HtoD, d: DtoH, D: DtoD, m: memset, k: launch, g: matmul */
+    cu_ptr dst, src;
+    void *host;
+    size_t n;
+    unsigned value;
+    void *fn;
+    uint64_t params[16];
+    desc x;
+    layout la, lb, ld;
+    const void *a, *b;
+    void *d;
+} work;
+typedef struct { work *items; int n, cap; } graph;
+static graph *capturing;
+
+static int keep(work w)
+{
+    if (capturing->n == capturing->cap) {
+        capturing->cap = capturing->cap ? 2 * capturing->cap : 16;
+        capturing->items = realloc(capturing->items, (size_t)capturing->cap * sizeof(work));
+    }
+    capturing->items[capturing->n++] = w;
+    return 0;
+}
+
+static void *pinned[64];
+static int is_pinned(const void *p)
+{
+    for (int k = 0; k < 64; k++) if (pinned[k] && pinned[k] == p) return 1;
+    return 0;
 }
 
 typedef struct { char *image; size_t size; int ptx; } module;
@@ -101,31 +143,49 @@ int cuModuleGetFunction(void **out, void *mod, const char *name)
 
 int cuMemAlloc_v2(cu_ptr *p, size_t n) { *p = (cu_ptr)(uintptr_t)calloc(1, n); note("cuMemAlloc %zu", n); return *p ? 0 : 2; }
 int cuMemFree_v2(cu_ptr p) { free((void *)(uintptr_t)p); note("cuMemFree"); return 0; }
+int cuMemAllocHost_v2(void **p, size_t n)
+{
+    *p = calloc(1, n);
+    for (int k = 0; k < 64 && *p; k++) if (!pinned[k]) { pinned[k] = *p; break; }
+    note("cuMemAllocHost %zu", n);
+    return *p ? 0 : 2;
+}
+int cuMemFreeHost(void *p)
+{
+    for (int k = 0; k < 64; k++) if (pinned[k] == p) pinned[k] = NULL;
+    free(p);
+    note("cuMemFreeHost");
+    return 0;
+}
 int cuMemcpyHtoDAsync_v2(cu_ptr d, const void *h, size_t n, void *s)
 {
+    note("cuMemcpyHtoDAsync %zu%s%s", n, is_pinned(h) ? "" : " pageable", capturing ? " captured" : "");
+    if (capturing) return keep((work){.kind = 'h', .dst = d, .host = (void *)h, .n = n});
     memcpy((void *)(uintptr_t)d, h, n);
-    note("cuMemcpyHtoDAsync %zu", n);
     (void)s;
     return 0;
 }
 int cuMemcpyDtoHAsync_v2(void *h, cu_ptr d, size_t n, void *s)
 {
+    note("cuMemcpyDtoHAsync %zu%s%s", n, is_pinned(h) ? "" : " pageable", capturing ? " captured" : "");
+    if (capturing) return keep((work){.kind = 'd', .src = d, .host = h, .n = n});
     memcpy(h, (void *)(uintptr_t)d, n);
-    note("cuMemcpyDtoHAsync %zu", n);
     (void)s;
     return 0;
 }
 int cuMemcpyDtoDAsync_v2(cu_ptr d, cu_ptr src, size_t n, void *s)
 {
+    note("cuMemcpyDtoDAsync %zu%s", n, capturing ? " captured" : "");
+    if (capturing) return keep((work){.kind = 'D', .dst = d, .src = src, .n = n});
     memmove((void *)(uintptr_t)d, (void *)(uintptr_t)src, n);
-    note("cuMemcpyDtoDAsync %zu", n);
     (void)s;
     return 0;
 }
 int cuMemsetD32Async(cu_ptr d, unsigned v, size_t n, void *s)
 {
+    note("cuMemsetD32Async %zu%s", n, capturing ? " captured" : "");
+    if (capturing) return keep((work){.kind = 'm', .dst = d, .value = v, .n = n});
     for (size_t k = 0; k < n; k++) ((unsigned *)(uintptr_t)d)[k] = v;
-    note("cuMemsetD32Async %zu", n);
     (void)s;
     return 0;
 }
@@ -138,11 +198,16 @@ int cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
 {
     function *f = fn;
     int run = f->host && f->all_8 && f->n_params <= 16;
-    note("cuLaunchKernel %s grid %u %u %u block %u %u %u shared %u params %d %s", f->name, gx, gy, gz, bx, by, bz,
-         shared, f->n_params, run ? "run" : "recorded");
+    note("cuLaunchKernel %s grid %u %u %u block %u %u %u shared %u params %d %s%s", f->name, gx, gy, gz, bx, by, bz,
+         shared, f->n_params, run ? "run" : "recorded", capturing ? " captured" : "");
     if (run) { /* SysV and AAPCS64 pass 8-byte integers in order: extra zero arguments are ignored */
         uint64_t a[16] = {0};
-        for (int k = 0; k < f->n_params; k++) memcpy(&a[k], params[k], 8);
+        for (int k = 0; k < f->n_params; k++) memcpy(&a[k], params[k], 8); /* by value, as a capture keeps them */
+        if (capturing) {
+            work w = {.kind = 'k', .fn = f->host};
+            memcpy(w.params, a, sizeof a);
+            return keep(w);
+        }
         ((wide)f->host)(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14],
                         a[15]);
     }
@@ -151,9 +216,6 @@ int cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
 }
 
 /* --- cuBLASLt ---------------------------------------------------------------------------------------------------- */
-
-typedef struct { int32_t ta, tb; uint32_t epilogue; cu_ptr bias; } desc;
-typedef struct { int type; uint64_t rows, cols; int64_t ld, stride; int32_t batch; } layout;
 
 int cublasLtCreate(void **h) { *h = (void *)0x300; note("cublasLtCreate"); return 0; }
 int cublasLtDestroy(void *h) { (void)h; note("cublasLtDestroy"); return 0; }
@@ -201,9 +263,11 @@ int cublasLtMatmul(void *h, void *dp, const void *alpha, const void *a, void *la
 {
     desc *x = dp;
     layout *A = la, *B = lb, *D = ld;
-    note("cublasLtMatmul type %d D %llux%llu batch %d trans %d %d epilogue %u bias %d", A->type,
-         (unsigned long long)D->rows, (unsigned long long)D->cols, D->batch, x->ta, x->tb, x->epilogue, x->bias != 0);
+    note("cublasLtMatmul type %d D %llux%llu batch %d trans %d %d epilogue %u bias %d%s", A->type,
+         (unsigned long long)D->rows, (unsigned long long)D->cols, D->batch, x->ta, x->tb, x->epilogue, x->bias != 0,
+         capturing ? " captured" : "");
     if (A->type != 0) return 0; /* f32 only: the others are recorded */
+    if (capturing) return keep((work){.kind = 'g', .x = *x, .la = *A, .lb = *B, .ld = *D, .a = a, .b = b, .d = d});
     uint64_t inner = x->ta ? A->rows : A->cols;
     for (int32_t n = 0; n < D->batch; n++) {
         const float *pa = (const float *)a + n * A->stride, *pb = (const float *)b + n * B->stride;
@@ -216,5 +280,65 @@ int cublasLtMatmul(void *h, void *dp, const void *alpha, const void *a, void *la
             }
     }
     (void)h, (void)alpha, (void)beta, (void)c, (void)lc, (void)algo, (void)ws, (void)ws_bytes, (void)stream;
+    return 0;
+}
+
+/* --- graphs ------------------------------------------------------------------------------------------------- */
+
+int cuStreamBeginCapture_v2(void *s, int mode)
+{
+    note("cuStreamBeginCapture %d", mode);
+    capturing = calloc(1, sizeof(graph));
+    (void)s;
+    return capturing ? 0 : 2;
+}
+int cuStreamEndCapture(void *s, void **out)
+{
+    note("cuStreamEndCapture %d", capturing ? capturing->n : -1);
+    *out = capturing;
+    capturing = NULL;
+    (void)s;
+    return *out ? 0 : 900; /* CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: no capture was begun */
+}
+int cuGraphInstantiateWithFlags(void **exec, void *g, unsigned long long flags)
+{
+    note("cuGraphInstantiateWithFlags");
+    *exec = g;
+    (void)flags;
+    return 0;
+}
+int cuGraphLaunch(void *exec, void *s)
+{
+    graph *g = exec;
+    note("cuGraphLaunch %d", g->n);
+    replaying = 1;
+    for (int k = 0; k < g->n; k++) {
+        work *w = &g->items[k];
+        uint64_t *a = w->params;
+        if (w->kind == 'h') memcpy((void *)(uintptr_t)w->dst, w->host, w->n);
+        else if (w->kind == 'd') memcpy(w->host, (void *)(uintptr_t)w->src, w->n);
+        else if (w->kind == 'D') memmove((void *)(uintptr_t)w->dst, (void *)(uintptr_t)w->src, w->n);
+        else if (w->kind == 'm') for (size_t j = 0; j < w->n; j++) ((unsigned *)(uintptr_t)w->dst)[j] = w->value;
+        else if (w->kind == 'k')
+            ((wide)w->fn)(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14],
+                          a[15]);
+        else if (w->kind == 'g') {
+            graph *held = capturing;
+            capturing = NULL; /* the matmul itself, now */
+            float one = 1.0f, zero = 0.0f;
+            cublasLtMatmul(NULL, &w->x, &one, w->a, &w->la, w->b, &w->lb, &zero, w->d, &w->ld, w->d, &w->ld, NULL,
+                           NULL, 0, s);
+            capturing = held;
+        }
+    }
+    replaying = 0;
+    return 0;
+}
+int cuGraphExecDestroy(void *exec) { note("cuGraphExecDestroy"); (void)exec; return 0; }
+int cuGraphDestroy(void *g)
+{
+    note("cuGraphDestroy");
+    free(((graph *)g)->items);
+    free(g);
     return 0;
 }

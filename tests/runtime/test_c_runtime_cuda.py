@@ -103,10 +103,12 @@ def test_cuvil_run_runs_the_kernels_through_the_driver_in_order(models, tmp_path
     assert names[:4] == ["cuInit", "cuDeviceGet", "cuDevicePrimaryCtxRetain", "cuCtxSetCurrent"]
     assert "cuModuleLoadData ptx" in calls  # compute capability 7.5: no cubin matches, the driver compiles the PTX
     launches = [c for c in calls if c.startswith("cuLaunchKernel")]
-    assert launches and all(c.endswith(" run") for c in launches)
+    assert launches and all(c.endswith(" run captured") for c in launches)  # into the shape's graph
     first = names.index("cuLaunchKernel")
-    assert names.index("cuMemsetD32Async") < names.index("cuMemcpyHtoDAsync") < first  # error word, then inputs
-    assert names[first + 1:first + 3] == ["cuMemcpyDtoHAsync", "cuStreamSynchronize"]
+    assert names.index("cuStreamBeginCapture") < names.index("cuMemsetD32Async") < names.index("cuMemcpyHtoDAsync") \
+        < first  # error word, then inputs
+    assert names[first + 1:first + 6] == ["cuMemcpyDtoHAsync", "cuStreamEndCapture", "cuGraphInstantiateWithFlags",
+                                          "cuGraphLaunch", "cuStreamSynchronize"]
     assert names[-3:] == ["cuModuleUnload", "cuStreamDestroy", "cuDevicePrimaryCtxRelease"]
     assert not any(n.startswith("cublasLt") for n in names)
 
@@ -117,8 +119,8 @@ def test_gemms_go_through_cublaslt_with_their_epilogues(models, tmp_path):
     assert out.returncode == 0, out.stderr
     np.testing.assert_allclose(_outputs(tmp_path, 1)[0], interpret(models["mlp"][1], [x])[0], rtol=1e-4, atol=1e-5)
     matmuls = [c for c in calls if c.startswith("cublasLtMatmul ")]
-    assert matmuls == ["cublasLtMatmul type 0 D 256x3 batch 1 trans 0 0 epilogue 6 bias 1",  # relu + bias
-                       "cublasLtMatmul type 0 D 10x3 batch 1 trans 0 0 epilogue 4 bias 1"]
+    assert matmuls == ["cublasLtMatmul type 0 D 256x3 batch 1 trans 0 0 epilogue 6 bias 1 captured",  # relu + bias
+                       "cublasLtMatmul type 0 D 10x3 batch 1 trans 0 0 epilogue 4 bias 1 captured"]
     uploads = [int(c.split()[1]) for c in calls if c.startswith("cuMemcpyHtoDAsync")]
     assert uploads[:4] == [784 * 256 * 4, 256 * 4, 256 * 10 * 4, 10 * 4]  # the weights, once, before the input
 
@@ -200,6 +202,37 @@ def test_the_c_api_runs_with_caller_buffers_and_gives_status_codes(models, monke
         lib.cuvil_close(model)
 
 
+def test_a_graph_per_shape_is_captured_once_and_replayed_through_pinned_staging(models, monkeypatch, tmp_path):
+    """Each input shape's run is captured into a CUDA Graph once and replayed after (a buffer that must grow drops
+    the graphs: they hold its address); every copy between host and device goes through pinned staging."""
+    path, module, kernels = models["chain"]
+    log = tmp_path / "calls.log"
+    for key, value in _env(kernels, CUVIL_LIBCUDA=str(fake_driver()), FAKE_CUDA_LOG=str(log)).items():
+        monkeypatch.setenv(key, value)
+    lib = ctypes.CDLL(str(c_build.runtime().shared))
+    lib.cuvil_last_message.restype = ctypes.c_char_p
+    model = ctypes.c_void_p()
+    assert lib.cuvil_open_file(str(path).encode(), ctypes.byref(model)) == 0, lib.cuvil_last_message()
+    rng = np.random.default_rng(4)
+    try:
+        for rows in (7, 7, 3, 7, 9, 9):
+            x = rng.standard_normal((rows, 3)).astype(np.float32)
+            y = np.empty_like(x)
+            ins, outs = _tensor(x), _tensor(y)
+            assert lib.cuvil_run(model, None, 0, ctypes.byref(ins), 1, ctypes.byref(outs), 1) == 0
+            np.testing.assert_allclose(y, interpret(module, [x])[0], rtol=1e-5, atol=1e-6)
+    finally:
+        lib.cuvil_close(model)
+    calls = log.read_text().splitlines()
+    names = [c.split()[0] for c in calls]
+    # 7: captured; 7: replayed; 3: captured (the buffers fit); 7: replayed; 9: buffers grow, graphs dropped, captured
+    assert names.count("cuStreamBeginCapture") == 3 and names.count("cuGraphLaunch") == 6
+    assert names.count("cuGraphExecDestroy") == names.count("cuGraphDestroy") == 3  # two at the growth, one at close
+    copies = [c for c in calls if c.startswith(("cuMemcpyHtoDAsync", "cuMemcpyDtoHAsync"))]
+    assert copies and not any("pageable" in c for c in copies)
+    assert names.count("cuMemAllocHost") == names.count("cuMemFreeHost")
+
+
 def test_eight_threads_share_one_device_model(models, tmp_path):
     """runtime_driver's api mode: open from memory, 8 threads calling at once; the model's lock serialises them."""
     path, module, kernels = models["chain"]
@@ -211,3 +244,23 @@ def test_eight_threads_share_one_device_model(models, tmp_path):
     assert out.returncode == 0, out.stderr
     got = np.fromfile(tmp_path / "y.bin", np.float32).reshape(6, 3)
     np.testing.assert_allclose(got, interpret(module, [x])[0], rtol=1e-5, atol=1e-6)
+
+
+def test_the_cuda_path_is_its_own_library_so_the_cpu_runtime_stays_small(models, tmp_path):
+    """libcuvilrt.so (stripped) stays within its 64 KB and holds none of the driver path; libcuvilcuda.so beside it
+    is opened at the first CUDA file (CUVIL_CUDA_RT names another), and without it opening one is a clear
+    CUVIL_ERR_DEVICE naming the library."""
+    built = c_build.runtime()
+    core, cuda = built.shared.read_bytes(), (built.folder / "libcuvilcuda.so").read_bytes()
+    assert len(core) <= 64 * 1024
+    assert b"cuLaunchKernel" not in core and b"cuLaunchKernel" in cuda
+    x = np.ones((2, 3), np.float32)
+    out, calls = _cuvil_run(tmp_path, models["chain"], [x], CUVIL_CUDA_RT="/nonexistent/libcuvilcuda.so")
+    assert out.returncode != 0 and "needs /nonexistent/libcuvilcuda.so (CUVIL_CUDA_RT)" in out.stderr
+    assert not calls
+    alone = tmp_path / "cuvil-run"
+    alone.write_bytes(built.cli.read_bytes())
+    alone.chmod(0o755)
+    info = subprocess.run([str(alone), str(models["chain"][0]), "--info"], capture_output=True, text=True,
+                          env=_env(models["chain"][2]))
+    assert info.returncode != 0 and "needs libcuvilcuda.so" in info.stderr

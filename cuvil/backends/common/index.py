@@ -329,7 +329,7 @@ def _concat(k: "ValueEmitter", op: Op, v: Value, idx: Idx, depth: int) -> str:
 def wrapped_index(op: Op, raw: str, size: str) -> str:
     """C for gather index `raw` into an axis of `size`: negative ones count from the end unless the op says they are
     errors (torch's embedding), in which case they stay negative and fail the caller's [0, size) check."""
-    return f"((int64_t){raw} < 0 ? (int64_t){raw} + {size} : (int64_t){raw})" if op.attrs["negative"] else \
+    return f"((int64_t){raw} < 0 ? (int64_t){raw} + {size} : (int64_t){raw})" if op.attrs.get("negative", True) else \
         f"(int64_t){raw}"
 
 

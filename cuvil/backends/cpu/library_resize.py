@@ -14,45 +14,55 @@ TAPS = {"nearest": 1, "linear": 2, "cubic": 4}
 COORDS = {"half_pixel": 0, "half_pixel_symmetric": 1, "pytorch_half_pixel": 2, "align_corners": 3, "asymmetric": 4}
 NEAREST = {"round_prefer_floor": 0, "round_prefer_ceil": 1, "floor": 2, "ceil": 3}
 
-TABLE = """/* resize: the source coordinate of every output index along one axis, then its neighbours (clamped into
- * [0, n_in)) and weights; taps 1 = nearest, 2 = linear, 4 = cubic (Keys, coefficient a). */
+TAPS_FN = """/* resize: the source coordinate of output index o along one axis, then its neighbours (clamped into
+ * [0, n_in)) in idx and their weights in w; taps 1 = nearest (idx only), 2 = linear, 4 = cubic (Keys, coefficient
+ * a). The CUDA backend's kernels call it per output element. */
+{qualifiers} void cuvil_resize_taps(int64_t o, int64_t n_in, int64_t n_out, double scale, int transform,
+                                    int nearest, int taps, double a, int exclude, int64_t *idx, double *w)
+{{
+    const double x = (double)o;
+    double c;
+    if (transform == 3) c = n_out > 1 ? x * (double)(n_in - 1) / (double)(n_out - 1) : 0.0;
+    else if (transform == 4) c = x / scale;
+    else if (transform == 2 && n_out == 1) c = 0.0;
+    else if (transform == 1)
+        c = (double)n_in / 2 * (1 - (double)n_out / (scale * (double)n_in)) + (x + 0.5) / scale - 0.5;
+    else c = (x + 0.5) / scale - 0.5;
+    if (taps == 1) {{
+        double r = nearest == 0 ? ceil(c - 0.5) : nearest == 1 ? floor(c + 0.5) : nearest == 2 ? floor(c) : ceil(c);
+        idx[0] = r < 0 ? 0 : r > (double)(n_in - 1) ? n_in - 1 : (int64_t)r;
+        return;
+    }}
+    const double left = ceil(c) - 1, t = c - left;  /* the neighbour below c (c - 1 when c is whole) */
+    double sum = 0;
+    if (taps == 2) {{
+        w[0] = 1 - t;
+        w[1] = t;
+    }} else {{
+        const double u[4] = {{t + 1, t, 1 - t, 2 - t}};
+        for (int k = 0; k < 4; k++)
+            w[k] = k == 1 || k == 2 ? ((a + 2) * u[k] - (a + 3)) * u[k] * u[k] + 1
+                                    : ((a * u[k] - 5 * a) * u[k] + 8 * a) * u[k] - 4 * a;
+    }}
+    for (int k = 0; k < taps; k++) {{
+        const double j = left + k - (taps / 2 - 1);
+        if (exclude && (j < 0 || j > (double)(n_in - 1))) w[k] = 0;
+        idx[k] = j < 0 ? 0 : j > (double)(n_in - 1) ? n_in - 1 : (int64_t)j;
+        sum += w[k];
+    }}
+    if (exclude)
+        for (int k = 0; k < taps; k++) w[k] /= sum;
+}}
+"""
+
+TABLE = TAPS_FN.format(qualifiers="static inline") + """
+/* resize: the taps of every output index along one axis. */
 static void cuvil_resize_table(int64_t n_in, int64_t n_out, double scale, int transform, int nearest, int taps,
                                double a, int exclude, int64_t *restrict idx, double *restrict w)
 {
-    for (int64_t o = 0; o < n_out; o++) {
-        const double x = (double)o;
-        double c;
-        if (transform == 3) c = n_out > 1 ? x * (double)(n_in - 1) / (double)(n_out - 1) : 0.0;
-        else if (transform == 4) c = x / scale;
-        else if (transform == 2 && n_out == 1) c = 0.0;
-        else if (transform == 1)
-            c = (double)n_in / 2 * (1 - (double)n_out / (scale * (double)n_in)) + (x + 0.5) / scale - 0.5;
-        else c = (x + 0.5) / scale - 0.5;
-        if (taps == 1) {
-            double r = nearest == 0 ? ceil(c - 0.5) : nearest == 1 ? floor(c + 0.5) : nearest == 2 ? floor(c) : ceil(c);
-            idx[o] = r < 0 ? 0 : r > (double)(n_in - 1) ? n_in - 1 : (int64_t)r;
-            continue;
-        }
-        const double left = ceil(c) - 1, t = c - left;  /* the neighbour below c (c - 1 when c is whole) */
-        double *wo = w + o * taps, sum = 0;
-        if (taps == 2) {
-            wo[0] = 1 - t;
-            wo[1] = t;
-        } else {
-            const double u[4] = {t + 1, t, 1 - t, 2 - t};
-            for (int k = 0; k < 4; k++)
-                wo[k] = k == 1 || k == 2 ? ((a + 2) * u[k] - (a + 3)) * u[k] * u[k] + 1
-                                         : ((a * u[k] - 5 * a) * u[k] + 8 * a) * u[k] - 4 * a;
-        }
-        for (int k = 0; k < taps; k++) {
-            const double j = left + k - (taps / 2 - 1);
-            if (exclude && (j < 0 || j > (double)(n_in - 1))) wo[k] = 0;
-            idx[o * taps + k] = j < 0 ? 0 : j > (double)(n_in - 1) ? n_in - 1 : (int64_t)j;
-            sum += wo[k];
-        }
-        if (exclude)
-            for (int k = 0; k < taps; k++) wo[k] /= sum;
-    }
+    for (int64_t o = 0; o < n_out; o++)
+        cuvil_resize_taps(o, n_in, n_out, scale, transform, nearest, taps, a, exclude, idx + o * taps,
+                          taps > 1 ? w + o * taps : NULL);
 }
 """
 

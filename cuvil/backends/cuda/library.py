@@ -6,34 +6,38 @@
 - conv, max_pool, avg_pool (N-d, NCHW): one thread per output element, padding read as absent; a fused conv's clamp
   is applied on the way out. cuDNN would be faster; these are what runs everywhere first.
 - cumsum, cumprod: a thread a line along the axis; shape_of: one thread writes the dims.
+- conv_bf16: the conv kernel, x rounded to bf16 on the way in, relu as its clamp.
+- the rest, a thread per output element or line (elements.py): conv_transpose, einsum and the integer/f64 matmul
+  (library_linalg.py), gather/scatter_elements, argmax/argmin, topk (library_index.py), resize (library_resize.py),
+  tree_ensemble and the quantized ops (library_ml.py).
 """
 from __future__ import annotations
 
-import math
 from types import SimpleNamespace
 
 from ...ir.core import Op
 from ...ir.dtypes import DType
-from ..common.c_exprs import CType, c_dim, load
+from ..common.c_exprs import CType, c_dim, elementwise_expr, load
 from .program import Buf, Gemm
 from .kernels import BLOCK, CUDA_STORAGE, KernelLaunch
 from .attention import emit_attention
+from .elements import grid_loop, load_as, prod, store_as
+from .library_index import EMITTERS as INDEX_EMITTERS
+from .library_linalg import EMITTERS as LINALG_EMITTERS, direct_matmul
+from .library_ml import EMITTERS as ML_EMITTERS
+from .library_resize import EMITTERS as RESIZE_EMITTERS
 from .rows import emit_layer_norm, emit_softmax
 
 CUBLASLT_DTYPES = {DType.f32: "f32", DType.f16: "f16", DType.bf16: "bf16"}
 CUBLASLT_EPILOGUES = {"relu": "relu", "gelu-tanh": "gelu"}
 
 
-def _prod(dims):
-    n = 1
-    for d in dims:
-        n = n * d
-    return n
-
-
 # -- GEMMs -----------------------------------------------------------------------------------------------------
 def _matmul(gen, op: Op) -> None:
     a, b = op.operands
+    if op.results[0].type.dtype not in CUBLASLT_DTYPES:
+        direct_matmul(gen, op, a, b, op.results[0])
+        return
     _gemm(gen, (a, False), (b, False), op.results[0], None, None, op)
 
 
@@ -45,7 +49,7 @@ def _gemm(gen, a_op, b_op, out, bias, act, op: Op) -> None:
         raise UnsupportedError(f"the CUDA backend's matmul takes f32, f16 or bf16, not {dtype}", op.loc)
     m, n = out.type.shape[-2:]
     k = a.type.shape[-2] if ta else a.type.shape[-1]
-    batch = _prod(out.type.shape[:-2])
+    batch = prod(out.type.shape[:-2])
     epilogue = CUBLASLT_EPILOGUES.get(act, "none") if act else "none"
     (pa, pb, pc), pbias = gen.bufs([a, b, out]), gen.bufs([bias])[0] if bias is not None else None
     gen.steps.append(Gemm(pa, pb, pc, m, n, k, batch, ta, tb, m * k if a.type.rank > 2 else 0,
@@ -56,8 +60,6 @@ def _gemm(gen, a_op, b_op, out, bias, act, op: Op) -> None:
 
 def _activation_in_place(gen, out, act: str) -> None:
     """An activation cuBLASLt's epilogue lacks (sigmoid, tanh, exact gelu), applied to C after the GEMM."""
-    from ..common.c_exprs import elementwise_expr
-
     name, attrs = (("gelu", {"approximate": "none"}) if act.startswith("gelu") else (act, {}))
     t = CType(out.type.dtype)
     expr = elementwise_expr(name, [load(out.type.dtype, "c", "i")], attrs, out.type.dtype)
@@ -107,46 +109,38 @@ def _spatial_flat(x, prefix: str = "p") -> str:
 
 def _pointwise_kernel(gen, op: Op, kname: str, params: list, body: list, ins: list, kinds: list) -> None:
     y = op.results[0].type
-    head = f'extern "C" __global__ void __launch_bounds__({BLOCK}) {kname}({", ".join(params)})'
-    split, rest = [], "o"
-    for d in range(y.rank - 1, 0, -1):
-        split.append(f"        const int64_t o{d} = {rest} % {c_dim(y.shape[d])};")
-        rest = f"({rest} / {c_dim(y.shape[d])})"
-    split.append(f"        const int64_t o0 = {rest};")
-    text = (head + "\n{\n" + f"    const int64_t n_out = {c_dim(y.numel)};\n"
-            "    for (int64_t o = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; o < n_out; "
-            "o += (int64_t)gridDim.x * blockDim.x) {\n" + "\n".join(split) + "\n" +
-            "\n".join("        " + line for line in body) + "\n    }\n}\n")
+    head = f'extern "C" __global__ void __launch_bounds__({BLOCK}) {kname}({", ".join(params)})\n'
     loc = f" at {op.loc}" if str(op.loc) else ""
-    launch = gen.add_kernel(text, KernelLaunch(kname, y.numel, BLOCK, kinds), kname, f"/* {op.name}{loc} */\n")
+    launch = gen.add_kernel(head + grid_loop(y.shape, body), KernelLaunch(kname, y.numel, BLOCK, kinds), kname,
+                            f"/* {op.name}{loc} */\n")
     gen.launch(launch, ins, op.results, kinds)
 
 
-def _conv(gen, op: Op, clip=None) -> None:
+def _conv(gen, op: Op, epilogue=None) -> None:
+    """The direct conv kernel; `epilogue` (op name, attrs): the elementwise op applied on the way out."""
     x, w = op.operands[0].type, op.operands[1].type
     y = op.results[0].type
     a, s = op.attrs, x.rank - 2
     t, st = CType(y.dtype), CUDA_STORAGE[y.dtype]
     has_bias = len(op.operands) > 2
-    cin_g, cout_g = w.shape[1], y.shape[1] // a["groups"]
+    cin_g, cout_g = w.shape[1], y.shape[1] // a.get("groups", 1)
     body = [f"const int64_t g = o1 / {c_dim(cout_g)};", f"{t.name} acc = 0;",
             f"for (int64_t ci = 0; ci < {c_dim(cin_g)}; ci++) {{"]
     inside = _window_loops(x, w.shape[2:], a["strides"], a["pads"], a["dilations"],
                            [f"o{2 + d}" for d in range(s)], body)
-    xi = f"((o0 * {c_dim(x.shape[1])} + g * {c_dim(cin_g)} + ci) * {c_dim(_prod(x.shape[2:]))} + {_spatial_flat(x)})"
-    wi = f"((o1 * {c_dim(cin_g)} + ci) * {c_dim(_prod(w.shape[2:]))} + {_spatial_flat(w, 'w')})"
-    body.append(f"if ({' && '.join(inside)}) acc += {_load(y.dtype, 'x', xi)} * {_load(y.dtype, 'wt', wi)};")
+    xi = f"((o0 * {c_dim(x.shape[1])} + g * {c_dim(cin_g)} + ci) * {c_dim(prod(x.shape[2:]))} + {_spatial_flat(x)})"
+    wi = f"((o1 * {c_dim(cin_g)} + ci) * {c_dim(prod(w.shape[2:]))} + {_spatial_flat(w, 'w')})"
+    xv = load_as(x.dtype, "x", xi)
+    if w.dtype is DType.bf16 and x.dtype is not DType.bf16:  # conv_bf16: x rounded to bf16 as the reference does
+        xv = f"cuvil_bf16_to_f32(cuvil_f32_to_bf16({xv}))"
+    body.append(f"if ({' && '.join(inside)}) acc += {xv} * {load_as(w.dtype, 'wt', wi)};")
     body += ["}"] * (s + 1)
     if has_bias:
-        body.append(f"acc += {_load(y.dtype, 'bias', 'o1')};")
-    if clip is not None:
-        lo, hi = clip
-        if lo != -math.inf:
-            body.append(f"acc = CUVIL_MAX(acc, ({t.name}){t.lit(lo)});")
-        if hi != math.inf:
-            body.append(f"acc = CUVIL_MIN(acc, ({t.name}){t.lit(hi)});")
-    body.append(f"y[o] = {_store(y.dtype, 'acc')};")
-    params = [f"const {st} *__restrict__ x", f"const {st} *__restrict__ wt"] + (
+        body.append(f"acc += {load_as(y.dtype, 'bias', 'o1')};")
+    if epilogue is not None:
+        body.append(f"acc = {elementwise_expr(epilogue[0], ['acc'], epilogue[1], y.dtype)};")
+    body.append(f"y[o] = {store_as(y.dtype, 'acc')};")
+    params = [f"const {st} *__restrict__ x", f"const {CUDA_STORAGE[w.dtype]} *__restrict__ wt"] + (
         [f"const {st} *__restrict__ bias"] if has_bias else []) + [f"{st} *__restrict__ y"]
     syms = sorted(set().union(*(v.type.free_symbols for v in [*op.operands, *op.results])))
     params += [f"int64_t s_{n}" for n in syms]
@@ -166,8 +160,8 @@ def _pool(gen, op: Op) -> None:
     else:
         body = [f"{t.name} acc = 0;", "int64_t count = 0;"]
     inside = _window_loops(x, a["kernel"], a["strides"], a["pads"], dil, [f"o{2 + d}" for d in range(s)], body)
-    xi = f"((o0 * {c_dim(x.shape[1])} + o1) * {c_dim(_prod(x.shape[2:]))} + {_spatial_flat(x)})"
-    v = _load(y.dtype, "x", xi)
+    xi = f"((o0 * {c_dim(x.shape[1])} + o1) * {c_dim(prod(x.shape[2:]))} + {_spatial_flat(x)})"
+    v = load_as(y.dtype, "x", xi)
     if is_max:
         body.append(f"if ({' && '.join(inside)}) {{ const {t.name} v = {v}; acc = CUVIL_MAX(acc, v); }}")
     else:
@@ -178,30 +172,27 @@ def _pool(gen, op: Op) -> None:
     body += ["}"] * s
     if not is_max:
         body.append(f"acc = acc / ({t.name})count;")
-    body.append(f"y[o] = {_store(y.dtype, 'acc')};")
+    body.append(f"y[o] = {store_as(y.dtype, 'acc')};")
     syms = sorted(set().union(x.free_symbols, y.free_symbols))
     params = [f"const {st} *__restrict__ x", f"{st} *__restrict__ y"] + [f"int64_t s_{n}" for n in syms]
     kinds = ["in", "out"] + [("sym", n) for n in syms]
     _pointwise_kernel(gen, op, f"k{len(gen.kernels)}_{op.name}", params, body, op.operands, kinds)
 
 
-def _load(dtype: DType, ptr: str, index: str) -> str:
-    return f"cuvil_f16_to_f32({ptr}[{index}])" if dtype is DType.f16 else load(dtype, ptr, index)
-
-
-def _store(dtype: DType, expr: str) -> str:
-    from ..common.c_exprs import store_value
-    return f"cuvil_f32_to_f16({expr})" if dtype is DType.f16 else store_value(dtype, expr)
+def _conv_bf16(gen, op: Op) -> None:
+    """x f32 rounded to bf16, w bf16, f32 accumulation (the direct conv kernel), relu as its clamp."""
+    _conv(gen, op, ("relu", {}) if op.attrs["act"] == "relu" else None)
 
 
 def _fused_conv(gen, op: Op) -> None:
-    """conv -> clip (FuseLibraryEpilogue's form): the clamp on the way out of the conv kernel."""
+    """conv -> clip, relu, sigmoid, tanh, gelu, silu or hardswish (FuseLibraryEpilogue's forms): the epilogue on the
+    way out of the conv kernel."""
     body = op.regions[0].ops
-    conv, clip = body[0], next(o for o in body if o.name == "clip")
+    conv, act = body[0], body[1]
     source = dict(zip((id(a) for a in op.regions[0].args), op.operands))
     outer = SimpleNamespace(name="conv", operands=[source[id(v)] for v in conv.operands], attrs=conv.attrs,
                             results=op.results, loc=conv.loc)  # the conv as if unfused, writing the group's result
-    _conv(gen, outer, (clip.attrs["min"], clip.attrs["max"]))
+    _conv(gen, outer, (act.name, act.attrs))
 
 
 # -- cumsum, cumprod -----------------------------------------------------------------------------------------
@@ -211,8 +202,8 @@ def _scan(gen, op: Op) -> None:
     x = op.operands[0].type
     axis = op.attrs["axis"] % x.rank
     st, wide = CUDA_STORAGE[x.dtype], "double" if x.dtype.is_float else "uint64_t"
-    outer, n, inner = _prod(x.shape[:axis]), x.shape[axis], _prod(x.shape[axis + 1:])
-    total = _store(x.dtype, "(float)acc" if x.dtype.is_float and x.dtype.itemsize < 8 else "acc") \
+    outer, n, inner = prod(x.shape[:axis]), x.shape[axis], prod(x.shape[axis + 1:])
+    total = store_as(x.dtype, "(float)acc" if x.dtype.is_float and x.dtype.itemsize < 8 else "acc") \
         if x.dtype.is_float else f"({st})acc"
     kname = f"cuvil_{op.name}_{x.dtype.value}"
     start, fold = ("0", "acc += v") if op.name == "cumsum" else ("1", "acc *= v")
@@ -224,7 +215,7 @@ def _scan(gen, op: Op) -> None:
         f"        const int64_t o = line / inner, c = line % inner;\n        {wide} acc = {start};\n"
         "        for (int64_t step = 0; step < n; step++) {\n"
         "            const int64_t at = (o * n + (reverse ? n - 1 - step : step)) * inner + c;\n"
-        f"            const {wide} v = ({wide}){_load(x.dtype, 'x', 'at')};\n"
+        f"            const {wide} v = ({wide}){load_as(x.dtype, 'x', 'at')};\n"
         f"            if (!exclusive) {fold};\n            y[at] = {total};\n            if (exclusive) {fold};\n"
         "        }\n    }\n}\n")
     kinds = [("dim", outer), ("dim", n), ("dim", inner), ("i32", int(op.attrs["exclusive"])),
@@ -265,6 +256,7 @@ def emit_fused_library(gen, op: Op) -> None:
 
 EMITTERS = {"matmul": _matmul, "softmax": emit_softmax, "log_softmax": emit_softmax, "layer_norm": emit_layer_norm,
             "conv": _conv, "max_pool": _pool, "avg_pool": _pool, "shape_of": _shape_of, "cumsum": _scan,
-             "cumprod": _scan}
+             "cumprod": _scan, "conv_bf16": _conv_bf16,
+            **INDEX_EMITTERS, **LINALG_EMITTERS, **ML_EMITTERS, **RESIZE_EMITTERS}
 FUSED_EMITTERS = {"matmul": _fused_gemm, "conv": _fused_conv}
 __all__ = ["Buf", "EMITTERS", "FUSED_EMITTERS", "emit_fused_library", "keeps"]

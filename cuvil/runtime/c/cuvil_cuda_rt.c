@@ -10,12 +10,21 @@
  * uploaded. Each run: its sizes evaluated, the arena (slots, error word, cuBLASLt's workspace) and the input and
  * output buffers allocated (kept and grown across runs), the inputs copied in, the steps launched in order
  * (kernels, cuBLASLt GEMMs through a dlopen'd libcublasLt, device copies), the outputs copied out and the error word
- * read. Runs of one model are serialised by its lock.
+ * read. Runs of one model are serialised by its lock. Built as libcuvilcuda.so, which libcuvilrt opens at the first
+ * CUDA file (cuvil_cuda_load.c), so the CPU runtime stays small.
  */
 #define _GNU_SOURCE
 #include "cuvil_internal.h"
 
 #include "cuvil_checks.h"
+
+/* libcuvilcuda.so: the runtime's helpers come from libcuvilrt through the table it passes (cuvil_cuda_load.c). */
+static const cuvil_cuda_host *host;
+#define cuvil_fail (*host->fail)
+#define cuvil_take (*host->take)
+#define cuvil_find_section (*host->find_section)
+#define cuvil_last_message (*host->last_message)
+#define cuvil_dtype_size (*host->dtype_size)
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -23,13 +32,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CUDA_TRIPLE "nvptx64-nvidia-cuda"
 #define SEPARATOR "\0\0CUVIL-NEXT-MODULE\0\0"
 #define SEPARATOR_BYTES 22
 #define ALIGN 256
 #define ERROR_BYTES 256
 #define WORKSPACE_BYTES ((size_t)32 << 20) /* cublaslt.py WORKSPACE_BYTES */
 #define MAX_ARGS 64
+#define GRAPHS 8 /* shapes whose graph an entry keeps (the oldest is replaced) */
 
 typedef unsigned long long cu_ptr;
 typedef int cu_result;
@@ -48,6 +57,8 @@ typedef struct {
 
 typedef struct { const char *name, *loc; int axis, size; } cu_error;
 
+typedef struct { int64_t *values; void *graph, *exec; } cu_graph; /* a shape's captured run: its values are the key */
+
 typedef struct {
     int64_t *code;
     int n_code, n_values, n_slots, n_kernels, n_steps, n_errors, gemm;
@@ -61,6 +72,11 @@ typedef struct {
     void **functions;
     cu_ptr *consts, arena, *ins, *outs;
     size_t arena_cap, *in_cap, *out_cap;
+    void **in_host, **out_host; /* pinned staging: the graph copies between these and the device */
+    size_t *in_host_cap, *out_host_cap;
+    int64_t *word;              /* pinned: the error word, copied back by the graph */
+    cu_graph graphs[GRAPHS];
+    int n_graphs, next_graph;
 } cu_entry;
 
 typedef cu_result (*cu_fn)();
@@ -68,13 +84,17 @@ typedef cu_result (*cu_fn)();
 /* Driver API entry points, by name, in the order of `driver_names`. */
 enum { CU_INIT, CU_DEVICE_GET, CU_DEVICE_ATTRIBUTE, CU_CTX_RETAIN, CU_CTX_SET, CU_PRIORITY_RANGE, CU_STREAM_CREATE,
        CU_STREAM_SYNC, CU_STREAM_DESTROY, CU_MODULE_LOAD, CU_MODULE_FUNCTION, CU_MODULE_UNLOAD, CU_ALLOC, CU_FREE,
-       CU_HTOD, CU_DTOH, CU_DTOD, CU_MEMSET, CU_LAUNCH, CU_ERROR_NAME, CU_CTX_RELEASE, CU_N };
+       CU_HTOD, CU_DTOH, CU_DTOD, CU_MEMSET, CU_LAUNCH, CU_ERROR_NAME, CU_CTX_RELEASE, CU_BEGIN_CAPTURE,
+       CU_END_CAPTURE, CU_GRAPH_INSTANTIATE, CU_GRAPH_LAUNCH, CU_GRAPH_EXEC_DESTROY, CU_GRAPH_DESTROY, CU_HOST_ALLOC,
+       CU_HOST_FREE, CU_N };
 static const char *const driver_names[CU_N] = {
     "cuInit", "cuDeviceGet", "cuDeviceGetAttribute", "cuDevicePrimaryCtxRetain", "cuCtxSetCurrent",
     "cuCtxGetStreamPriorityRange", "cuStreamCreateWithPriority", "cuStreamSynchronize", "cuStreamDestroy_v2",
     "cuModuleLoadData", "cuModuleGetFunction", "cuModuleUnload", "cuMemAlloc_v2", "cuMemFree_v2",
     "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuMemcpyDtoDAsync_v2", "cuMemsetD32Async", "cuLaunchKernel",
-    "cuGetErrorName", "cuDevicePrimaryCtxRelease_v2"};
+    "cuGetErrorName", "cuDevicePrimaryCtxRelease_v2", "cuStreamBeginCapture_v2", "cuStreamEndCapture",
+    "cuGraphInstantiateWithFlags", "cuGraphLaunch", "cuGraphExecDestroy", "cuGraphDestroy", "cuMemAllocHost_v2",
+    "cuMemFreeHost"};
 
 enum { LT_CREATE, LT_DESTROY, LT_DESC_CREATE, LT_DESC_SET, LT_DESC_DESTROY, LT_LAYOUT_CREATE, LT_LAYOUT_SET,
        LT_LAYOUT_DESTROY, LT_MATMUL, LT_N };
@@ -300,17 +320,20 @@ static cuvil_status entry_steps(cuvil_model *m, text *t, const cuvil_entry *me, 
     e->outs = cuvil_take(m, ((size_t)me->n_out + 1) * sizeof(cu_ptr));
     e->in_cap = cuvil_take(m, ((size_t)me->n_in + 1) * sizeof(size_t));
     e->out_cap = cuvil_take(m, ((size_t)me->n_out + 1) * sizeof(size_t));
-    if (!e->offsets || !e->functions || !e->consts || !e->ins || !e->outs || !e->in_cap || !e->out_cap)
+    e->in_host = cuvil_take(m, ((size_t)me->n_in + 1) * sizeof(void *));
+    e->out_host = cuvil_take(m, ((size_t)me->n_out + 1) * sizeof(void *));
+    e->in_host_cap = cuvil_take(m, ((size_t)me->n_in + 1) * sizeof(size_t));
+    e->out_host_cap = cuvil_take(m, ((size_t)me->n_out + 1) * sizeof(size_t));
+    int graphs_ok = 1;
+    for (int g = 0; g < GRAPHS; g++)
+        graphs_ok &= !!(e->graphs[g].values = cuvil_take(m, ((size_t)e->n_values + 1) * sizeof(int64_t)));
+    if (!e->offsets || !e->functions || !e->consts || !e->ins || !e->outs || !e->in_cap || !e->out_cap ||
+        !e->in_host || !e->out_host || !e->in_host_cap || !e->out_host_cap || !graphs_ok)
         return cuvil_fail(CUVIL_ERR_MEMORY, "out of memory");
     return CUVIL_OK;
 }
 
-int cuvil_cuda_target(const cuvil_model *m)
-{
-    return memcmp(m->data + 48, CUDA_TRIPLE, sizeof CUDA_TRIPLE) == 0;
-}
-
-cuvil_status cuvil_cuda_load(cuvil_model *m)
+static cuvil_status cuda_load(cuvil_model *m)
 {
     const cuvil_section *s = cuvil_find_section(m, "cuda_steps");
     if (!s) return cuvil_fail(CUVIL_ERR_FORMAT, "%s: a .cuv for CUDA without its section 'cuda_steps'", m->where);
@@ -449,16 +472,38 @@ static size_t bytes_of(const cuvil_tensor *t)
     return n;
 }
 
-/* `*p` holding at least `n` bytes (kept, grown when smaller). */
-static cuvil_status device_buffer(struct cuvil_cuda *c, cu_ptr *p, size_t *cap, size_t n)
+/* `*p` holding at least `n` bytes (kept, grown when smaller: `*moved` is set, the captured graphs are stale). */
+static cuvil_status device_buffer(struct cuvil_cuda *c, cu_ptr *p, size_t *cap, size_t n, int *moved)
 {
     if (*p && *cap >= n) return CUVIL_OK;
     if (*p) CU(CU_FREE, *p);
-    *p = 0, *cap = 0;
+    *p = 0, *cap = 0, *moved = 1;
     cu_result r = c->cu[CU_ALLOC](p, n ? n : 1);
     if (r) return driver_fail(c, CUVIL_ERR_MEMORY, "cuMemAlloc", r);
     *cap = n;
     return CUVIL_OK;
+}
+
+/* Likewise for pinned host memory (the staging of the graph's copies). */
+static cuvil_status host_buffer(struct cuvil_cuda *c, void **p, size_t *cap, size_t n, int *moved)
+{
+    if (*p && *cap >= n) return CUVIL_OK;
+    if (*p) CU(CU_HOST_FREE, *p);
+    *p = NULL, *cap = 0, *moved = 1;
+    cu_result r = c->cu[CU_HOST_ALLOC](p, n ? n : 1);
+    if (r) return driver_fail(c, CUVIL_ERR_MEMORY, "cuMemAllocHost", r);
+    *cap = n;
+    return CUVIL_OK;
+}
+
+static void drop_graphs(struct cuvil_cuda *c, cu_entry *e)
+{
+    for (int g = 0; g < e->n_graphs; g++) {
+        if (e->graphs[g].exec) c->cu[CU_GRAPH_EXEC_DESTROY](e->graphs[g].exec);
+        if (e->graphs[g].graph) c->cu[CU_GRAPH_DESTROY](e->graphs[g].graph);
+        e->graphs[g].exec = e->graphs[g].graph = NULL;
+    }
+    e->n_graphs = e->next_graph = 0;
 }
 
 typedef struct { const cu_entry *e; const int64_t *offset; cu_ptr err; } frame;
@@ -538,11 +583,81 @@ done:
     return rc;
 }
 
+/* Every buffer of a run of these sizes (device arena, inputs, outputs, pinned staging); `*moved` when one moved. */
+static cuvil_status buffers(struct cuvil_cuda *c, const cuvil_entry *me, cu_entry *e, size_t arena,
+                            const cuvil_tensor *in, const cuvil_tensor *out, int *moved)
+{
+    cuvil_status rc = device_buffer(c, &e->arena, &e->arena_cap, arena, moved);
+    for (int i = 0; i < me->n_in && !rc; i++) {
+        rc = device_buffer(c, &e->ins[i], &e->in_cap[i], bytes_of(&in[i]), moved);
+        if (!rc) rc = host_buffer(c, &e->in_host[i], &e->in_host_cap[i], bytes_of(&in[i]), moved);
+    }
+    for (int j = 0; j < me->n_out && !rc; j++) {
+        rc = device_buffer(c, &e->outs[j], &e->out_cap[j], bytes_of(&out[j]), moved);
+        if (!rc) rc = host_buffer(c, &e->out_host[j], &e->out_host_cap[j], bytes_of(&out[j]), moved);
+    }
+    size_t word_cap = e->word ? sizeof(int64_t[2]) : 0;
+    if (!rc) rc = host_buffer(c, (void **)&e->word, &word_cap, sizeof(int64_t[2]), moved);
+    return rc;
+}
+
+/* The run as the stream sees it (what a graph captures): clear the error word, inputs in from the staging, the
+ * steps, outputs and the error word out to the staging. */
+static cuvil_status issue(struct cuvil_cuda *c, const cuvil_entry *me, const cu_entry *e, const frame *f,
+                          const cuvil_tensor *in, const cuvil_tensor *out)
+{
+    cuvil_status rc = CUVIL_OK;
+    CU(CU_MEMSET, f->err, 0u, (size_t)4, c->stream);
+    for (int i = 0; i < me->n_in; i++)
+        if (bytes_of(&in[i])) CU(CU_HTOD, e->ins[i], e->in_host[i], bytes_of(&in[i]), c->stream);
+    for (int k = 0; k < e->n_steps && !rc; k++) {
+        const cu_step *s = &e->steps[k];
+        if (s->op == 'L') rc = launch(c, f, s);
+        else if (s->op == 'G') rc = gemm(c, f, s);
+        else if (e->values[s->dims[0]] > 0)
+            CU(CU_DTOD, address(f, &s->args[0]), address(f, &s->args[1]), (size_t)e->values[s->dims[0]], c->stream);
+    }
+    if (rc) return rc;
+    for (int j = 0; j < me->n_out; j++)
+        if (bytes_of(&out[j])) CU(CU_DTOH, e->out_host[j], e->outs[j], bytes_of(&out[j]), c->stream);
+    if (e->n_errors) CU(CU_DTOH, e->word, f->err, sizeof(int64_t[2]), c->stream);
+    return CUVIL_OK;
+}
+
+/* The graph of this run's sizes: found among those kept, else captured now (replacing the oldest). */
+static cuvil_status graph_for(struct cuvil_cuda *c, const cuvil_entry *me, cu_entry *e, const frame *f,
+                              const cuvil_tensor *in, const cuvil_tensor *out, void **exec)
+{
+    size_t key = (size_t)e->n_values * sizeof(int64_t);
+    for (int g = 0; g < e->n_graphs; g++)
+        if (memcmp(e->graphs[g].values, e->values, key) == 0) return *exec = e->graphs[g].exec, CUVIL_OK;
+    cu_graph *g = &e->graphs[e->next_graph];
+    if (g->exec) c->cu[CU_GRAPH_EXEC_DESTROY](g->exec);
+    if (g->graph) c->cu[CU_GRAPH_DESTROY](g->graph);
+    g->exec = g->graph = NULL;
+    CU(CU_BEGIN_CAPTURE, c->stream, 1 /* CU_STREAM_CAPTURE_MODE_THREAD_LOCAL */);
+    cuvil_status rc = issue(c, me, e, f, in, out);
+    cu_result r = c->cu[CU_END_CAPTURE](c->stream, &g->graph); /* ends a capture a failed step left open too */
+    if (!rc && r) rc = driver_fail(c, CUVIL_ERR_EXEC, "cuStreamEndCapture", r);
+    if (!rc && (r = c->cu[CU_GRAPH_INSTANTIATE](&g->exec, g->graph, 0ull)))
+        rc = driver_fail(c, CUVIL_ERR_EXEC, "cuGraphInstantiateWithFlags", r);
+    if (rc) {
+        if (g->graph) c->cu[CU_GRAPH_DESTROY](g->graph);
+        g->exec = g->graph = NULL;
+        return rc;
+    }
+    memcpy(g->values, e->values, key);
+    if (e->n_graphs < GRAPHS) e->n_graphs++;
+    e->next_graph = (e->next_graph + 1) % GRAPHS;
+    *exec = g->exec;
+    return CUVIL_OK;
+}
+
 static cuvil_status steps(cuvil_model *m, struct cuvil_cuda *c, int index, const cuvil_tensor *in, cuvil_tensor *out)
 {
     const cuvil_entry *me = &m->entries[index];
     cu_entry *e = &c->entries[index];
-    int64_t sym[CUVIL_MAX_SYMBOLS + 1], why[2], *offset = e->offsets;
+    int64_t sym[CUVIL_MAX_SYMBOLS + 1], why[2] = {0, 0}, *offset = e->offsets;
     if (cuvil_run_checks(e->code, e->n_code, in_dim, in, sym, e->values, why))
         return cuvil_fail(CUVIL_ERR_SHAPE, "entry '%s': a size of its steps is negative or divides by zero (%lld)",
                           me->name, (long long)why[0]);
@@ -555,32 +670,25 @@ static cuvil_status steps(cuvil_model *m, struct cuvil_cuda *c, int index, const
         slots += (size_t)size;
     }
     size_t arena = align_up(slots) + ERROR_BYTES + (e->gemm ? WORKSPACE_BYTES : 0);
-    cuvil_status rc = device_buffer(c, &e->arena, &e->arena_cap, arena);
-    for (int i = 0; i < me->n_in && !rc; i++) rc = device_buffer(c, &e->ins[i], &e->in_cap[i], bytes_of(&in[i]));
-    for (int j = 0; j < me->n_out && !rc; j++) rc = device_buffer(c, &e->outs[j], &e->out_cap[j], bytes_of(&out[j]));
+    int moved = 0;
+    cuvil_status rc = buffers(c, me, e, arena, in, out, &moved);
+    if (moved) drop_graphs(c, e); /* a graph holds the addresses it was captured with */
     if (rc) return rc;
     frame f = {e, offset, e->arena + align_up(slots)};
-    CU(CU_MEMSET, f.err, 0u, (size_t)4, c->stream);
+    void *exec = NULL;
+    if ((rc = graph_for(c, me, e, &f, in, out, &exec))) return rc;
     for (int i = 0; i < me->n_in; i++)
-        if (bytes_of(&in[i])) CU(CU_HTOD, e->ins[i], in[i].data, bytes_of(&in[i]), c->stream);
-    for (int k = 0; k < e->n_steps && !rc; k++) {
-        const cu_step *s = &e->steps[k];
-        if (s->op == 'L') rc = launch(c, &f, s);
-        else if (s->op == 'G') rc = gemm(c, &f, s);
-        else if (e->values[s->dims[0]] > 0)
-            CU(CU_DTOD, address(&f, &s->args[0]), address(&f, &s->args[1]), (size_t)e->values[s->dims[0]], c->stream);
-    }
-    if (rc) return rc;
-    for (int j = 0; j < me->n_out; j++)
-        if (bytes_of(&out[j])) CU(CU_DTOH, out[j].data, e->outs[j], bytes_of(&out[j]), c->stream);
-    int64_t word[2] = {0, 0};
-    if (e->n_errors) CU(CU_DTOH, word, f.err, sizeof word, c->stream);
+        if (bytes_of(&in[i])) memcpy(e->in_host[i], in[i].data, bytes_of(&in[i]));
+    e->word[0] = e->word[1] = 0;
+    CU(CU_GRAPH_LAUNCH, exec, c->stream);
     CU(CU_STREAM_SYNC, c->stream);
-    int64_t code = word[0] & 0xFFFFFFFF;
+    for (int j = 0; j < me->n_out; j++)
+        if (bytes_of(&out[j])) memcpy(out[j].data, e->out_host[j], bytes_of(&out[j]));
+    int64_t code = e->word[0] & 0xFFFFFFFF;
     if (code > 0 && code <= e->n_errors) {
         const cu_error *x = &e->errors[code - 1];
         char at[48] = "";
-        if (word[1] != INT64_MIN) snprintf(at, sizeof at, " %lld", (long long)word[1]);
+        if (e->word[1] != INT64_MIN) snprintf(at, sizeof at, " %lld", (long long)e->word[1]);
         return cuvil_fail(CUVIL_ERR_EXEC, "entry '%s': '%s': index%s is out of bounds for axis %d with size %lld%s%s",
                           me->name, x->name, at, x->axis, (long long)e->values[x->size], strcmp(x->loc, "-") ? " at " : "",
                           strcmp(x->loc, "-") ? x->loc : "");
@@ -589,7 +697,7 @@ static cuvil_status steps(cuvil_model *m, struct cuvil_cuda *c, int index, const
                 : CUVIL_OK;
 }
 
-cuvil_status cuvil_cuda_run(const cuvil_model *model, int index, const cuvil_tensor *in, cuvil_tensor *out)
+static cuvil_status cuda_run(const cuvil_model *model, int index, const cuvil_tensor *in, cuvil_tensor *out)
 {
     cuvil_model *m = (cuvil_model *)model; /* the device state is the model's, behind its lock */
     struct cuvil_cuda *c = m->cuda;
@@ -608,7 +716,7 @@ cuvil_status cuvil_cuda_run(const cuvil_model *model, int index, const cuvil_ten
 
 /* Releases what the open made, however far it got (an open that failed at a module keeps its stream and context
  * until here): everything is zero until made. */
-void cuvil_cuda_close(cuvil_model *m)
+static void cuda_close(cuvil_model *m)
 {
     struct cuvil_cuda *c = m->cuda;
     if (!c) return;
@@ -618,6 +726,10 @@ void cuvil_cuda_close(cuvil_model *m)
             for (int j = 0; j < m->entries[k].n_const; j++) if (e->consts[j]) c->cu[CU_FREE](e->consts[j]);
             for (int j = 0; j < m->entries[k].n_in; j++) if (e->ins[j]) c->cu[CU_FREE](e->ins[j]);
             for (int j = 0; j < m->entries[k].n_out; j++) if (e->outs[j]) c->cu[CU_FREE](e->outs[j]);
+            for (int j = 0; j < m->entries[k].n_in; j++) if (e->in_host[j]) c->cu[CU_HOST_FREE](e->in_host[j]);
+            for (int j = 0; j < m->entries[k].n_out; j++) if (e->out_host[j]) c->cu[CU_HOST_FREE](e->out_host[j]);
+            if (e->word) c->cu[CU_HOST_FREE](e->word);
+            drop_graphs(c, e);
             if (e->arena) c->cu[CU_FREE](e->arena);
             if (e->module) c->cu[CU_MODULE_UNLOAD](e->module);
         }
@@ -626,4 +738,13 @@ void cuvil_cuda_close(cuvil_model *m)
         c->cu[CU_CTX_RELEASE](c->device);
     }
     pthread_mutex_destroy(&c->lock);
+}
+
+__attribute__((visibility("default"))) int cuvil_cuda_library_v1(const cuvil_cuda_host *h, cuvil_cuda_library *out)
+{
+    host = h;
+    out->load = cuda_load;
+    out->run = cuda_run;
+    out->close = cuda_close;
+    return 0;
 }

@@ -100,8 +100,25 @@ CUVIL_INTERNAL void *cuvil_take(cuvil_model *m, size_t n);
 CUVIL_INTERNAL cuvil_status cuvil_check_file(cuvil_model *m);
 CUVIL_INTERNAL const cuvil_section *cuvil_find_section(const cuvil_model *m, const char *name);
 
-/* The CUDA half (cuvil_cuda_rt.c): whether the file is for CUDA, parsing its steps at open, a run (the driver
- * opened at the first), and the device state released at close. */
+/* The CUDA half: whether the file is for CUDA, parsing its steps at open, a run (the driver opened at the first),
+ * and the device state released at close. cuvil_cuda_load.c forwards them to libcuvilcuda.so (cuvil_cuda_rt.c),
+ * opened at the first CUDA file: the library gets the runtime's helpers in a cuvil_cuda_host and fills a
+ * cuvil_cuda_library through its one exported function, CUVIL_CUDA_ENTRY (0: done). */
+typedef struct {
+    cuvil_status (*fail)(cuvil_status code, const char *fmt, ...);
+    void *(*take)(cuvil_model *m, size_t n);
+    const cuvil_section *(*find_section)(const cuvil_model *m, const char *name);
+    const char *(*last_message)(void);
+    size_t (*dtype_size)(cuvil_dtype dtype);
+} cuvil_cuda_host;
+typedef struct {
+    cuvil_status (*load)(cuvil_model *m);
+    cuvil_status (*run)(const cuvil_model *m, int index, const cuvil_tensor *in, cuvil_tensor *out);
+    void (*close)(cuvil_model *m);
+} cuvil_cuda_library;
+#define CUVIL_CUDA_ENTRY "cuvil_cuda_library_v1"
+typedef int (*cuvil_cuda_entry_fn)(const cuvil_cuda_host *host, cuvil_cuda_library *out);
+
 CUVIL_INTERNAL int cuvil_cuda_target(const cuvil_model *m);
 CUVIL_INTERNAL cuvil_status cuvil_cuda_load(cuvil_model *m);
 CUVIL_INTERNAL cuvil_status cuvil_cuda_run(const cuvil_model *m, int index, const cuvil_tensor *in, cuvil_tensor *out);

@@ -14,9 +14,8 @@ from tests.ops.test_registry_sweep import CASES, build_case
 
 # Ops the CUDA backend does not compile yet: each of their cases must be refused with an UnsupportedError naming the
 # op (strict: a case that starts to compile fails here until the op leaves the list).
-NOT_YET = {"resize", "einsum", "conv_transpose", "topk", "scatter_elements", "argmax", "argmin",
-           "tree_ensemble", "gather_elements", "qlinear_i8", "qconv_i8", "linear_i4", "conv_bf16"}
-NOT_YET_CASES = {"matmul-i32", "matmul-i64", "matmul-f64"}  # cuBLASLt's GEMMs: f32, f16, bf16
+NOT_YET: set = set()
+NOT_YET_CASES: set = set()
 
 
 def _program(case):
@@ -90,12 +89,29 @@ def test_cuda_archs_narrows_the_cubins_built(cuda_compiler, monkeypatch):
     assert set(backend.build_images(m).images) == {"ptx", "sm_90"}
 
 
-@pytest.mark.parametrize("op", sorted(NOT_YET))
-def test_an_op_without_a_cuda_kernel_is_refused_at_compile_time(op):
-    """compile_module(target="cuda") refuses the op before anything runs, naming the op and the target (the driver
+def test_every_op_the_cpu_backend_lowers_has_a_cuda_kernel():
+    """The ops the CPU backend computes and the CUDA one does not: only data-dependent control flow (a graph
+    replays a fixed sequence) and the CPU's blocked conv layout (its pass runs on the CPU pipeline only)."""
+    from cuvil.backends.cpu import backend as cpu
+    from cuvil.backends.cuda import backend as cuda
+
+    assert cpu.SUPPORTED - cuda.SUPPORTED == {"cond", "while", "conv_nchwc"}
+    assert not NOT_YET and not NOT_YET_CASES
+
+
+def test_data_dependent_control_flow_is_refused_at_compile_time():
+    """compile_module(target="cuda") refuses `cond` before anything runs, naming the op and the target (the driver
     is never opened: no GPU is needed to learn it)."""
+    import numpy as np
+
+    import cuvil
     from cuvil.compiler import compile_module
 
-    case = next(c for c in CASES if c.op == op)
-    with pytest.raises(UnsupportedError, match=rf"target='cuda'\) cannot compile '{op}'"):
-        compile_module(build_case(case), target="cuda")
+    def branchy(x):
+        if x.sum() > 0:
+            return x * 2.0
+        return x - 1.0
+
+    module = cuvil.jit(branchy).lower(np.ones((2, 3), np.float32))
+    with pytest.raises(UnsupportedError, match=r"target='cuda'\) cannot compile 'cond' \(data-dependent"):
+        compile_module(module, target="cuda")

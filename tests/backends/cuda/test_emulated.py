@@ -106,3 +106,43 @@ def test_bert_and_gpt2_attention_take_the_fused_kernel(cuda_compiler, family):
     with torch.no_grad():
         want = net(ids).numpy()
     np.testing.assert_allclose(emulated(module)([ids.numpy()])[0], want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["gather_elements", "scatter_elements-add"])
+def test_an_element_index_outside_its_axis_raises_the_interpreters_error(cuda_compiler, name):
+    """gather_elements and scatter_elements record an index outside the axis in the run's error word; the host
+    raises the interpreter's IndexRangeError (and a negative index counts from the end, as in the interpreter)."""
+    from cuvil.errors import IndexRangeError
+    from tests.ops.test_registry_sweep import CASES as ALL
+
+    case = next(c for c in ALL if c.name() == name)
+    m = build_case(case)
+    run_pipeline(m, default_pipeline("cuda"))
+    f = emulated(m)
+    inputs = [np.array(a) for a in case.inputs]
+    inputs[1] = np.full_like(inputs[1], -1)
+    assert_matches(f(inputs), interpret(build_case(case), inputs), name)
+    inputs[1].flat[-1] = 9
+    with pytest.raises(IndexRangeError) as got:
+        f(inputs)
+    with pytest.raises(IndexRangeError) as want:
+        interpret(build_case(case), inputs)
+    assert str(got.value) == str(want.value)
+
+
+@pytest.mark.parametrize("act", ["relu", "clip", "sigmoid", "tanh", "gelu", "silu", "hardswish"])
+def test_a_conv_with_its_fused_epilogue_matches_the_interpreter(cuda_compiler, act):
+    """Every epilogue FuseLibraryEpilogue gives a conv (a clamp, or one of the GEMM activations) runs on the way out
+    of the conv kernel (conv -> sigmoid used to stop the CUDA code generator with a StopIteration)."""
+    from cuvil.ir import Builder, Module, TensorType
+
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", (1, 3, 6, 5)), TensorType("f32", (4, 3, 3, 3))])
+    y = b.conv(*b.args)
+    b.ret(b.clip(y, min=0.0, max=6.0) if act == "clip" else getattr(b, act)(y))
+    rng = np.random.default_rng(5)
+    inputs = [rng.standard_normal(shape).astype(np.float32) for shape in ((1, 3, 6, 5), (4, 3, 3, 3))]
+    want = interpret(m, inputs)
+    run_pipeline(m, default_pipeline("cuda"))
+    assert [o.name for o in m.main.body.ops if o.name != "return"] == ["fused"]
+    np.testing.assert_allclose(emulated(m)(inputs)[0], want[0], rtol=1e-5, atol=1e-5)
