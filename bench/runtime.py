@@ -8,7 +8,10 @@ Exports the model (ResNet-18, batch 1, 224x224, random weights; BERT-base, seque
 - start to first output: wall time of `cuvil-run model.cuv x.npy -o DIR` as a fresh process (median of --rounds;
   the file's sections are hashed on every CPU the process may use, so `taskset -c 0,1` gives a 2-core figure),
   interleaved with a fresh Python process timing `cuvil.load(path)["main"]` (to a callable; `import cuvil` apart)
-  and its first call;
+  and its first call; where the model has Winograd convolutions, the same for a file that stores their
+  transformed weights (as the artifact cache does) instead of making them at load;
+- the start-up by stage (bench/runtime_stages.c, the runtime's steps timed one by one in a fresh process: map,
+  check (the hashing), load (dlopen), prepare (weights made at load), the first call, a second call), medians;
 - per-call latency: `cuvil-run --bench N` (p50 of N calls) against the same file's entry called in this process
   through `cuvil.load` (p50 of N calls), interleaved round by round with the same thread count; the ratio of
   their medians over rounds.
@@ -28,13 +31,17 @@ from pathlib import Path
 import numpy as np
 
 import cuvil
+from cuvil.backends.cpu import export as cpu_export
 from cuvil.backends.cpu import toolchain
-from cuvil.runtime.build import build_runtime
+from cuvil.runtime.build import LIBRARY_SOURCES, SOURCE_DIR, build_runtime
 from cuvil.runtime.container import Container, cpu_count
 
+STAGES = Path(__file__).with_name("runtime_stages.c")
 
-def export(which: str, folder: Path) -> tuple[Path, np.ndarray, int]:
-    """The model written to `folder`/WHICH.cuv, an input for it, and its weights' bytes."""
+
+def export(which: str, folder: Path) -> tuple[Path, np.ndarray, int, Path | None]:
+    """The model written to `folder`/WHICH.cuv, an input for it, its weights' bytes, and the model written with its
+    Winograd transforms saved (`folder`/WHICH-saved.cuv; None for a model without them)."""
     path = folder / f"{which}.cuv"
     if which == "mlp":
         from cuvil.compiler import compile_module
@@ -43,13 +50,16 @@ def export(which: str, folder: Path) -> tuple[Path, np.ndarray, int]:
         module, _ = mlp_module()
         cuvil.export(compile_module(module), path)
         weights = sum(a.nbytes for a in module.constants.values())
-        return path, np.random.default_rng(0).standard_normal((1, 784)).astype(np.float32), weights
+        return path, np.random.default_rng(0).standard_normal((1, 784)).astype(np.float32), weights, None
     from bench.workloads import ResNet18, transformer_workload, vision_workload
 
     built = vision_workload(ResNet18) if which == "resnet" else transformer_workload("bert", 128)
-    cuvil.export(cuvil.compile(built.module, built.inputs), path)
+    compiled = cuvil.compile(built.module, built.inputs)
+    cuvil.export(compiled, path)
     weights = sum(t.numel() * t.element_size() for t in (*built.module.parameters(), *built.module.buffers()))
-    return path, built.numpy_inputs[0], weights
+    saved = folder / f"{which}-saved.cuv"
+    cpu_export.write(saved, {"main": (compiled.executable, {"kind": "ir"})}, save_transforms=True)
+    return path, built.numpy_inputs[0], weights, saved if saved.stat().st_size != path.stat().st_size else None
 
 
 def start_to_first_output(cli: Path, model: Path, x_path: Path, folder: Path, rounds: int) -> list:
@@ -84,6 +94,29 @@ def fresh_load(model: Path, x_path: Path) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
+def build_stages(folder: Path) -> Path:
+    """bench/runtime_stages.c with the runtime's sources, as the release library is built (-Os, the hash -O2)."""
+    cc = toolchain.find_compiler(None).command
+    objects = []
+    for name in LIBRARY_SOURCES:
+        objects.append(folder / name.replace(".c", ".o"))
+        level = "-O2" if name == "cuvil_hash.c" else "-Os"
+        subprocess.run([*cc, "-std=c99", level, "-DNDEBUG", "-c", str(SOURCE_DIR / name), "-o", str(objects[-1])],
+                       check=True)
+    out = folder / "runtime_stages"
+    subprocess.run([*cc, "-std=c99", "-Os", "-DNDEBUG", f"-I{SOURCE_DIR}", str(STAGES),
+                    *[str(o) for o in objects if o.name != "cuvil_runtime.o"], "-o", str(out), "-ldl", "-lpthread"],
+                   check=True)
+    return out
+
+
+def stages(driver: Path, model: Path, x: np.ndarray, x_bin: Path) -> dict:
+    """Milliseconds of each start-up stage of `model` in a fresh process (runtime_stages.c)."""
+    out = subprocess.run([str(driver), str(model), str(x_bin), *map(str, x.shape)], check=True, capture_output=True,
+                         text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
 def cli_p50(cli: Path, model: Path, x_path: Path, calls: int, threads: int) -> float:
     out = subprocess.run([str(cli), str(model), str(x_path), "--bench", str(calls), "--threads", str(threads)],
                          check=True, capture_output=True, text=True).stdout
@@ -113,19 +146,29 @@ def main() -> None:
     built = build_runtime(folder / "rt")
     for name, size in built.sizes.items():
         print(f"{name:14s} {size / 1024:7.1f} KB")
-    model, x, weights = export(args.model, folder)
-    x_path = folder / "x.npy"
+    os.environ["CUVIL_ARTIFACT_CACHE"] = "0"  # a cache hit holds no Winograd weight, only its transform
+    model, x, weights, saved = export(args.model, folder)
+    x_path, x_bin = folder / "x.npy", folder / "x.bin"
     np.save(x_path, x)
-    size = model.stat().st_size
-    print(f"{model.name}: {size / 1e6:.1f} MB = {size / weights:.4f}x its weights' {weights / 1e6:.1f} MB (goal <= "
-          f"1.02x), format {Container.open(model).version}, {args.threads} thread(s) per call, {cpu_count()} CPUs "
-          f"to hash on; load {os.getloadavg()}")
-    starts, loads = [], []
-    for _ in range(args.rounds):  # interleaved: the two fresh-process measures see the same machine
-        starts += start_to_first_output(built.cli, model, x_path, folder, 1)
+    np.ascontiguousarray(x, np.float32).tofile(x_bin)
+    driver = build_stages(folder)
+    files = {"file": model, **({"transforms saved": saved} if saved else {})}
+    for label, path in files.items():
+        size = path.stat().st_size
+        print(f"{label}: {path.name} {size / 1e6:.1f} MB = {size / weights:.4f}x its weights' {weights / 1e6:.1f} MB "
+              f"(goal <= 1.02x), format {Container.open(path).version}")
+    print(f"{args.threads} thread(s) per call, {cpu_count()} CPUs to hash on; load {os.getloadavg()}")
+    starts, loads, parts = {k: [] for k in files}, [], {k: [] for k in files}
+    for _ in range(args.rounds):  # interleaved: the fresh-process measures see the same machine
+        for label, path in files.items():
+            starts[label] += start_to_first_output(built.cli, path, x_path, folder, 1)
+            parts[label].append(stages(driver, path, x, x_bin))
         loads.append(fresh_load(model, x_path))
-    print(f"cuvil-run start to first output: median {np.median(starts) * 1e3:.1f} ms, min {min(starts) * 1e3:.1f} ms "
-          "(goal <= 50)")
+    for label in files:
+        ms = np.array(starts[label]) * 1e3
+        by_stage = ", ".join(f"{k} {np.median([p[k] for p in parts[label]]):.1f}" for k in parts[label][0])
+        print(f"cuvil-run start to first output ({label}): median {np.median(ms):.1f} ms, min {ms.min():.1f} ms "
+              f"(goal <= 50); by stage (ms, medians): {by_stage}")
     med = {k: float(np.median([r[k] for r in loads])) * 1e3 for k in loads[0]}
     print(f"cuvil.load in a fresh process: to a callable {med['load_s']:.1f} ms (goal <= 30), first call "
           f"{med['first_call_s']:.1f} ms after it; imports (numpy, cuvil) {med['import_s']:.1f} ms before it")

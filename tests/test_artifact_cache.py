@@ -18,6 +18,8 @@ from cuvil.runtime import container, host
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
+from .runtime.models import winograd_conv_onnx  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -321,16 +323,9 @@ def test_winograd_weights_are_saved_and_mapped_on_a_hit(cache, tmp_path):
     repacking as large as the weights themselves); buffers of the wrong size make the entry unusable."""
     from cuvil.backends.cpu.executable import CpuFunction
     rng = np.random.default_rng(3)
-    w, fc = rng.standard_normal((16, 16, 3, 3)).astype(np.float32) * 0.1, rng.standard_normal((16, 5))
-    graph = helper.make_graph(
-        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["r"]),
-         helper.make_node("ReduceMean", ["r"], ["m"], axes=[2, 3], keepdims=0),
-         helper.make_node("MatMul", ["m", "fc"], ["y"])], "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 20, 20])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5])],
-        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(fc.astype(np.float32), "fc")])
+    model, _ = winograd_conv_onnx(rng, 5)
     path = tmp_path / "winograd.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    onnx.save(model, path)
     cold = cuvil.load_onnx(path).optimize()
     assert 'algorithm = "winograd"' in cuvil.inspect_ir(cold)
     assert cold.executable._run.program.prepared_saved.count(True) == 1
@@ -351,17 +346,10 @@ def test_winograd_weights_are_saved_and_mapped_on_a_hit(cache, tmp_path):
 
 def _conv_fc_file(tmp_path, rng, width: int = 64):
     """A Winograd convolution, then a fully connected layer at least 64 wide: weights only cuvil_prepare reads."""
-    w, fc = rng.standard_normal((16, 16, 3, 3)).astype(np.float32) * 0.1, rng.standard_normal((16, width))
-    graph = helper.make_graph(
-        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["r"]),
-         helper.make_node("ReduceMean", ["r"], ["m"], axes=[2, 3], keepdims=0),
-         helper.make_node("MatMul", ["m", "fc"], ["y"])], "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 20, 20])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, width])],
-        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(fc.astype(np.float32), "fc")])
+    model, weight_bytes = winograd_conv_onnx(rng, width)
     path = tmp_path / "conv_fc.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
-    return path, w.nbytes + fc.size * 4
+    onnx.save(model, path)
+    return path, weight_bytes
 
 
 def test_packed_forms_replace_the_weights_they_were_made_from(cache, tmp_path):

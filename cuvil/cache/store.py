@@ -60,7 +60,7 @@ def save(key: str, exe, route: dict) -> bool:
     entry = entry_path(key)
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
-        export.write(entry, {"main": (exe, {"kind": "cache", "key": key, "data": route})})
+        export.write(entry, {"main": (exe, {"kind": "cache", "key": key, "data": route})}, save_transforms=True)
         log.info("saved compiled artifact %s", entry)
         return True
     except OSError as e:  # the disk is full, the folder read-only: compile without saving

@@ -1,6 +1,7 @@
 """The models the C runtime's tests export and run with `cuvil-run`: an MLP (constants, a symbolic batch), a CNN
-from PyTorch (convolutions, prepared weights), a function with a data-dependent loop and one with dynamic
-dimensions. Each comes with its inputs, the in-process compiled result and the original's."""
+from PyTorch (convolutions, prepared weights), an ONNX Winograd convolution (weights transformed at load), a
+function with a data-dependent loop and one with dynamic dimensions. Each comes with its inputs, the in-process
+compiled result and the original's."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -10,7 +11,7 @@ import numpy as np
 
 import cuvil
 
-MODELS = ("mlp", "cnn", "control_flow", "dynamic")
+MODELS = ("mlp", "cnn", "winograd", "control_flow", "dynamic")
 
 
 @dataclass
@@ -62,6 +63,20 @@ def _cnn(path: Path) -> Exported:
         return Exported(path, [x.numpy()], [compiled(x).numpy()], [net(x).numpy()])
 
 
+def _winograd(path: Path) -> Exported:
+    """An ONNX convolution run by Winograd: the file stores its weight, which both loaders transform at load."""
+    import onnxruntime
+
+    from .models import winograd_conv_onnx
+
+    model, _ = winograd_conv_onnx(np.random.default_rng(5), 64)
+    optimized = cuvil.load_onnx(model.SerializeToString()).optimize()
+    x = np.random.default_rng(6).standard_normal((1, 16, 20, 20)).astype(np.float32)
+    cuvil.export(optimized, path)
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return Exported(path, [x], list(optimized(x)), session.run(None, {"x": x}))
+
+
 def _control_flow(path: Path) -> Exported:
     fn = cuvil.jit(grow)
     x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
@@ -80,4 +95,5 @@ def _dynamic(path: Path) -> Exported:
 
 
 def export_model(name: str, folder: Path) -> Exported:
-    return {"mlp": _mlp, "cnn": _cnn, "control_flow": _control_flow, "dynamic": _dynamic}[name](folder / f"{name}.cuv")
+    return {"mlp": _mlp, "cnn": _cnn, "winograd": _winograd, "control_flow": _control_flow,
+            "dynamic": _dynamic}[name](folder / f"{name}.cuv")

@@ -175,12 +175,20 @@ static void hex(const unsigned char *d)
 static int hashes(const char *path)
 {
     size_t size;
-    unsigned char *data = slurp(path, &size), d[32], e[32];
+    unsigned char *data = slurp(path, &size), d[32];
     if (!data) return die("cannot read the input");
     printf("%s\n", cuvil_sha256_path());
     for (size_t n = 0; n <= 130 && n <= size; n++) cuvil_sha256(data, n, d), hex(d);
     cuvil_sha256(data, size, d), hex(d);
-    cuvil_sha256_pair(data, data + size / 2, size / 2, d, e), hex(d), hex(e);
+    const uint8_t *pieces[16];
+    uint8_t digests[16][32];
+    for (int k = 0; k < 16; k++) pieces[k] = data + k * (size / 16);
+    printf("%d\n", cuvil_sha256_width());
+    cuvil_sha256_batch(pieces, 16, size / 16, digests); /* 16 at once where the CPU can */
+    for (int k = 0; k < 16; k++) hex(digests[k]);
+    pieces[1] = data + size / 2;
+    cuvil_sha256_batch(pieces, 3, size / 2, digests); /* a pair and one */
+    for (int k = 0; k < 3; k++) hex(digests[k]);
     free(data);
     return 0;
 }

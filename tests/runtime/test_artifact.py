@@ -83,6 +83,23 @@ def test_an_mlp_round_trips_in_a_fresh_process_and_stores_its_weights_once(tmp_p
     assert art["main"].inputs == [Param("x", "f32", (4, 256))] and art["main"].outputs[0].shape == (4, 10)
 
 
+def test_a_winograd_convolution_stores_its_weight_and_transforms_it_at_load(tmp_path):
+    """The Winograd-transformed weight (36/9 of its bytes) is not stored: the file holds the weight, each weight
+    once, and the loader makes the transform after its checks; the outputs are the in-process ones."""
+    pytest.importorskip("onnx")
+    model, weights = models.winograd_conv_onnx(np.random.default_rng(7), 64)
+    optimized = cuvil.load_onnx(model.SerializeToString()).optimize()
+    assert 'algorithm = "winograd"' in cuvil.inspect_ir(optimized)
+    x = RNG.standard_normal((1, 16, 20, 20)).astype(np.float32)
+    path = tmp_path / "winograd.cuv"
+    cuvil.export(optimized, path)
+    assert _round_trip(path, {"main": [([x], list(optimized(x)))]}, tmp_path) == {"main": 1}
+    meta = cuvil.load(path).metadata["entries"]["main"]
+    assert [c["name"] for c in meta["constants"] if c.get("derived")] == ["fc"]  # as its panels; "w" is stored
+    rows = container.Container.open(path).rows
+    assert weights <= rows["consts"].size + rows["prepared"].size <= weights * 1.02
+
+
 def test_control_flow_and_dynamic_sizes_round_trip_with_their_relations(tmp_path):
     branchy = cuvil.jit(models.branchy)
     rows = cuvil.jit(models.scaled_rows, dynamic=True)

@@ -199,6 +199,33 @@ def test_own_writer_file_with_saved_and_made_prepared_buffers(natives, tmp_path)
     np.testing.assert_array_equal(np.load(tmp_path / "out" / "output_0.npy"), x * c + 2 * c + 3 * c)
 
 
+def test_a_file_with_the_winograd_transforms_saved_runs_as_one_that_makes_them(tmp_path):
+    """The artifact cache's files save the transformed weights (`save_transforms`), exported ones make them at
+    load: cuvil-run gives the same outputs for both, bit for bit, and the saved transform is 4x its weight."""
+    pytest.importorskip("onnx")
+    from cuvil.backends.cpu import export
+    from cuvil.runtime import container
+
+    from .models import winograd_conv_onnx
+
+    model, weights = winograd_conv_onnx(np.random.default_rng(8), 64)
+    exe = cuvil.load_onnx(model.SerializeToString()).optimize().executable
+    x = np.random.default_rng(9).standard_normal((1, 16, 20, 20)).astype(np.float32)
+    built, outs, sizes = c_build.runtime(), [], []
+    np.save(tmp_path / "x.npy", x)
+    for saved in (False, True):
+        path = tmp_path / f"saved{saved}.cuv"
+        export.write(path, {"main": (exe, {"kind": "ir"})}, save_transforms=saved)
+        run = c_build.run(built, built.cli, path, tmp_path / "x.npy", "-o", tmp_path / f"out{saved}")
+        assert run.returncode == 0, run.stderr
+        outs.append(np.load(tmp_path / f"out{saved}" / "output_0.npy"))
+        rows = container.Container.open(path).rows
+        sizes.append(rows["consts"].size + rows["prepared"].size)
+    np.testing.assert_array_equal(outs[0], outs[1])
+    np.testing.assert_array_equal(outs[0], exe(x)[0])
+    assert sizes[0] <= weights * 1.02 and sizes[1] - sizes[0] >= 3 * 16 * 16 * 9 * 4  # the transform: 36 for 9
+
+
 def test_a_left_out_constant_that_prepare_would_read_is_refused_before_any_prepare(natives, tmp_path):
     """Constant 0 is `derived` (left out), but prepared buffer 1, made from it, is not saved: the runtime refuses
     the file (asking `packed_source`) instead of running prepare on a NULL constant."""

@@ -32,10 +32,10 @@ class _Entry:
 
     Weights are stored once: a host constant that only `prepare` reads (a GEMM or Winograd weight) is left out and
     its prepared forms are saved in its place (`derived`, see `_derived`); besides those, only the buffers the code
-    generator marks as worth keeping are saved. A loader runs `prepare` only for a buffer made from a stored
-    constant (it asks `packed_source`)."""
+    generator marks as worth keeping are saved, and only with `save_transforms`. A loader runs `prepare` only for a
+    buffer made from a stored constant (it asks `packed_source`)."""
 
-    def __init__(self, exe, route: dict, host_code: bool):
+    def __init__(self, exe, route: dict, host_code: bool, save_transforms: bool = False):
         run = exe._run if host_code else None
         if hasattr(run, "resolve"):  # a warm artifact-cache hit (cache/store.py): the CpuFunction its first call makes
             run = run.resolve()
@@ -50,8 +50,9 @@ class _Entry:
             self.consts = [np.ascontiguousarray(exe.module.constants[n]) for n in program.constants]
             return
         self.consts = run._consts[:len(program.constants)]
-        self.derived = _derived(program, self.consts, run.prepared)
-        keep = [saved or src in self.derived for saved, src in zip(program.prepared_saved, program.prepared_from)]
+        saved = program.prepared_saved if save_transforms else [False] * len(program.prepared_saved)
+        self.derived = _derived(program, saved, self.consts, run.prepared)
+        keep = [s or src in self.derived for s, src in zip(saved, program.prepared_from)]
         self.prepared = {j: run.prepared[j] for j, saved in enumerate(keep) if saved and j < len(run.prepared)}
         if any(c is None for k, c in enumerate(self.consts) if k not in self.derived):
             raise ValueError("a constant the code reads is missing (a loaded function whose weights were replaced)")
@@ -113,15 +114,19 @@ class _Entry:
         return print_module(view, elide_constants_over=serialize._INLINE_MAX_ELEMENTS)
 
 
-def write(path, executables: dict, include_c: bool = False, target="cpu") -> None:
+def write(path, executables: dict, include_c: bool = False, target="cpu", save_transforms: bool = False) -> None:
     """Write `{entry name: (Executable, route data)}` into one `.cuv` at `path` (atomically), with native code
     for each level `target` names (targets.levels: a row, a family or a list of rows of one architecture), or
     for "wasm32" one WebAssembly module per level (its loader prepares the packed weights itself, their layout being
-    the target's kernel library's)."""
+    the target's kernel library's).
+
+    `save_transforms`: store the Winograd-transformed weights (4x their weights' bytes) instead of the weights. An
+    exported file stores the weights and its loaders transform them after the checks: hashing the larger form at
+    every open costs more than making it. The artifact cache saves them: its verified records skip the hash."""
     rows = targets.levels(target)
     host_code = targets.runs_here(rows)
     with targets.use(rows):
-        parts = {name: _Entry(exe, route, host_code and exe.target == "cpu")
+        parts = {name: _Entry(exe, route, host_code and exe.target == "cpu", save_transforms)
                  for name, (exe, route) in executables.items()}
     for name in parts:
         if not entries.NAME.match(name):
@@ -172,16 +177,16 @@ def _native_name(k: int) -> str:
     return "native" if k == 0 else f"native.{k}"
 
 
-def _derived(program, consts: list, prepared: list) -> set:
+def _derived(program, saved: list, consts: list, prepared: list) -> set:
     """The constants a file leaves out, its prepared forms saved instead: those only `prepare` reads, whose forms
-    are saved anyway (Winograd transforms) or take no more room than they do (GEMM panels of a wide matrix; a
-    narrow one's panels are padded, so it is stored as it is and packed at load)."""
+    are saved anyway (`saved`: Winograd transforms in a cache entry) or take no more room than they do (GEMM panels
+    of a wide matrix; a narrow one's panels are padded, so it is stored as it is and packed at load)."""
     forms: dict = {}
-    for j, (src, saved) in enumerate(zip(program.prepared_from, program.prepared_saved)):
-        forms.setdefault(src, []).append((j, saved))
+    for j, (src, kept) in enumerate(zip(program.prepared_from, saved)):
+        forms.setdefault(src, []).append((j, kept))
     return {k for k, js in forms.items() if k not in program.direct_consts and (
         consts[k] is None or  # left out already (a cache entry's): its forms are what was loaded
-        all(saved for _, saved in js) or
+        all(kept for _, kept in js) or
         sum(prepared[j].nbytes for j, _ in js) <= consts[k].nbytes * (1 + PACKED_SLACK))}
 
 

@@ -125,27 +125,40 @@ static cuvil_status check_table(cuvil_model *m, uint64_t table_at, uint32_t coun
 
 /* Check 3 for every section, known or not: weights are checked before the first call reads them, so at open.
  * Format 2 hashes a section in pieces of CUVIL_PIECE bytes and its digest is the SHA-256 of the pieces' digests,
- * so the pieces of all sections are shared out to threads (one per CPU, this one among them), two pieces at a
- * time (their rounds interleave); format 1 hashes each section whole, a section a job. Where a thread cannot
- * start, the others (and at least this one) do its share. */
+ * so the pieces of all sections are shared out to threads (one per CPU, this one among them), sixteen at a time
+ * in AVX-512 lanes while enough remain for every thread to have work, then two at a time (their SHA-NI rounds
+ * interleave); format 1 hashes each section whole, a section a job. Where a thread cannot start, the others (and
+ * at least this one) do its share. */
 typedef struct {
     const cuvil_model *m;
     uint8_t *digests;       /* 32 bytes per job */
     const uint8_t **start;  /* per job: its bytes */
     uint64_t *size;         /* per job: its length */
-    unsigned long n_jobs, next;
+    unsigned long n_jobs, next, threads;
 } digest_work;
+
+/* Jobs to take from `k` on: a full batch while the rest leaves the other threads half a batch each, else two. */
+static unsigned long take(const digest_work *w, unsigned long k, unsigned long wide)
+{
+    return w->n_jobs - k >= wide + (w->threads - 1) * wide / 2 ? wide : 2;
+}
 
 static void *digest_worker(void *arg)
 {
     digest_work *w = arg;
+    const unsigned long wide = (unsigned long)cuvil_sha256_width();
+    unsigned long k = __atomic_load_n(&w->next, __ATOMIC_RELAXED), end;
     for (;;) {
-        unsigned long k = __atomic_fetch_add(&w->next, 2, __ATOMIC_RELAXED);
-        if (k >= w->n_jobs) return NULL;
-        if (k + 1 < w->n_jobs && w->size[k] == w->size[k + 1])
-            cuvil_sha256_pair(w->start[k], w->start[k + 1], w->size[k], w->digests + 32 * k, w->digests + 32 * (k + 1));
-        else
-            for (unsigned long j = k; j < k + 2 && j < w->n_jobs; j++) cuvil_sha256(w->start[j], w->size[j], w->digests + 32 * j);
+        do {
+            if (k >= w->n_jobs) return NULL;
+            end = k + take(w, k, wide);
+        } while (!__atomic_compare_exchange_n(&w->next, &k, end, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+        if (end > w->n_jobs) end = w->n_jobs;
+        for (unsigned long j; k < end; k = j) { /* runs of one length */
+            for (j = k + 1; j < end && w->size[j] == w->size[k]; j++) {}
+            cuvil_sha256_batch(w->start + k, (int)(j - k), w->size[k], (uint8_t (*)[32])(w->digests + 32 * k));
+        }
+        k = __atomic_load_n(&w->next, __ATOMIC_RELAXED);
     }
 }
 
@@ -169,6 +182,7 @@ static void run_digests(digest_work *w)
     pthread_t threads[16];
     int want = cpu_count() - 1, started = 0;
     if ((unsigned long)want > w->n_jobs / 2) want = (int)(w->n_jobs / 2);
+    w->threads = (unsigned long)want + 1;
     while (started < want && pthread_create(&threads[started], NULL, digest_worker, w) == 0) started++;
     digest_worker(w);
     for (int k = 0; k < started; k++) pthread_join(threads[k], NULL);
@@ -179,7 +193,8 @@ static cuvil_status check_digests(cuvil_model *m)
     unsigned long n = 0, first[CUVIL_MAX_SECTIONS + 1];
     for (int k = 0; k < m->n_sections; k++) first[k] = n, n += pieces(m, m->sections[k].size);
     first[m->n_sections] = n;
-    digest_work w = {m, malloc(32 * n + 1), malloc(n * sizeof(uint8_t *) + 1), malloc(n * sizeof(uint64_t) + 1), n, 0};
+    digest_work w = {m, malloc(32 * n + 1), malloc(n * sizeof(uint8_t *) + 1), malloc(n * sizeof(uint64_t) + 1), n, 0,
+                     1};
     cuvil_status rc = CUVIL_OK;
     if (!w.digests || !w.start || !w.size) rc = cuvil_fail(CUVIL_ERR_MEMORY, "out of memory");
     for (int k = 0; k < m->n_sections && !rc; k++) {

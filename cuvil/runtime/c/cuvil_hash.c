@@ -1,10 +1,11 @@
 /* SHA-256 (FIPS 180-4) and CRC-32 (zlib's polynomial) for the runtime's checks.
  *
  * Weights are hashed once per open, so the SHA-256 matters for start-up time. The path is chosen at run time:
- * the x86 SHA extensions (two messages' rounds interleaved when the caller has two pieces, about 1.4x one at a
- * time: the round instruction's latency, not its throughput, bounds one message), the ARMv8 SHA2 instructions,
- * else portable C (about 0.3 GB/s). CUVIL_DISABLE_CPU_FEATURES=sha_ni (x86) or sha2 (aarch64) forces the
- * portable code, which is how the tests reach it on machines that have the instructions.
+ * sixteen pieces at once in AVX-512 lanes, the x86 SHA extensions (two messages' rounds interleaved when the caller
+ * has two pieces, about 1.4x one at a time: the round instruction's latency, not its throughput, bounds one
+ * message), the ARMv8 SHA2 instructions, else portable C (about 0.3 GB/s). CUVIL_DISABLE_CPU_FEATURES=sha_ni
+ * (x86) or sha2 (aarch64) forces the portable code for one message, avx512f the pairs for sixteen: that is how
+ * the tests reach every path on machines that have the instructions.
  */
 #include "cuvil_hash.h"
 
@@ -116,6 +117,55 @@ static int has_fast(void)
     if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 19)) || !(c & (1u << 9))) return 0; /* SSE4.1, SSSE3 */
     return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & (1u << 29));
 }
+
+/* AVX-512: sixteen messages at once, one a 32-bit lane (the pieces of a large section), about 1.35x the SHA-NI
+ * pair's bytes a second on one core here; h[i] lane l is word i of message l's state. */
+#define AVX512 __attribute__((target("avx512f")))
+#define VROR(x, n) _mm512_ror_epi32(x, n)
+#define XOR3(a, b, c) _mm512_ternarylogic_epi32(a, b, c, 0x96)
+static AVX512 void blocks_x16(uint32_t h[8][16], const uint8_t *const *p, size_t nblocks)
+{
+    const __m512i lo = _mm512_loadu_si512(p), hi = _mm512_loadu_si512(p + 8), bytes = _mm512_set1_epi32(0x00ff00ff);
+    __m512i s[8], w[16];
+    for (int i = 0; i < 8; i++) s[i] = _mm512_loadu_si512(h[i]);
+    for (size_t b = 0; b < nblocks; b++) {
+        __m512i a = s[0], bb = s[1], c = s[2], d = s[3], e = s[4], f = s[5], g = s[6], hh = s[7];
+        for (int t = 0; t < 16; t++) { /* word t of each message, big-endian */
+            const char *at = (const char *)(64 * b + 4 * t);
+            __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_i64gather_epi32(lo, at, 1)),
+                                           _mm512_i64gather_epi32(hi, at, 1), 1);
+            w[t] = _mm512_ternarylogic_epi32(_mm512_rol_epi32(x, 8), VROR(x, 8), bytes, 0xE4);
+        }
+        for (int t = 0; t < 64; t++) {
+            __m512i wt = w[t & 15];
+            if (t >= 16) {
+                __m512i x = w[(t - 15) & 15], y = w[(t - 2) & 15];
+                wt = _mm512_add_epi32(_mm512_add_epi32(wt, w[(t - 7) & 15]),
+                                      _mm512_add_epi32(XOR3(VROR(x, 7), VROR(x, 18), _mm512_srli_epi32(x, 3)),
+                                                       XOR3(VROR(y, 17), VROR(y, 19), _mm512_srli_epi32(y, 10))));
+                w[t & 15] = wt;
+            }
+            __m512i t1 = _mm512_add_epi32(_mm512_add_epi32(hh, XOR3(VROR(e, 6), VROR(e, 11), VROR(e, 25))),
+                                          _mm512_add_epi32(_mm512_ternarylogic_epi32(e, f, g, 0xCA),
+                                                           _mm512_add_epi32(wt, _mm512_set1_epi32((int)K[t]))));
+            __m512i t2 = _mm512_add_epi32(XOR3(VROR(a, 2), VROR(a, 13), VROR(a, 22)),
+                                          _mm512_ternarylogic_epi32(a, bb, c, 0xE8));
+            hh = g, g = f, f = e, e = _mm512_add_epi32(d, t1), d = c, c = bb, bb = a, a = _mm512_add_epi32(t1, t2);
+        }
+        const __m512i v[8] = {a, bb, c, d, e, f, g, hh};
+        for (int i = 0; i < 8; i++) s[i] = _mm512_add_epi32(s[i], v[i]);
+    }
+    for (int i = 0; i < 8; i++) _mm512_storeu_si512(h[i], s[i]);
+}
+
+static int has_x16(void)
+{
+    unsigned a, b, c, d, lo, hi;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return 0; /* OSXSAVE */
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    (void)hi;
+    return (lo & 0xe6) == 0xe6 && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & (1u << 16)); /* zmm state, F */
+}
 #endif
 
 #ifdef CUVIL_SHA_ARM
@@ -170,6 +220,24 @@ static int fast_path(void)
 #endif
 const char *cuvil_sha256_path(void) { return fast_path() ? FAST_NAME : "portable"; }
 
+#ifdef CUVIL_SHA_NI
+static int x16_path(void)
+{
+    static int wide = -1;
+    if (wide < 0) wide = has_x16() && !cuvil_feature_disabled("avx512f");
+    return wide;
+}
+#endif
+
+int cuvil_sha256_width(void)
+{
+#ifdef CUVIL_SHA_NI
+    return x16_path() ? 16 : fast_path() ? 2 : 1;
+#else
+    return 1;
+#endif
+}
+
 static void blocks(uint32_t h[8], const uint8_t *p, size_t nblocks)
 {
 #if defined(CUVIL_SHA_NI) || defined(CUVIL_SHA_ARM)
@@ -201,21 +269,29 @@ void cuvil_sha256(const void *data, size_t n, uint8_t digest[32])
     finish(h, (const uint8_t *)data + n, n, digest);
 }
 
-void cuvil_sha256_pair(const void *a, const void *b, size_t n, uint8_t da[32], uint8_t db[32])
+void cuvil_sha256_batch(const uint8_t *const *msgs, int count, size_t n, uint8_t (*digests)[32])
 {
+    int k = 0;
 #ifdef CUVIL_SHA_NI
-    if (fast_path()) {
-        uint32_t h[2][8];
-        const uint8_t *p[2] = {a, b};
-        memcpy(h[0], H0, sizeof H0), memcpy(h[1], H0, sizeof H0);
-        blocks_fast2(h, p, n / 64);
-        finish(h[0], p[0] + n, n, da);
-        finish(h[1], p[1] + n, n, db);
+    if (count == 16 && x16_path()) {
+        uint32_t h[8][16], one[8];
+        for (int i = 0; i < 8 * 16; i++) h[i / 16][i % 16] = H0[i / 16];
+        blocks_x16(h, msgs, n / 64);
+        for (int l = 0; l < 16; l++) {
+            for (int i = 0; i < 8; i++) one[i] = h[i][l];
+            finish(one, msgs[l] + n, n, digests[l]);
+        }
         return;
     }
+    for (; k + 1 < count && fast_path(); k += 2) {
+        uint32_t h[2][8];
+        memcpy(h[0], H0, sizeof H0), memcpy(h[1], H0, sizeof H0);
+        blocks_fast2(h, (const uint8_t **)msgs + k, n / 64);
+        finish(h[0], msgs[k] + n, n, digests[k]);
+        finish(h[1], msgs[k + 1] + n, n, digests[k + 1]);
+    }
 #endif
-    cuvil_sha256(a, n, da);
-    cuvil_sha256(b, n, db);
+    for (; k < count; k++) cuvil_sha256(msgs[k], n, digests[k]);
 }
 
 uint32_t cuvil_crc32(const void *data, size_t n)

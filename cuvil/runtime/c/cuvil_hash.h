@@ -15,8 +15,12 @@
 /* SHA-256 of `n` bytes at `data` into `digest`; CPUs with SHA instructions (x86 SHA-NI, ARMv8 SHA2) take them. */
 CUVIL_HASH_API void cuvil_sha256(const void *data, size_t n, uint8_t digest[32]);
 
-/* The SHA-256s of two messages of `n` bytes each (two pieces of a section), their rounds interleaved on x86. */
-CUVIL_HASH_API void cuvil_sha256_pair(const void *a, const void *b, size_t n, uint8_t da[32], uint8_t db[32]);
+/* How many messages of one length cuvil_sha256_batch takes at once at its best: 16 (AVX-512 lanes), 2 (SHA-NI
+ * rounds interleaved) or 1. */
+CUVIL_HASH_API int cuvil_sha256_width(void);
+
+/* The SHA-256s of `count` messages of `n` bytes each (pieces of sections), 16 (or 2) at once where the CPU can. */
+CUVIL_HASH_API void cuvil_sha256_batch(const uint8_t *const *msgs, int count, size_t n, uint8_t (*digests)[32]);
 
 /* The path in use: "sha_ni", "sha2" or "portable" (tests check that the override reaches the portable code). */
 CUVIL_HASH_API const char *cuvil_sha256_path(void);

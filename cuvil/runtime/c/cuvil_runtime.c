@@ -88,10 +88,17 @@ void *cuvil_take(cuvil_model *m, size_t n)
     return own(m, p) ? p : NULL;
 }
 
+/* 64-byte aligned; from 2 MiB on (prepared weights, arenas) on transparent huge pages where the kernel offers them:
+ * first touching 4 KiB pages costs 3x the time of the memory's writes (a fault each). */
 static void *aligned(size_t n)
 {
+    const size_t huge = (size_t)2 << 20;
     void *p = NULL;
-    return posix_memalign(&p, 64, n > 64 ? n : 64) == 0 ? p : NULL;
+    if (posix_memalign(&p, n >= huge ? huge : 64, n > 64 ? n : 64) != 0) return NULL;
+#ifdef MADV_HUGEPAGE
+    if (n >= huge) madvise(p, n / huge * huge, MADV_HUGEPAGE);
+#endif
+    return p;
 }
 
 /* --- the host: target triple and CPU feature bits (docs/artifact.md) ------------------------------------------ */

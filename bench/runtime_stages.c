@@ -1,0 +1,73 @@
+/* The start-up of the C runtime by stage, for bench/runtime.py: the runtime's sources are included, so this
+ * driver times the steps of cuvil_open_file one by one (wall milliseconds from main, as one JSON line):
+ *
+ *     runtime_stages MODEL.cuv INPUT.bin D0 D1 ...     (entry 0's one f32 input, raw, with its sizes)
+ *
+ * map (open + mmap), check (header, table, every section's digest: the hashing), load (target, memfd, dlopen),
+ * prepare (bind the entries: the prepared weights made from the constants), call (the first call, its arena
+ * and outputs allocated), second (a second call, for what the first one costs more). */
+#include "cuvil_runtime.c"
+
+#include <time.h>
+
+static double now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return 1e3 * (double)t.tv_sec + 1e-6 * (double)t.tv_nsec;
+}
+
+static cuvil_status load_stage(cuvil_model *m)
+{
+    const cuvil_section *native = NULL;
+    cuvil_status rc = check_target(m, &native);
+    if (!rc) rc = load_native(m, native);
+    m->last_error = (const char *(*)(void))symbol(m, "cuvil_", "last_error", &rc);
+    return rc;
+}
+
+static cuvil_status call(cuvil_model *m, cuvil_tensor *in)
+{
+    cuvil_tensor out = {0};
+    cuvil_status rc = cuvil_run(m, NULL, 0, in, 1, &out, 1);
+    free(out.data);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    double t[7];
+    t[0] = now_ms();
+    if (argc < 4) return fprintf(stderr, "usage: runtime_stages MODEL.cuv INPUT.bin D0 [D1 ...]\n"), 2;
+    cuvil_tensor in = {0};
+    in.dtype = CUVIL_F32, in.rank = argc - 3, in.nbytes = 4;
+    for (int k = 0; k < in.rank; k++) in.nbytes *= (size_t)(in.shape[k] = atoll(argv[3 + k]));
+    FILE *f = fopen(argv[2], "rb");
+    in.data = malloc(in.nbytes);
+    if (!f || fread(in.data, 1, in.nbytes, f) != in.nbytes) return fprintf(stderr, "cannot read %s\n", argv[2]), 1;
+    fclose(f);
+    cuvil_model *m = calloc(1, sizeof *m);
+    int fd = open(argv[1], O_RDONLY);
+    struct stat st;
+    if (!m || fd < 0 || fstat(fd, &st) != 0) return fprintf(stderr, "cannot open %s\n", argv[1]), 1;
+    m->where = argv[1], m->size = (size_t)st.st_size;
+    m->mapped = mmap(NULL, m->size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    m->data = m->mapped;
+    t[1] = now_ms();
+    cuvil_status rc = m->mapped == MAP_FAILED ? CUVIL_ERR_IO : cuvil_check_file(m);
+    t[2] = now_ms();
+    if (!rc) rc = load_stage(m);
+    t[3] = now_ms();
+    for (int k = 0; k < m->n_entries && !rc; k++) rc = bind_entry(m, &m->entries[k]);
+    t[4] = now_ms();
+    if (!rc) rc = call(m, &in);
+    t[5] = now_ms();
+    if (!rc) rc = call(m, &in);
+    t[6] = now_ms();
+    if (rc) return fprintf(stderr, "%s\n", cuvil_last_message()), 1;
+    static const char *const names[] = {"map", "check", "load", "prepare", "call", "second"};
+    for (int k = 0; k < 6; k++) printf("%s\"%s\": %.3f", k ? ", " : "{", names[k], t[k + 1] - t[k]);
+    printf("}\n");
+    return 0;
+}
