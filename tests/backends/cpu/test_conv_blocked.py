@@ -51,6 +51,16 @@ def test_conv_matches_interpreter(c, o, kernel, attrs):
     _check(_conv_relu(c, o, kernel, attrs, shape), [RNG.standard_normal(shape).astype(np.float32)])
 
 
+@pytest.mark.parametrize("c, o, kernel, attrs", GEOMETRIES, ids=[f"{g[0]}-{g[1]}-{g[2]}-{i}"
+                                                                  for i, g in enumerate(GEOMETRIES)])
+@pytest.mark.parametrize("batch", [13, 9])
+def test_narrow_maps_strip_across_images(c, o, kernel, attrs, batch):
+    """Output maps narrower than a strip, several images: strips run across the images at one output pixel
+    (13 = a strip of 12 and one of 1; 9 = 7 and an overlapping 4)."""
+    shape = (batch, c, 7, 6)
+    _check(_conv_relu(c, o, kernel, attrs, shape), [RNG.standard_normal(shape).astype(np.float32)])
+
+
 def test_symbolic_batch_and_image():
     m = _conv_relu(6, 19, (3, 3), {"pads": (1, 1, 1, 1), "strides": (2, 1)}, (sym("n"), 6, sym("h"), sym("w")))
     for shape in [(1, 6, 5, 4), (3, 6, 9, 17), (0, 6, 4, 4), (1, 6, 1, 1)]:
