@@ -6,8 +6,8 @@ other side is blocked too or a scalar) and 2-D max pools, so conv -> relu -> max
 adds stay blocked. Convolutions joined that way form a chain; a chain is converted only at its boundary (one
 conversion per value however many users it has), and only when its estimated saving beats the cost of those
 conversions (`COST`). The conversions are plain ops (pad, reshape, transpose; transpose, reshape, slice) that
-the loop fusion folds into neighbouring kernels. A relu or residual add right after a blocked convolution
-becomes its epilogue.
+the loop fusion folds into neighbouring kernels. A residual add and an activation (relu, relu6, sigmoid, tanh,
+silu, hardswish) right after a blocked convolution become its epilogue.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from ..ir.builder import Builder
 from ..ir.core import Function, Op, Region, Value
 from ..ir.dtypes import DType
 from ..ir.symbolic import evaluate, free_symbols
-from ..ops.nn_blocked import from_blocked, pack_weight, to_blocked
+from ..ops.nn_blocked import EPILOGUES, from_blocked, pack_weight, to_blocked
 from .manager import Pass
 from .rewrite import Pat, Rule, apply_rules, splat_value
 
@@ -265,9 +265,20 @@ def _open_conv(operands: int) -> Pat:
     return Pat("conv_nchwc", bind="conv", where=check)
 
 
-def _with_relu(b, m):
+def _activation(op: Op):
+    """The conv_nchwc activation (EPILOGUES) `op` computes, or None."""
+    for name, (op_name, attrs) in EPILOGUES.items():
+        if op.name == op_name and all(op.attrs.get(k) == v for k, v in attrs.items()):
+            return name
+    return None
+
+
+def _with_activation(b, m):
+    activation = _activation(m.root)
+    if activation is None:
+        return None
     conv = m.conv.owner
-    return b.emit("conv_nchwc", *conv.operands, **{**conv.attrs, "activation": "relu"})
+    return b.emit("conv_nchwc", *conv.operands, **{**conv.attrs, "activation": activation})
 
 
 def _with_residual(b, m):
@@ -296,7 +307,8 @@ def _fewer_channels(b, m):
     return b.emit("conv_nchwc", *conv.operands, **{**conv.attrs, "channels": a["ends"][0]})
 
 
-EPILOGUE_RULES = [Rule(Pat("relu", _open_conv(4)), _with_relu, "relu-into-conv-nchwc"),
+EPILOGUE_RULES = [*(Rule(Pat(name, _open_conv(4)), _with_activation, f"{name}-into-conv-nchwc")
+                    for name in dict.fromkeys(op_name for op_name, _ in EPILOGUES.values())),
                   Rule(Pat("add", _open_conv(3), Pat.any("other")), _with_residual, "add-into-conv-nchwc"),
                   Rule(Pat("reshape", Pat("transpose", _single_use("conv"), attrs={"perm": (0, 1, 4, 2, 3)},
                                           where=lambda v, module: _uses(v) == 1)), _plain_out, "conv-nchwc-plain"),

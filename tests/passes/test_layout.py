@@ -76,6 +76,27 @@ activation = "relu", channels = 0, algorithm = "direct"}
     # x is converted once for both its users (the first conv and the residual add)
 
 
+@pytest.mark.parametrize("act, attrs, want", [("clip", {"min": 0.0, "max": 6.0}, "relu6"),
+                                               ("sigmoid", {}, "sigmoid"), ("tanh", {}, "tanh"), ("silu", {}, "silu"),
+                                               ("hardswish", {}, "hardswish"),
+                                               ("clip", {"min": 0.0, "max": 5.0}, None)])
+def test_activations_after_residual_become_the_epilogue(act, attrs, want, free_conversions):
+    """conv -> + residual -> activation: the add and the activation (relu6 = clip to [0, 6]) join the conv; a clip
+    to other bounds stays an op of its own."""
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", (2, 8, 5, 5))], ["x"])
+    x = b.args[0]
+    y = b.emit(act, b.add(b.conv(x, _const(b, 8, 8, 3, 3), _const(b, 8), pads=(1, 1, 1, 1)), x), **attrs)
+    b.ret(b.conv(y, _const(b, 8, 8, 1, 1), _const(b, 8)))
+    got = _run(m, RNG.standard_normal((2, 8, 5, 5)).astype(np.float32))
+    convs = [line for line in got.splitlines() if "= conv_nchwc" in line]
+    assert len(convs) == 2 and convs[0].count("%1") == 2  # the residual, x blocked, is the first conv's operand
+    if want:
+        assert f'activation = "{want}"' in convs[0] and f"= {act} " not in got
+    else:
+        assert 'activation = "none"' in convs[0] and f"= {act} " in got
+
+
 def test_value_with_many_users_is_converted_once(free_conversions):
     m = Module()
     b = Builder.new_function(m, "main", [TensorType("f32", (1, 4, 4, 4))], ["x"])

@@ -6,8 +6,8 @@
  * block, kernel row, kernel column, input lane): it broadcasts one input value and adds its product with one
  * weight vector into every accumulator (weights packed [ob, cb, kh, kw, c, B] at compile time, so the vector
  * is contiguous). A padded convolution first copies x into a zero-bordered buffer, so that no strip needs to
- * clip its taps (per-tap bounds checks cost a third of the time at 7x7). Bias, residual and relu are applied
- * while the strip is in registers. A unit of its own (kernels.py), after cuvil_internal.h.
+ * clip its taps (per-tap bounds checks cost a third of the time at 7x7). Bias, residual and the activation (a
+ * CUVIL_ACT_* code) are applied while the strip is in registers. A unit of its own (kernels.py), after cuvil_internal.h.
  */
 #if defined(CUVIL_NCHWC_W0) /* the target's (targets.py: wasm32's is measured) */
 #define NCHWC_W0 CUVIL_NCHWC_W0
@@ -66,7 +66,7 @@ CUVIL_INLINE void nchwc_strip(STRIP_PARAMS, const int NB, const int RW, const in
         for (int r = 0; r < RW; r++) {
             cuvil_vf v = acc[j][r];
             if (rr) v += cuvil_load(rr + j * ys + r * st->res);
-            if (act) v = (cuvil_vf)((cuvil_vi)v & ~(v < 0)); /* relu that keeps NaN, like its reference */
+            v = nchwc_activate(v, act);
             if (!g->oc)
                 cuvil_store(yr + j * ys + r * st->y, v);
             else
