@@ -34,6 +34,11 @@ COST = {"nchw-pointwise": 140e9, "nchw-im2col": 100e9, "blocked": 160e9, "winogr
 # F(4x4, 3x3) reads its transformed weights (4x the direct ones) once per group of up to 12 output tiles: with
 # fewer tiles than this (ResNet-18's 7x7 maps have 4) streaming them costs more than the FLOPs it saves.
 WINOGRAD_MIN_TILES = 16
+# With a symbolic batch (counted as 1: a model exported for batches), also a map of whole 4x4 tiles, at least 4 of
+# them, whose transformed weights stay in cache across the groups (128 channels: 2.4 MB): 8x8 maps of 128 channels
+# measured 0.04-0.4x the direct time at batch 32 and 0.67-0.8x at batch 1, one thread (a loaded machine). A static
+# batch of 1 keeps the rule above: its 4 tiles make one group, one thread, where the direct kernel uses them all.
+WINOGRAD_CACHED_BYTES = 4 << 20
 
 
 def _constant(v: Value) -> bool:
@@ -69,9 +74,12 @@ def winograd_pays(op: Op, block: int) -> bool:
     """Whether the blocked conv of `op` should run as Winograd F(4x4, 3x3): a 3x3 kernel, stride 1, dilation 1,
     at least one block of input channels, and enough 4x4 output tiles."""
     a, kernel, y = op.attrs, op.operands[1].type.shape, op.results[0].type.shape
-    tiles = _static(y[0]) * -(-_static(y[2]) // 4) * -(-_static(y[3]) // 4)
+    oh, ow = _static(y[2]), _static(y[3])
+    tiles = _static(y[0]) * -(-oh // 4) * -(-ow // 4)
+    cached = not isinstance(y[0], int) and oh % 4 == ow % 4 == 0 and tiles >= 4 and \
+        36 * _padded(kernel[0], block) * _padded(kernel[1], block) * 4 <= WINOGRAD_CACHED_BYTES
     return kernel[2:] == (3, 3) and a["strides"] == (1, 1) and a["dilations"] == (1, 1) and kernel[1] >= block \
-        and tiles >= WINOGRAD_MIN_TILES
+        and (tiles >= WINOGRAD_MIN_TILES or cached)
 
 
 def _padded(channels: int, block: int) -> int:

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from cuvil.interpreter import interpret
-from cuvil.ir import Builder, Module, TensorType
+from cuvil.ir import Builder, Module, TensorType, sym
 from cuvil.passes import DCE, BlockLayout, PassManager, Pipeline
 from cuvil.passes import layout
 
@@ -142,6 +142,10 @@ def test_grouped_and_non_constant_convs_are_left_alone(free_conversions):
     ((1, 8, 14, 14), (3, 3), {"pads": (1, 1, 1, 1)}, "winograd"),  # 16 tiles of 4x4
     ((1, 8, 7, 7), (3, 3), {"pads": (1, 1, 1, 1)}, "direct"),  # 4 tiles: too few to reuse the weights
     ((4, 8, 7, 7), (3, 3), {"pads": (1, 1, 1, 1)}, "winograd"),  # a batch brings the tiles
+    (("n", 8, 8, 8), (3, 3), {"pads": (1, 1, 1, 1)}, "winograd"),  # a batch of 4 whole tiles, weights in cache
+    ((1, 8, 8, 8), (3, 3), {"pads": (1, 1, 1, 1)}, "direct"),  # one image: 4 tiles, one group
+    (("n", 4096, 8, 8), (3, 3), {"pads": (1, 1, 1, 1)}, "direct"),  # 4.7 MB of transformed weights per group
+    (("n", 8, 7, 7), (3, 3), {"pads": (1, 1, 1, 1)}, "direct"),  # edge tiles
     ((1, 8, 28, 28), (3, 3), {"pads": (1, 1, 1, 1), "strides": (2, 2)}, "direct"),
     ((1, 8, 28, 28), (3, 3), {"pads": (2, 2, 2, 2), "dilations": (2, 2)}, "direct"),
     ((1, 8, 28, 28), (5, 5), {"pads": (2, 2, 2, 2)}, "direct"),
@@ -149,9 +153,10 @@ def test_grouped_and_non_constant_convs_are_left_alone(free_conversions):
 ])
 def test_winograd_where_it_pays(shape, kernel, attrs, want, free_conversions):
     m = Module()
-    b = Builder.new_function(m, "main", [TensorType("f32", shape)], ["x"])
+    b = Builder.new_function(m, "main", [TensorType("f32", tuple(sym(d) if isinstance(d, str) else d
+                                                                 for d in shape))], ["x"])
     b.ret(b.relu(b.conv(b.args[0], _const(b, 8, shape[1], *kernel), _const(b, 8), **attrs)))
-    got = _run(m, RNG.standard_normal(shape).astype(np.float32))
+    got = _run(m, RNG.standard_normal((2, *shape[1:]) if shape[0] == "n" else shape).astype(np.float32))
     assert f'algorithm = "{want}"' in got
 
 
