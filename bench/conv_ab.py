@@ -19,14 +19,15 @@ import numpy as np
 from cuvil.backends.cpu import kernels, toolchain
 from cuvil.ops.nn_blocked import block, pack_weight
 
-# (channels in, channels out, kernel, stride, input size, batch, Winograd?) as the layout pass gives them
+# (channels in, channels out, kernel, stride, input size, batch, Winograd?) as the layout pass gives them (64x64:
+# exported with a symbolic batch, as bench.ray does)
 RESNET = {
     "224 b1": [(3, 64, 7, 2, 224, 1, 0), (64, 64, 3, 1, 56, 1, 1), (64, 128, 3, 2, 56, 1, 0),
                (128, 128, 3, 1, 28, 1, 1), (64, 128, 1, 2, 56, 1, 0), (128, 256, 3, 2, 28, 1, 0),
                (256, 256, 3, 1, 14, 1, 1), (128, 256, 1, 2, 28, 1, 0), (256, 512, 3, 2, 14, 1, 0),
                (512, 512, 3, 1, 7, 1, 0), (256, 512, 1, 2, 14, 1, 0)],
     "64 b32": [(3, 64, 7, 2, 64, 32, 0), (64, 64, 3, 1, 16, 32, 1), (64, 128, 3, 2, 16, 32, 0),
-               (128, 128, 3, 1, 8, 32, 0), (64, 128, 1, 2, 16, 32, 0), (128, 256, 3, 2, 8, 32, 0),
+               (128, 128, 3, 1, 8, 32, 1), (64, 128, 1, 2, 16, 32, 0), (128, 256, 3, 2, 8, 32, 0),
                (256, 256, 3, 1, 4, 32, 0), (128, 256, 1, 2, 8, 32, 0), (256, 512, 3, 2, 4, 32, 0),
                (512, 512, 3, 1, 2, 32, 0), (256, 512, 1, 2, 4, 32, 0)],
 }
