@@ -5,8 +5,9 @@ x is [N, C/cb, H, W, cb] (channel blocks outermost, one block of cb channels inn
 pre-packed as [O/ob, C/cb, kh, kw, cb, ob] and the bias is [O/ob, ob]; the result is [N, O/ob, OH, OW, ob].
 Channel counts are padded up to whole blocks (padded weights and bias are zero). An optional fourth operand
 (a residual of the result's shape) is added before the activation, so a residual block's add and relu
-become the convolution's epilogue. With `channels` > 0 the result is the plain [N, channels, OH, OW] instead
-(the first `channels` output channels), so a chain that ends in a convolution needs no conversion back.
+become the convolution's epilogue; the activation is one of `EPILOGUES` (relu6: clip to [0, 6]). With
+`channels` > 0 the result is the plain [N, channels, OH, OW] instead (the first `channels` output channels), so
+a chain that ends in a convolution needs no conversion back.
 `algorithm` is how a backend computes it, not what: "winograd" (3x3 kernels, stride 1, dilation 1, full input
 blocks) asks for F(4x4, 3x3), four times fewer multiply-adds at about two decimal digits of accuracy.
 """
@@ -19,7 +20,7 @@ import numpy as np
 from ..ir.dtypes import DType
 from .common import require_dtype
 from .nn import _ref_conv, _spatial_out
-from .registry import Attr, register_op
+from .registry import Attr, get_op, register_op
 
 if TYPE_CHECKING:
     from ..ir.builder import Builder
@@ -78,6 +79,11 @@ def pack_weight(w: np.ndarray, cb: int, ob: int) -> np.ndarray:
     return np.ascontiguousarray(w.reshape(-1, ob, w.shape[1] // cb, cb, kh, kw).transpose(0, 2, 4, 5, 3, 1))
 
 
+# activation -> the op (and attributes) it stands for
+EPILOGUES = {"relu": ("relu", {}), "relu6": ("clip", {"min": 0.0, "max": 6.0}), "sigmoid": ("sigmoid", {}),
+             "tanh": ("tanh", {}), "silu": ("silu", {}), "hardswish": ("hardswish", {})}
+
+
 def _ref_conv_nchwc(xs, a):
     x, w, bias = (v.astype(np.float64) for v in xs[:3])
     plain_w = w.transpose(0, 5, 1, 4, 2, 3).reshape(w.shape[0] * w.shape[5], w.shape[1] * w.shape[4], *w.shape[2:4])
@@ -85,8 +91,9 @@ def _ref_conv_nchwc(xs, a):
     y = block(y, w.shape[5])
     if len(xs) == 4:
         y = y + xs[3].astype(np.float64)
-    if a["activation"] == "relu":
-        y = np.maximum(y, 0)
+    if a["activation"] != "none":
+        name, attrs = EPILOGUES[a["activation"]]
+        y = get_op(name).reference([y], get_op(name).complete_attrs(attrs))
     return (unblock(y)[:, :a["channels"]] if a["channels"] else y).astype(np.float32)
 
 
@@ -116,8 +123,9 @@ def _decompose(b, xs, a):
     y = to_blocked(b, y, size)
     if len(xs) == 4:
         y = b.add(y, xs[3])
-    if a["activation"] == "relu":
-        y = b.relu(y)
+    if a["activation"] != "none":
+        name, attrs = EPILOGUES[a["activation"]]
+        y = b.emit(name, y, **attrs)
     return from_blocked(b, y, a["channels"]) if a["channels"] else y
 
 
@@ -134,7 +142,7 @@ def _normalize(types, attrs):
 register_op("conv_nchwc", operands=(3, 4), shape=_conv_nchwc_shape, reference=_ref_conv_nchwc, normalize=_normalize,
             decompose=_decompose,
             attrs={"strides": Attr("ints", ()), "dilations": Attr("ints", ()), "pads": Attr("ints", ()),
-                   "activation": Attr("str", "none", ("none", "relu")), "channels": Attr("int", 0),
+                   "activation": Attr("str", "none", ("none", *EPILOGUES)), "channels": Attr("int", 0),
                    "algorithm": Attr("str", "direct", ("direct", "winograd"))},
             doc="2-D conv in blocked layout: x [N,C/cb,H,W,cb], w [O/ob,C/cb,kh,kw,cb,ob], bias [O/ob,ob], "
                 "optional residual added before the activation; channels > 0: plain [N,channels,OH,OW] result; "

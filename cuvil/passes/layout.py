@@ -6,8 +6,8 @@ other side is blocked too or a scalar) and 2-D max pools, so conv -> relu -> max
 adds stay blocked. Convolutions joined that way form a chain; a chain is converted only at its boundary (one
 conversion per value however many users it has), and only when its estimated saving beats the cost of those
 conversions (`COST`). The conversions are plain ops (pad, reshape, transpose; transpose, reshape, slice) that
-the loop fusion folds into neighbouring kernels. A relu or residual add right after a blocked convolution
-becomes its epilogue.
+the loop fusion folds into neighbouring kernels. A residual add and an activation (relu, relu6, sigmoid, tanh,
+silu, hardswish) right after a blocked convolution become its epilogue.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from ..ir.builder import Builder
 from ..ir.core import Function, Op, Region, Value
 from ..ir.dtypes import DType
 from ..ir.symbolic import evaluate, free_symbols
-from ..ops.nn_blocked import from_blocked, pack_weight, to_blocked
+from ..ops.nn_blocked import EPILOGUES, from_blocked, pack_weight, to_blocked
 from .manager import Pass
 from .rewrite import Pat, Rule, apply_rules, splat_value
 
@@ -34,6 +34,11 @@ COST = {"nchw-pointwise": 140e9, "nchw-im2col": 100e9, "blocked": 160e9, "winogr
 # F(4x4, 3x3) reads its transformed weights (4x the direct ones) once per group of up to 12 output tiles: with
 # fewer tiles than this (ResNet-18's 7x7 maps have 4) streaming them costs more than the FLOPs it saves.
 WINOGRAD_MIN_TILES = 16
+# With a symbolic batch (counted as 1: a model exported for batches), also a map of whole 4x4 tiles, at least 4 of
+# them, whose transformed weights stay in cache across the groups (128 channels: 2.4 MB): 8x8 maps of 128 channels
+# measured 0.04-0.4x the direct time at batch 32 and 0.67-0.8x at batch 1, one thread (a loaded machine). A static
+# batch of 1 keeps the rule above: its 4 tiles make one group, one thread, where the direct kernel uses them all.
+WINOGRAD_CACHED_BYTES = 4 << 20
 
 
 def _constant(v: Value) -> bool:
@@ -69,9 +74,12 @@ def winograd_pays(op: Op, block: int) -> bool:
     """Whether the blocked conv of `op` should run as Winograd F(4x4, 3x3): a 3x3 kernel, stride 1, dilation 1,
     at least one block of input channels, and enough 4x4 output tiles."""
     a, kernel, y = op.attrs, op.operands[1].type.shape, op.results[0].type.shape
-    tiles = _static(y[0]) * -(-_static(y[2]) // 4) * -(-_static(y[3]) // 4)
+    oh, ow = _static(y[2]), _static(y[3])
+    tiles = _static(y[0]) * -(-oh // 4) * -(-ow // 4)
+    cached = not isinstance(y[0], int) and oh % 4 == ow % 4 == 0 and tiles >= 4 and \
+        36 * _padded(kernel[0], block) * _padded(kernel[1], block) * 4 <= WINOGRAD_CACHED_BYTES
     return kernel[2:] == (3, 3) and a["strides"] == (1, 1) and a["dilations"] == (1, 1) and kernel[1] >= block \
-        and tiles >= WINOGRAD_MIN_TILES
+        and (tiles >= WINOGRAD_MIN_TILES or cached)
 
 
 def _padded(channels: int, block: int) -> int:
@@ -265,9 +273,20 @@ def _open_conv(operands: int) -> Pat:
     return Pat("conv_nchwc", bind="conv", where=check)
 
 
-def _with_relu(b, m):
+def _activation(op: Op):
+    """The conv_nchwc activation (EPILOGUES) `op` computes, or None."""
+    for name, (op_name, attrs) in EPILOGUES.items():
+        if op.name == op_name and all(op.attrs.get(k) == v for k, v in attrs.items()):
+            return name
+    return None
+
+
+def _with_activation(b, m):
+    activation = _activation(m.root)
+    if activation is None:
+        return None
     conv = m.conv.owner
-    return b.emit("conv_nchwc", *conv.operands, **{**conv.attrs, "activation": "relu"})
+    return b.emit("conv_nchwc", *conv.operands, **{**conv.attrs, "activation": activation})
 
 
 def _with_residual(b, m):
@@ -296,7 +315,8 @@ def _fewer_channels(b, m):
     return b.emit("conv_nchwc", *conv.operands, **{**conv.attrs, "channels": a["ends"][0]})
 
 
-EPILOGUE_RULES = [Rule(Pat("relu", _open_conv(4)), _with_relu, "relu-into-conv-nchwc"),
+EPILOGUE_RULES = [*(Rule(Pat(name, _open_conv(4)), _with_activation, f"{name}-into-conv-nchwc")
+                    for name in dict.fromkeys(op_name for op_name, _ in EPILOGUES.values())),
                   Rule(Pat("add", _open_conv(3), Pat.any("other")), _with_residual, "add-into-conv-nchwc"),
                   Rule(Pat("reshape", Pat("transpose", _single_use("conv"), attrs={"perm": (0, 1, 4, 2, 3)},
                                           where=lambda v, module: _uses(v) == 1)), _plain_out, "conv-nchwc-plain"),

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from cuvil.interpreter import interpret
-from cuvil.ir import Builder, Module, TensorType
+from cuvil.ir import Builder, Module, TensorType, sym
 from cuvil.passes import DCE, BlockLayout, PassManager, Pipeline
 from cuvil.passes import layout
 
@@ -76,6 +76,27 @@ activation = "relu", channels = 0, algorithm = "direct"}
     # x is converted once for both its users (the first conv and the residual add)
 
 
+@pytest.mark.parametrize("act, attrs, want", [("clip", {"min": 0.0, "max": 6.0}, "relu6"),
+                                               ("sigmoid", {}, "sigmoid"), ("tanh", {}, "tanh"), ("silu", {}, "silu"),
+                                               ("hardswish", {}, "hardswish"),
+                                               ("clip", {"min": 0.0, "max": 5.0}, None)])
+def test_activations_after_residual_become_the_epilogue(act, attrs, want, free_conversions):
+    """conv -> + residual -> activation: the add and the activation (relu6 = clip to [0, 6]) join the conv; a clip
+    to other bounds stays an op of its own."""
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", (2, 8, 5, 5))], ["x"])
+    x = b.args[0]
+    y = b.emit(act, b.add(b.conv(x, _const(b, 8, 8, 3, 3), _const(b, 8), pads=(1, 1, 1, 1)), x), **attrs)
+    b.ret(b.conv(y, _const(b, 8, 8, 1, 1), _const(b, 8)))
+    got = _run(m, RNG.standard_normal((2, 8, 5, 5)).astype(np.float32))
+    convs = [line for line in got.splitlines() if "= conv_nchwc" in line]
+    assert len(convs) == 2 and convs[0].count("%1") == 2  # the residual, x blocked, is the first conv's operand
+    if want:
+        assert f'activation = "{want}"' in convs[0] and f"= {act} " not in got
+    else:
+        assert 'activation = "none"' in convs[0] and f"= {act} " in got
+
+
 def test_value_with_many_users_is_converted_once(free_conversions):
     m = Module()
     b = Builder.new_function(m, "main", [TensorType("f32", (1, 4, 4, 4))], ["x"])
@@ -121,6 +142,10 @@ def test_grouped_and_non_constant_convs_are_left_alone(free_conversions):
     ((1, 8, 14, 14), (3, 3), {"pads": (1, 1, 1, 1)}, "winograd"),  # 16 tiles of 4x4
     ((1, 8, 7, 7), (3, 3), {"pads": (1, 1, 1, 1)}, "direct"),  # 4 tiles: too few to reuse the weights
     ((4, 8, 7, 7), (3, 3), {"pads": (1, 1, 1, 1)}, "winograd"),  # a batch brings the tiles
+    (("n", 8, 8, 8), (3, 3), {"pads": (1, 1, 1, 1)}, "winograd"),  # a batch of 4 whole tiles, weights in cache
+    ((1, 8, 8, 8), (3, 3), {"pads": (1, 1, 1, 1)}, "direct"),  # one image: 4 tiles, one group
+    (("n", 4096, 8, 8), (3, 3), {"pads": (1, 1, 1, 1)}, "direct"),  # 4.7 MB of transformed weights per group
+    (("n", 8, 7, 7), (3, 3), {"pads": (1, 1, 1, 1)}, "direct"),  # edge tiles
     ((1, 8, 28, 28), (3, 3), {"pads": (1, 1, 1, 1), "strides": (2, 2)}, "direct"),
     ((1, 8, 28, 28), (3, 3), {"pads": (2, 2, 2, 2), "dilations": (2, 2)}, "direct"),
     ((1, 8, 28, 28), (5, 5), {"pads": (2, 2, 2, 2)}, "direct"),
@@ -128,9 +153,10 @@ def test_grouped_and_non_constant_convs_are_left_alone(free_conversions):
 ])
 def test_winograd_where_it_pays(shape, kernel, attrs, want, free_conversions):
     m = Module()
-    b = Builder.new_function(m, "main", [TensorType("f32", shape)], ["x"])
+    b = Builder.new_function(m, "main", [TensorType("f32", tuple(sym(d) if isinstance(d, str) else d
+                                                                 for d in shape))], ["x"])
     b.ret(b.relu(b.conv(b.args[0], _const(b, 8, shape[1], *kernel), _const(b, 8), **attrs)))
-    got = _run(m, RNG.standard_normal(shape).astype(np.float32))
+    got = _run(m, RNG.standard_normal((2, *shape[1:]) if shape[0] == "n" else shape).astype(np.float32))
     assert f'algorithm = "{want}"' in got
 
 

@@ -254,13 +254,15 @@ static inline __attribute__((always_inline)) void {name}_cols(const {S} *restric
     }}
 }}
 
-{lanes_helper}static void {name}(const {S} *restrict x, {S} *restrict y, int64_t planes, const cuvil_win *g,
+"""
+# The threaded loop over planes of a pool on a plain tensor (one helper per loop, so that codegen runs it on
+# Cuvil's pool rather than OpenMP's, whose late workers stalled a ResNet-18 call).
+POOL_PLAIN = """static void {name}_plain(const {S} *restrict x, {S} *restrict y, int64_t planes, const cuvil_win *g,
                    int include_pad)
 {{
     const int64_t in_plane = g->in[0] * g->in[1] * g->in[2], out_plane = g->out[0] * g->out[1] * g->out[2];
     const int64_t kw = g->k[2], s = g->s[2], dw = g->d[2], pw = g->p[2], W = g->in[2], OW = g->out[2];
     const int64_t rs = g->d[1] * W;
-    {lanes}
     int64_t lo, hi, unused, last;  /* interior columns: the first tap's lower bound, the last tap's upper */
     cuvil_taps(-pw, s, OW, W, &lo, &unused);
     cuvil_taps((kw - 1) * dw - pw, s, OW, W, &unused, &last);
@@ -295,21 +297,29 @@ static inline __attribute__((always_inline)) void {name}_cols(const {S} *restric
 """
 # Max over a 2-D window of a blocked [N, C/B, H, W, B] tensor, seen as 3-D with a 1-wide window over B (the
 # layout pass's max_pool): every window vectorised over the B channels of its pixels.
-POOL_LANES = """if (g->k[2] == 1 && g->s[2] == 1 && g->p[2] == 0 && g->pe[2] == 0 && OW == W) {{
-        #pragma omp parallel for {par}
-        for (int64_t p = 0; p < planes; p++)
-            for (int64_t oz = 0; oz < g->out[0]; oz++)
-                for (int64_t oy = 0; oy < g->out[1]; oy++) {{
-                    const {S} *xp = x + p * in_plane;
-                    {S} *yr = y + p * out_plane + (oz * g->out[1] + oy) * W;
-                    if (W == 16) {name}_lanes(xp, yr, g, oz, oy, 16);  /* a vector width: acc in registers */
-                    else if (W == 8) {name}_lanes(xp, yr, g, oz, oy, 8);
-                    else for (int64_t o0 = 0; o0 < W; o0 += 64)
-                        {name}_lanes(xp + o0, yr + o0, g, oz, oy, W - o0 < 64 ? W - o0 : 64);
-                }}
-        (void)include_pad, (void)kw, (void)s, (void)dw, (void)pw, (void)rs;
-        return;
-    }}"""
+POOL_LANES = """static void {name}_blocked(const {S} *restrict x, {S} *restrict y, int64_t planes, const cuvil_win *g)
+{{
+    const int64_t in_plane = g->in[0] * g->in[1] * g->in[2], out_plane = g->out[0] * g->out[1] * g->out[2];
+    const int64_t W = g->in[2], rows = planes * g->out[0] * g->out[1];
+    #pragma omp parallel for {par}
+    for (int64_t r = 0; r < rows; r++) {{
+        const int64_t p = r / (g->out[0] * g->out[1]), oz = r / g->out[1] % g->out[0], oy = r % g->out[1];
+        const {S} *xp = x + p * in_plane;
+        {S} *yr = y + p * out_plane + (oz * g->out[1] + oy) * W;
+        if (W == 16) {name}_lanes(xp, yr, g, oz, oy, 16);  /* a vector width: acc in registers */
+        else if (W == 8) {name}_lanes(xp, yr, g, oz, oy, 8);
+        else for (int64_t o0 = 0; o0 < W; o0 += 64)
+            {name}_lanes(xp + o0, yr + o0, g, oz, oy, W - o0 < 64 ? W - o0 : 64);
+    }}
+}}
+"""
+# A pool: the blocked form (a 1-wide window over the lanes of a blocked tensor) or the plain one.
+POOL_DISPATCH = """static void {name}(const {S} *restrict x, {S} *restrict y, int64_t planes, const cuvil_win *g,
+                   int include_pad)
+{{
+    {lanes}{name}_plain(x, y, planes, g, include_pad);
+}}
+"""
 # One output pixel's n <= 64 channels (x and y point at its first channel, W apart per pixel).
 POOL_LANES_HELPER = """static inline __attribute__((always_inline)) void {name}_lanes(const {S} *restrict xp,
         {S} *restrict yr, const cuvil_win *g, int64_t oz, int64_t oy, const int64_t n)
@@ -549,26 +559,33 @@ def _conv_transpose(gen, op, depth: int) -> None:
 
 # -- pools ---------------------------------------------------------------------------------------------------
 def _pool_helper(gen, op_name: str, dt: DType) -> str:
+    """Register the pool helpers of this kind and dtype, each threaded loop a helper of its own; returns the name
+    of the one to call."""
     s, t = storage(dt), compute(dt)
     name = f"{op_name}_{tag(dt)}"
     if op_name == "max_pool":
         init = "-INFINITY" if dt.is_float else _INT_MIN[dt]
         fmt = {"init": init, "combine": "CUVIL_MAX(acc, v)", "finish": "", "final": "acc"}
-        lanes = POOL_LANES.format(name=name, S=s, par=par_if("planes * out_plane * g->k[0] * g->k[1]"))
-        helper = POOL_LANES_HELPER.format(name=name, S=s, T=t, value_lanes=load(dt, "xr", "ox"), store_lanes=_store(
-            dt, "acc[ox]"), combine_lanes="CUVIL_MAX(acc[ox], v)", **fmt)
     else:
         fmt = {"init": "0", "combine": "acc + v", "finish": _AVG_FINISH.format(T=t), "final": "acc / count"}
-        lanes = helper = ""
     final = fmt.pop("final")
     squares = "".join(f"if (rows == {k} && kw == {k}{' && s == 1' if unit else ''}) {name}_cols(xr, yr, lo, hi, {k}, "
                       f"{k}, {'1' if unit else 's'}, rs, dw, -pw, count);\n                    else "
                       for k, unit in _square_windows(gen.fn, op_name, dt))
-    return _use(gen, name, POOL, name=name, S=s, T=t, squares=squares, value=load(dt, "xp", "at + tx * g->d[2]"),
-                value_cols=load(dt, "xr", "r * rs + ox * s + tx * dw + start"), store=_store(dt, f"{name}_at("
-                "xp, g, oz, oy, ox, include_pad)"), store_cols=_store(dt, final),
-                par=par_if("planes * out_plane * g->k[0] * g->k[1] * g->k[2]"), lanes=lanes, lanes_helper=helper,
-                **fmt)
+    _use(gen, f"{name}_support", POOL, name=name, S=s, T=t, value=load(dt, "xp", "at + tx * g->d[2]"),
+         value_cols=load(dt, "xr", "r * rs + ox * s + tx * dw + start"), store_cols=_store(dt, final), **fmt)
+    lanes = ""
+    if op_name == "max_pool":
+        _use(gen, f"{name}_lanes", POOL_LANES_HELPER, name=name, S=s, T=t, value_lanes=load(dt, "xr", "ox"),
+             store_lanes=_store(dt, "acc[ox]"), combine_lanes="CUVIL_MAX(acc[ox], v)", **fmt)
+        _use(gen, f"{name}_blocked", POOL_LANES, name=name, S=s,
+             par=par_if("planes * out_plane * g->k[0] * g->k[1]"))
+        lanes = (f"if (g->k[2] == 1 && g->s[2] == 1 && g->p[2] == 0 && g->pe[2] == 0 && g->out[2] == g->in[2]) "
+                 f"{{\n        {name}_blocked(x, y, planes, g);\n        return;\n    }}\n    ")
+    _use(gen, f"{name}_plain", POOL_PLAIN, name=name, S=s, T=t, squares=squares, store=_store(
+        dt, f"{name}_at(xp, g, oz, oy, ox, include_pad)"), par=par_if(
+        "planes * out_plane * g->k[0] * g->k[1] * g->k[2]"))
+    return _use(gen, name, POOL_DISPATCH, name=name, S=s, lanes=lanes)
 
 
 def _square_windows(fn, op_name: str, dt: DType) -> list:

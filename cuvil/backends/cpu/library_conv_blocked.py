@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ...errors import UnsupportedError
 from . import targets
-from .kernels import conv_block
+from .kernels import ACTIVATIONS, conv_block
 from .library_util import c_dim, open_block
 
 
@@ -36,7 +36,7 @@ def _conv_nchwc(gen, op, depth: int) -> None:
     sizes = (*x.type.shape[:5], w.type.shape[0], *y.type.shape[2:4], *w.type.shape[2:4], *a["strides"],
              *a["pads"][:2], *a["dilations"], a["channels"])
     gen.line(d, f"const int64_t g[17] = {{{', '.join(c_dim(s) for s in sizes)}}};")
-    res, act = "res" if "res" in names else "NULL", int(a["activation"] == "relu")
+    res, act = "res" if "res" in names else "NULL", ACTIVATIONS[a["activation"]]
     if u is not None:
         gen.line(d, f"cuvil_conv_winograd(x, {u}, bias, {res}, y, g, {act});")
     else:  # a weight computed at run time is not transformed on every call

@@ -51,6 +51,37 @@ def test_conv_matches_interpreter(c, o, kernel, attrs):
     _check(_conv_relu(c, o, kernel, attrs, shape), [RNG.standard_normal(shape).astype(np.float32)])
 
 
+@pytest.mark.parametrize("c, o, kernel, attrs", GEOMETRIES, ids=[f"{g[0]}-{g[1]}-{g[2]}-{i}"
+                                                                  for i, g in enumerate(GEOMETRIES)])
+@pytest.mark.parametrize("batch", [13, 9])
+def test_narrow_maps_strip_across_images(c, o, kernel, attrs, batch):
+    """Output maps narrower than a strip, several images: strips run across the images at one output pixel
+    (13 = a strip of 12 and one of 1; 9 = 7 and an overlapping 4)."""
+    shape = (batch, c, 7, 6)
+    _check(_conv_relu(c, o, kernel, attrs, shape), [RNG.standard_normal(shape).astype(np.float32)])
+
+
+@pytest.mark.parametrize("act, attrs", [("relu", {}), ("clip", {"min": 0.0, "max": 6.0}), ("sigmoid", {}),
+                                        ("tanh", {}), ("silu", {}), ("hardswish", {})])
+@pytest.mark.parametrize("size", [9, 3])  # 9: Winograd, rows of strips; 3: direct, strips across the images
+def test_activation_epilogues(act, attrs, size):
+    """conv -> + residual -> activation in the kernel's epilogue, direct and Winograd, blocked and plain output
+    (the second conv's result leaves the chain), values spread over every activation's interesting range."""
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", (3, 16, size, size))], ["x"])
+
+    def conv(v, k):
+        w = b.constant(RNG.standard_normal((16, 16, k, k)).astype(np.float32) * 0.4)
+        return b.conv(v, w, b.constant(RNG.standard_normal(16).astype(np.float32)), pads=(k // 2,) * 4)
+    x = b.args[0]
+    y = b.emit(act, b.add(conv(x, 3), x), **attrs)
+    b.ret(b.emit(act, conv(y, 3), **attrs))
+    exe = compile_module(m)
+    ir = cuvil.inspect_ir(exe)
+    assert ir.count("= conv_nchwc") == 2 and f"= {act} " not in ir and ('"winograd"' in ir) == (size == 9)
+    _check(m, [RNG.standard_normal((3, 16, size, size)).astype(np.float32) * 3])
+
+
 def test_symbolic_batch_and_image():
     m = _conv_relu(6, 19, (3, 3), {"pads": (1, 1, 1, 1), "strides": (2, 1)}, (sym("n"), 6, sym("h"), sym("w")))
     for shape in [(1, 6, 5, 4), (3, 6, 9, 17), (0, 6, 4, 4), (1, 6, 1, 1)]:

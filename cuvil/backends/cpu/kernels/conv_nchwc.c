@@ -6,8 +6,8 @@
  * block, kernel row, kernel column, input lane): it broadcasts one input value and adds its product with one
  * weight vector into every accumulator (weights packed [ob, cb, kh, kw, c, B] at compile time, so the vector
  * is contiguous). A padded convolution first copies x into a zero-bordered buffer, so that no strip needs to
- * clip its taps (per-tap bounds checks cost a third of the time at 7x7). Bias, residual and relu are applied
- * while the strip is in registers. A unit of its own (kernels.py), after cuvil_internal.h.
+ * clip its taps (per-tap bounds checks cost a third of the time at 7x7). Bias, residual and the activation (a
+ * CUVIL_ACT_* code) are applied while the strip is in registers. A unit of its own (kernels.py), after cuvil_internal.h.
  */
 #if defined(CUVIL_NCHWC_W0) /* the target's (targets.py: wasm32's is measured) */
 #define NCHWC_W0 CUVIL_NCHWC_W0
@@ -21,15 +21,19 @@
 
 #include "cuvil_nchwc.h"
 
+/* The distances between two pixels of a strip, in floats: in x, in y and in the residual. A strip runs along an
+ * output row, or, on maps narrower than a strip, across images at one output pixel. */
+typedef struct { int64_t x, y, res; } nchwc_steps;
+
 #define STRIP_PARAMS const float *restrict xn, const float *restrict wo, int64_t ws, const float *restrict bo, \
     const float *restrict rr, float *restrict yr, int64_t ys, int64_t left, const nchwc_geom *g, int64_t ih0, \
-    int64_t iw0, int act
-#define STRIP_ARGS xn, wo, ws, bo, rr, yr, ys, left, g, ih0, iw0, act
+    int64_t iw0, int act, const nchwc_steps *st
+#define STRIP_ARGS xn, wo, ws, bo, rr, yr, ys, left, g, ih0, iw0, act, st
 
-/* RW output pixels of NB output blocks from input row ih0, column iw0 (every tap inside x). NB, RW and C are
- * constants at every call, so the loops over them unroll and acc lives in registers. `ws` is the distance
- * between two output blocks' weights, `ys` between their outputs; a plain output (g->oc > 0) is written lane by
- * lane, `left` being the channels from this block on. */
+/* RW output pixels of NB output blocks from input row ih0, column iw0 (every tap inside x), pixel r's input
+ * st->x * r floats on. NB, RW and C are constants at every call, so the loops over them unroll and acc lives
+ * in registers. `ws` is the distance between two output blocks' weights, `ys` between their outputs; a plain
+ * output (g->oc > 0) is written lane by lane, `left` being the channels from this block on. */
 CUVIL_INLINE void nchwc_strip(STRIP_PARAMS, const int NB, const int RW, const int64_t C)
 {
     cuvil_vf acc[2][NCHWC_W0];
@@ -38,7 +42,7 @@ CUVIL_INLINE void nchwc_strip(STRIP_PARAMS, const int NB, const int RW, const in
 #pragma GCC unroll 16
         for (int r = 0; r < RW; r++) acc[j][r] = b0;
     }
-    const int64_t step = g->sw * C;
+    const int64_t step = st->x;
     for (int64_t c = 0; c < g->cb; c++)
         for (int64_t ky = 0; ky < g->kh; ky++) {
             const float *xrow = xn + ((c * g->h) + ih0 + ky * g->dh) * g->w * C;
@@ -61,12 +65,13 @@ CUVIL_INLINE void nchwc_strip(STRIP_PARAMS, const int NB, const int RW, const in
 #pragma GCC unroll 16
         for (int r = 0; r < RW; r++) {
             cuvil_vf v = acc[j][r];
-            if (rr) v += cuvil_load(rr + j * ys + r * CUVIL_VL);
-            if (act) v = (cuvil_vf)((cuvil_vi)v & ~(v < 0)); /* relu that keeps NaN, like its reference */
+            if (rr) v += cuvil_load(rr + j * ys + r * st->res);
+            v = nchwc_activate(v, act);
             if (!g->oc)
-                cuvil_store(yr + j * ys + r * CUVIL_VL, v);
+                cuvil_store(yr + j * ys + r * st->y, v);
             else
-                for (int e = 0; e < CUVIL_VL && j * CUVIL_VL + e < left; e++) yr[j * ys + e * g->oh * g->ow + r] = v[e];
+                for (int e = 0; e < CUVIL_VL && j * CUVIL_VL + e < left; e++)
+                    yr[j * ys + e * g->oh * g->ow + r * st->y] = v[e];
         }
     }
 }
@@ -116,16 +121,16 @@ static int nchwc_choose(int64_t r, int64_t ow, int64_t *at)
     return NCHWC_WIDTHS - 1;
 }
 
-/* One output row of NB output blocks. */
-static void nchwc_row(STRIP_PARAMS, int NB, int64_t px)
+/* `count` output pixels of NB output blocks, in strips along st (along a row, or across images). */
+static void nchwc_run(STRIP_PARAMS, int NB, int64_t count)
 {
     const int narrow = g->c != CUVIL_VL;
-    for (int64_t ow = 0; ow < g->ow;) {
-        int64_t at = ow;
-        const int i = nchwc_choose(g->ow - ow, g->ow, &at), w = nchwc_widths[i];
-        nchwc_strips[NB - 1][i][narrow](xn, wo, ws, bo, rr ? rr + at * CUVIL_VL : NULL, yr + at * px, ys, left, g,
-                                        ih0, at * g->sw, act);
-        ow = at + w;
+    for (int64_t k = 0; k < count;) {
+        int64_t at = k;
+        const int i = nchwc_choose(count - k, count, &at), w = nchwc_widths[i];
+        nchwc_strips[NB - 1][i][narrow](xn + at * st->x, wo, ws, bo, rr ? rr + at * st->res : NULL, yr + at * st->y,
+                                        ys, left, g, ih0, iw0, act, st);
+        k = at + w;
     }
 }
 
@@ -180,21 +185,31 @@ typedef struct {
     int act;
 } nchwc_job_t;
 
-/* Output rows [p0, p1), numbered (image, pair of output blocks, row). */
-static int nchwc_rows(void *job, int64_t p0, int64_t p1)
+/* Whether strips run across images: on maps narrower than the widest strip but one, whose rows would leave
+ * most of the registers idle and stream a pair's weights for a pixel or two. */
+static int nchwc_across_images(const nchwc_geom *g) { return g->n > 1 && g->ow < nchwc_widths[1]; }
+
+/* Items [p0, p1) of the output, numbered (pair of output blocks, image, row), or (pair, row, column) when strips
+ * run across images: one pair's weights stay in cache over consecutive items. */
+static int nchwc_items(void *job, int64_t p0, int64_t p1)
 {
     const nchwc_job_t *j = job;
     const nchwc_geom *g = j->g;
-    const int64_t pairs = (g->ob + 1) / 2, ws = g->cb * g->kh * g->kw * g->c * CUVIL_VL, ys = g->oh * g->ow * CUVIL_VL;
+    const int64_t ws = g->cb * g->kh * g->kw * g->c * CUVIL_VL, ys = g->oh * g->ow * CUVIL_VL;
+    const int64_t image = g->cb * g->h * g->w * g->c, out_image = g->oc ? g->oc * g->oh * g->ow : g->ob * ys;
+    const int across = nchwc_across_images(g), inner = across ? g->oh * g->ow : g->n * g->oh;
+    const nchwc_steps st = across ? (nchwc_steps){image, out_image, g->ob * ys}
+                                  : (nchwc_steps){g->sw * g->c, g->oc ? 1 : CUVIL_VL, CUVIL_VL};
     for (int64_t p = p0; p < p1; p++) {
-        const int64_t oh = p % g->oh, o = p / g->oh % pairs * 2, n = p / g->oh / pairs;
-        const int64_t row = (n * g->ob + o) * g->oh + oh;
-        const float *xn = j->x + n * g->cb * g->h * g->w * g->c, *wo = j->w + o * ws, *bo = j->bias + o * CUVIL_VL;
-        const float *rr = j->res ? j->res + row * g->ow * CUVIL_VL : NULL;
-        float *yr = g->oc ? j->y + (n * g->oc + o * CUVIL_VL) * g->oh * g->ow + oh * g->ow
-                          : j->y + row * g->ow * CUVIL_VL;
-        const int64_t left = g->oc - o * CUVIL_VL, px = g->oc ? 1 : CUVIL_VL; /* plain output: channels left, step */
-        nchwc_row(xn, wo, ws, bo, rr, yr, ys, left, g, oh * g->sh, 0, j->act, o + 1 < g->ob ? 2 : 1, px);
+        const int64_t o = p / inner * 2, q = p % inner;
+        const int64_t n = across ? 0 : q / g->oh, oh = across ? q / g->ow : q % g->oh, ow = across ? q % g->ow : 0;
+        const int64_t at = (n * g->ob + o) * ys + (oh * g->ow + ow) * CUVIL_VL; /* in the blocked output */
+        const float *xn = j->x + n * image, *wo = j->w + o * ws, *bo = j->bias + o * CUVIL_VL;
+        const float *rr = j->res ? j->res + at : NULL;
+        float *yr = g->oc ? j->y + (n * g->oc + o * CUVIL_VL) * g->oh * g->ow + oh * g->ow + ow : j->y + at;
+        const int64_t left = g->oc - o * CUVIL_VL; /* a plain output's channels from this block on */
+        nchwc_run(xn, wo, ws, bo, rr, yr, ys, left, g, oh * g->sh, ow * g->sw, j->act, &st, o + 1 < g->ob ? 2 : 1,
+                  across ? g->n : g->ow);
     }
     return 0;
 }
@@ -210,9 +225,10 @@ void cuvil_conv_nchwc(const float *x, const float *w, const float *bias, const f
     const nchwc_geom *g = &unpadded;
     x = nchwc_unpadded(x, given, &unpadded);
     const int64_t pairs = (g->ob + 1) / 2, ws = g->cb * g->kh * g->kw * g->c * CUVIL_VL;
-    const int64_t ys = g->oh * g->ow * CUVIL_VL, rows = g->n * pairs * g->oh;
-    const int nt = (int)min64(threads_for(rows * 2 * g->ow * ws), rows);
-    /* Threads split (image, pair of output blocks, output row); an odd last block runs alone. */
+    const int across = nchwc_across_images(g);
+    const int64_t items = pairs * (across ? g->oh * g->ow : g->n * g->oh), pixels = across ? g->n : g->ow; /* per item */
+    const int nt = (int)min64(threads_for(items * 2 * pixels * ws), items);
+    /* Threads split (pair of output blocks, image or column, output row); an odd last block runs alone. */
     nchwc_job_t job = {x, w, bias, res, y, g, act};
-    cuvil_parallel_team(rows, nt, nchwc_rows, &job);
+    cuvil_parallel_team(items, nt, nchwc_items, &job);
 }

@@ -99,7 +99,7 @@ void cuvil_dwconv2d(int64_t batch, int64_t C, int64_t O, const float *x, const f
 /* Blocked direct convolution (the conv_nchwc op), B = cuvil_conv_nchwc_block() channels per block:
  * x[n, cb, h, w, c] (c = B, or c < B channels of a narrow input with cb = 1), w packed [ob, cb, kh, kw, c, B],
  * bias[ob * B], res NULL or shaped like a blocked y, y[n, ob, oh, ow, B] or, when oc > 0, plain [n, oc, oh, ow].
- * geom: n, cb, h, w, c, ob, oh, ow, kh, kw, stride h, w, pad top, left, dilation h, w, oc. act: none or relu. */
+ * geom: n, cb, h, w, c, ob, oh, ow, kh, kw, stride h, w, pad top, left, dilation h, w, oc. act: a CUVIL_ACT_* code. */
 int cuvil_conv_nchwc_block(void);
 void cuvil_conv_nchwc(const float *x, const float *w, const float *bias, const float *res, float *y,
                       const int64_t *geom, int act);

@@ -8,6 +8,17 @@
 
 typedef struct { int64_t n, cb, h, w, c, ob, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, oc; } nchwc_geom;
 
+/* A CUVIL_ACT_* activation other than relu, out of line: expanded into every unrolled strip, sigmoid and hardswish
+ * would multiply the units' code (and gcc's time) for a pass that costs a call per vector. */
+static __attribute__((noinline)) cuvil_vf nchwc_activate_call(cuvil_vf v, int act) { return cuvil_activate(v, act); }
+
+/* The epilogue's activation: relu inline (the common case, keeping NaN like its reference), others by call. */
+CUVIL_INLINE cuvil_vf nchwc_activate(cuvil_vf v, int act)
+{
+    if (act == CUVIL_ACT_RELU) return (cuvil_vf)((cuvil_vi)v & ~(v < 0));
+    return act ? nchwc_activate_call(v, act) : v;
+}
+
 /* Thread-local scratch, grown as needed and kept for the thread's life (freed when it exits): one slot for a
  * padded conv input (the calling thread's), one for each thread's Winograd buffers. */
 enum { SCRATCH_PADDED, SCRATCH_WINOGRAD, SCRATCH_SLOTS };

@@ -9,8 +9,8 @@
  *
  * Threads take groups of up to WINO_TB tiles. A group transforms its input tiles into V [36][cb][tiles][B],
  * runs the 36 GEMMs into M [36][ob][tiles][B] with the tiles and two output blocks in registers, and
- * transforms M back into output tiles, adding bias and residual and applying relu on the way out. Lanes hold
- * channels throughout, so every transform is vector arithmetic on whole blocks.
+ * transforms M back into output tiles, adding bias and residual and applying the activation on the way out.
+ * Lanes hold channels throughout, so every transform is vector arithmetic on whole blocks.
  *
  * Accuracy: the transforms' coefficients (up to 8 on the way out, 1/24 in the weights) cost about two decimal
  * digits against the direct sum; tests/backends/cpu/test_winograd.py states the tolerance.
@@ -199,7 +199,7 @@ static void wino_output_tile(const wino_out *out, const float *restrict m, int64
             const int64_t at = ((n * g->ob + o) * g->oh + oy + i) * g->ow + ox + j;
             wvf v = r[j] + b;
             if (out->res) v += cuvil_load(out->res + at * CUVIL_VL);
-            if (out->act) v = (wvf)((cuvil_vi)v & ~(v < 0)); /* relu that keeps NaN */
+            v = nchwc_activate(v, out->act);
             if (!g->oc) {
                 cuvil_store(out->y + at * CUVIL_VL, v);
             } else {
