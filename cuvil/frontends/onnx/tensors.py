@@ -137,3 +137,28 @@ class Tensor:
     def of_array(arr: np.ndarray, elem: int | None = None, name: str = "c") -> "Tensor":
         return Tensor(known=arr, elem=elem if elem is not None else ONNX_DTYPES[DType.from_numpy(arr.dtype)],
                       name=name)
+
+
+class Sequence:
+    """An ONNX sequence whose length is known at conversion time: a tuple of Tensors. `elem` is the element
+    type (an empty sequence has no element to tell it)."""
+
+    __slots__ = ("items", "elem")
+
+    def __init__(self, items, elem: int):
+        self.items, self.elem = tuple(items), elem
+
+    def describe(self) -> str:
+        return f"a sequence of {len(self.items)} tensors"
+
+
+class OptionalValue:
+    """An ONNX optional whose presence is known at conversion time: `item` (a Tensor or Sequence) or None."""
+
+    __slots__ = ("item", "type_proto")
+
+    def __init__(self, item, type_proto=None):
+        self.item, self.type_proto = item, type_proto  # type_proto: the element's ONNX type, for an absent one
+
+    def describe(self) -> str:
+        return "an absent optional" if self.item is None else "an optional"
