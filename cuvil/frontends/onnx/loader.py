@@ -19,7 +19,7 @@ from .context import NeedsValue
 from .convert_quant_fused import DOMAIN as QUANT_DOMAIN, fuse_quantized
 from .graph import DEFAULT_DOMAINS, MIN_OPSET, GraphConverter, Scope
 from .model import OnnxModel, OptionalSpec, SequenceSpec, SpecializingModel, StructuredModel, TensorSpec, flat_specs
-from .tensors import OptionalValue, Sequence, Tensor, ir_dtype, sanitize, type_name
+from .tensors import OptionalValue, Sequence, Tensor, flatten_value, ir_dtype, sanitize, type_name
 from .validate import validate_model
 
 
@@ -168,15 +168,10 @@ def _bound(spec, structure, args, values: dict):
 
 
 def _flattened(name: str, out) -> tuple:
-    """(the output's layout entry, its (name, Tensor) pairs): a sequence gives one per element."""
-    if isinstance(out, Tensor):
-        return None, [(name, out)]
-    if isinstance(out, Sequence):
-        return ("seq", len(out.items)), [(f"{name}[{i}]", t) for i, t in enumerate(out.items)]
-    if out.item is None:
-        return ("opt", False), []
-    inner, flat = _flattened(name, out.item)
-    return ("opt", inner), flat
+    """(the output's layout entry, its (name, Tensor) pairs): a sequence gives one per element, `name[i]`."""
+    entry, flat = flatten_value(out)
+    whole = entry is None or entry[1] is None
+    return entry, [(name if whole else f"{name}[{i}]", t) for i, t in enumerate(flat)]
 
 
 def _input_specs(proto) -> list:

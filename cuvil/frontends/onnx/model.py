@@ -298,10 +298,9 @@ def regroup(layout: list, flat: list) -> list:
     def one(entry):
         if entry is None:
             return next(it)
-        kind, arg = entry
-        if kind == "seq":
-            return [next(it) for _ in range(arg)]
-        return None if arg is False else one(arg)
+        if entry[0] == "seq":
+            return [next(it) for _ in range(entry[1])]
+        return None if entry[1] is False else one(entry[1])
     return [one(e) for e in layout]
 
 

@@ -162,3 +162,25 @@ class OptionalValue:
 
     def describe(self) -> str:
         return "an absent optional" if self.item is None else "an optional"
+
+
+def flatten_value(v) -> tuple:
+    """(a layout entry, the Tensors) of a Tensor, Sequence or OptionalValue: None for a tensor, ("seq", length,
+    element type) for a sequence, ("opt", False) for an absent optional, ("opt", inner entry) for a present one."""
+    if isinstance(v, Tensor):
+        return None, [v]
+    if isinstance(v, Sequence):
+        return ("seq", len(v.items), v.elem), list(v.items)
+    if v.item is None:
+        return ("opt", False), []
+    inner, flat = flatten_value(v.item)
+    return ("opt", inner), flat
+
+
+def unflatten_value(entry, tensors):
+    """The value `flatten_value` gave this entry for, rebuilt from an iterator of Tensors."""
+    if entry is None:
+        return next(tensors)
+    if entry[0] == "seq":
+        return Sequence([next(tensors) for _ in range(entry[1])], entry[2])
+    return OptionalValue(None if entry[1] is False else unflatten_value(entry[1], tensors))
