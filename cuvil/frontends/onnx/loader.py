@@ -38,7 +38,8 @@ def load_proto(proto, base_dir: str | None = None, structure: tuple | None = Non
     if structure is None:
         validate_model(proto)
         if any(v.type.WhichOneof("value") in ("sequence_type", "optional_type") for v in proto.graph.input):
-            return StructuredModel(_input_specs(proto), _output_specs(proto), lambda st: load_proto(proto, base_dir, st))
+            return StructuredModel(_input_specs(proto), _output_specs(proto),
+                                   lambda st: load_proto(proto, base_dir, st))
     try:
         return _convert(proto, base_dir, {}, structure)
     except NeedsValue as e:
