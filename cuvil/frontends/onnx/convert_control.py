@@ -103,6 +103,9 @@ def unrolled_loop(ctx) -> list:
     """The Loop as straight-line code: the body converted once per iteration, with the counter known."""
     body = ctx.attr("body")
     count = ctx.known_scalar(0, "the trip count of a Loop over sequences or optionals", None)
+    if count is not None and not isinstance(count, int):
+        raise ctx.unsupported(f"the trip count is the symbolic size {count}; a Loop over sequences or optionals is "
+                              f"unrolled, so its trip count must be a number when the model is loaded")
     go = _known_condition(ctx, ctx.tensor(1)) if ctx.has(1) else True
     carried = [ctx.value(i) for i in range(2, len(ctx.inputs))]
     rows: list = [[] for _ in range(len(body.output) - 1 - len(carried))]

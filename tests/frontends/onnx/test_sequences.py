@@ -210,3 +210,4 @@ def test_sequence_elements_of_different_types_are_refused():
                    [_t("x", F32, [2]), _t("i", I64, [2])], [_t("n", I64, [])])
     with pytest.raises(cuvil.ShapeError, match=r"SequenceConstruct node 'mk'.*same"):
         cuvil.load_onnx(proto)(rand(2), np.zeros(2, np.int64))
+
