@@ -17,7 +17,7 @@ from ...ir.types import TensorType
 from .context import NeedsValue
 from .fold import has_symbols
 from .registry import converter
-from .tensors import Tensor, flatten_value, unflatten_value
+from .tensors import Growing, Sequence, Stacked, Tensor, flatten_value, unflatten_value
 
 MAX_UNROLL = 1024  # iterations of an unrolled Loop; past it the IR would be larger than the loop is worth
 
@@ -87,8 +87,13 @@ def _loop_carried_error(ctx, e: ShapeError):
 
 @converter("Loop")
 def loop(ctx):
-    if any(not isinstance(ctx.value(i), Tensor) for i in range(2, len(ctx.inputs))):
-        return unrolled_loop(ctx)
+    carried = [ctx.value(i) for i in range(2, len(ctx.inputs))]
+    if any(not isinstance(v, Tensor) for v in carried):
+        count = ctx.known(0)
+        growable = all(isinstance(v, Tensor) or isinstance(v, Sequence) and not v.items for v in carried)
+        if not growable or count is None or not (has_symbols(count) or int(count.reshape(-1)[0]) > MAX_UNROLL):
+            return unrolled_loop(ctx)
+        return while_loop(ctx)  # a run-time trip count: empty sequences grow into stacks of rows
     try:
         return while_loop(ctx)
     except NeedsValue as e:
@@ -142,20 +147,26 @@ def _stacked(ctx, rows: list):
 
 
 def while_loop(ctx) -> list:
-    """The Loop as one `while`, its carried values tensors of fixed types."""
+    """The Loop as one `while`, its carried values tensors of fixed types. A carried sequence that starts empty
+    and gains one element per iteration is written row by row into a buffer of the trip count, like a scan output,
+    and comes out as a Stacked sequence."""
     body = ctx.attr("body")
-    init = [ctx.x(i) for i in range(2, len(ctx.inputs))]
-    n_scan = len(body.output) - 1 - len(init)
+    start = [ctx.value(i) for i in range(2, len(ctx.inputs))]
+    grown = [v if isinstance(v, Sequence) else None for v in start]
+    init = [ctx.graph.materialize(v, ctx.b.loc) for v, g in zip(start, grown) if g is None]
+    n_rows = len(body.output) - 1 - len(init)
     i64, bool_ = TensorType(DType.i64, ()), TensorType(DType.bool, ())
-    outs, args = _dry_run(ctx, body, [i64, bool_] + [v.type for v in init])
+    scratch = Region([i64, bool_] + [v.type for v in init])
+    outs = _run_body(ctx, body, Builder(ctx.b.module, ctx.b.function, scratch, ctx.b.loc), scratch.args, grown)
     types = [t.type for t in outs]
-    if n_scan and ctx.has(0) and ctx.known(0) is None:
+    if n_rows and ctx.has(0) and ctx.known(0) is None:
         raise ctx.needs_value(0, "the trip count of a Loop with scan outputs")
-    if n_scan and not (ctx.has(0) and (not ctx.has(1) or _always_true(ctx.tensor(1), None))
-                       and _always_true(outs[0], args[1])):
-        raise ctx.unsupported("scan outputs of Loop need a trip count known when the model is loaded and a condition "
-                              "that stays true (else they would grow to a data-dependent length)")
-    count = ctx.known_scalar(0, "trip count") if n_scan else None
+    if n_rows and not (ctx.has(0) and (not ctx.has(1) or _always_true(ctx.tensor(1), None))
+                       and _always_true(outs[0], scratch.args[1])):
+        raise ctx.unsupported("scan outputs of Loop (and sequences it grows) need a trip count known when the model "
+                              "is loaded and a condition that stays true (else they would grow to a data-dependent "
+                              "length)")
+    count = ctx.known_scalar(0, "trip count") if n_rows else None
     bufs = [_buffer(ctx, count, t) for t in types[1 + len(init):]]
     limit = ctx.b.reshape(ctx.cast(ctx.x(0), DType.i64), shape=()) if ctx.has(0) else None
     cond0 = ctx.b.reshape(ctx.x(1), shape=()) if ctx.has(1) else ctx.b.full(1.0, (), DType.bool)
@@ -165,14 +176,36 @@ def while_loop(ctx) -> list:
 
     def step(nb, i, c, *rest):
         carried, buffers = rest[:len(init)], rest[len(init):]
-        outs = _values(ctx, ctx.graph.run_subgraph(ctx, body, nb, [Tensor(value=v) for v in (i, c, *carried)]))
+        outs = _values(ctx, _run_body(ctx, body, nb, [i, c, *carried], grown))
         new_bufs = [write_row(nb, buf, row, i) for buf, row in zip(buffers, outs[1 + len(init):])]
         return [nb.add(i, ctx.const(1, DType.i64)), nb.reshape(outs[0], shape=()), *outs[1:1 + len(init)], *new_bufs]
     try:
         results = ctx.b.while_loop([ctx.const(0, DType.i64), cond0, *init, *bufs], cond, step)
     except ShapeError as e:
         raise _loop_carried_error(ctx, e) from None
-    return list(results[2:])
+    kept, stacks = iter(results[2:2 + len(init)]), iter(results[2 + len(init):])
+    final = [Stacked(Tensor(value=next(stacks), elem=g.elem)) if g is not None else next(kept) for g in grown]
+    return final + list(stacks)
+
+
+def _run_body(ctx, body, nb: Builder, values: list, grown: list) -> list:
+    """The body's outputs as Tensors: cond, the carried tensors, the element each grown sequence gained, the scan
+    rows. `values` are the IR values of the counter, the condition and the carried tensors."""
+    rest = iter(values[2:])
+    args = [Tensor(value=values[0]), Tensor(value=values[1])] + [
+        Growing(g.elem) if g is not None else Tensor(value=next(rest)) for g in grown]
+    outs = ctx.graph.run_subgraph(ctx, body, nb, args)
+    carried = outs[1:1 + len(grown)]
+    kept = [o for o, g in zip(carried, grown) if g is None]
+    return [outs[0], *kept, *[_appended(ctx, o, a) for o, a, g in zip(carried, args[2:], grown) if g is not None],
+            *outs[1 + len(grown):]]
+
+
+def _appended(ctx, out, arg) -> Tensor:
+    if not isinstance(out, Growing) or out.source is not arg or out.row is None:
+        raise ctx.unsupported("a sequence carried by a Loop of run-time trip count must gain one element per "
+                              "iteration, by a SequenceInsert at its end")
+    return out.row
 
 
 @converter("Scan")

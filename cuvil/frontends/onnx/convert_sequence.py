@@ -8,8 +8,9 @@ import numpy as np
 from onnx import TensorProto
 
 from ...errors import IndexRangeError
+from ...ir.dtypes import DType
 from .registry import converter
-from .tensors import OptionalValue, Sequence, Tensor, type_name
+from .tensors import Growing, OptionalValue, Sequence, Stacked, Tensor, type_name
 
 MAX_LENGTH = 4096  # a longer sequence would unroll into more IR than any real model holds
 
@@ -65,17 +66,29 @@ def sequence_empty(ctx):
 
 @converter("SequenceLength")
 def sequence_length(ctx):
+    if isinstance(ctx.value(0), Stacked):
+        return [Tensor(value=ctx.scalar(ctx.value(0).tensor.type.shape[0], DType.i64))]
     return [Tensor.of_array(np.array(len(sequence(ctx, 0).items), np.int64))]
 
 
 @converter("SequenceAt")
 def sequence_at(ctx):
+    if isinstance(ctx.value(0), Stacked):  # a row of the stack; gather checks the position at run time
+        rows = ctx.value(0).tensor
+        at = ctx.b.reshape(ctx.cast(ctx.x(1), DType.i64), shape=())
+        return [Tensor(value=ctx.b.gather(ctx.graph.materialize(rows, ctx.b.loc), at, axis=0), elem=rows.elem)]
     seq = sequence(ctx, 0)
     return [seq.items[position(ctx, 1, len(seq.items), None)]]
 
 
 @converter("SequenceInsert")
 def sequence_insert(ctx):
+    if isinstance(ctx.value(0), Growing):
+        grown = ctx.value(0)
+        if ctx.has(2) or grown.row is not None:
+            raise ctx.unsupported("a sequence grown by a Loop of run-time trip count takes one element per "
+                                  "iteration, at its end")
+        return [Growing(grown.elem, grown, ctx.tensor(1))]
     seq, items = sequence(ctx, 0), list(sequence(ctx, 0).items)
     items.insert(position(ctx, 2, len(items), len(items), inserting=True), ctx.tensor(1))
     return [make_sequence(ctx, items, seq.elem)]
@@ -129,6 +142,8 @@ def _parts(ctx, x, axis: int, sizes) -> list:
 
 @converter("ConcatFromSequence")
 def concat_from_sequence(ctx):
+    if isinstance(ctx.value(0), Stacked):
+        return [_concat_stacked(ctx, ctx.value(0).tensor, ctx.attr("axis"), ctx.attr("new_axis", 0))]
     seq = sequence(ctx, 0)
     if not seq.items:
         raise ctx.error("cannot concatenate an empty sequence (its result has no shape)")
@@ -140,6 +155,23 @@ def concat_from_sequence(ctx):
         values = [ctx.b.reshape(v, shape=v.type.shape[:axis] + (1,) + v.type.shape[axis:]) for v in values]
     out = ctx.b.concat(*values, axis=axis) if len(values) > 1 else values[0]
     return [Tensor(value=out, elem=seq.elem)]
+
+
+def _concat_stacked(ctx, rows: Tensor, axis: int, new_axis: int) -> Tensor:
+    """The rows of a stack [n, *element] concatenated (or stacked, with new_axis) along `axis` of the elements:
+    the stack axis moved next to `axis`, then merged into it."""
+    stack = ctx.graph.materialize(rows, ctx.b.loc)
+    shape = tuple(stack.type.shape)
+    rank = len(shape) - 1 + new_axis
+    axis = axis + rank if axis < 0 else axis
+    perm = list(range(1, len(shape)))
+    perm.insert(axis, 0)
+    moved = ctx.b.transpose(stack, perm=tuple(perm)) if perm != sorted(perm) else stack
+    if new_axis:
+        return Tensor(value=moved, elem=rows.elem)
+    dims = list(moved.type.shape)
+    merged = dims[:axis] + [dims[axis] * dims[axis + 1]] + dims[axis + 2:]
+    return Tensor(value=ctx.b.reshape(moved, shape=tuple(merged)), elem=rows.elem)
 
 
 @converter("SequenceMap")

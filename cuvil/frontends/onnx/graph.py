@@ -25,7 +25,7 @@ from .carriers import CARRIERS, wrap
 from .context import NodeContext
 from .fold import FOLD_LIMIT
 from .registry import CONVERTERS, DOMAIN_CONVERTERS, FOLDERS
-from .tensors import OptionalValue, Sequence, Tensor, ir_dtype, sanitize, tensor_to_array
+from .tensors import NOT_TENSORS, Tensor, ir_dtype, sanitize, tensor_to_array
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 MAX_ELEMENTS = 2 ** 36  # a static result larger than this is a corrupt model, not a real one
@@ -147,7 +147,7 @@ class GraphConverter:
         sctx = NodeContext(sub, ctx.node, inputs, ctx.opset, Builder(scratch, fn, fn.body, ctx.b.loc), Scope(),
                            ctx.opsets, ctx.name)
         outs = conv(sctx)
-        if any(isinstance(o, (Sequence, OptionalValue)) for o in outs):
+        if any(isinstance(o, NOT_TENSORS) for o in outs):
             return None
         outs = [o if isinstance(o, Tensor) or o is None else Tensor(value=o) for o in outs]
         if any(o is not None and o.value is not None and not (o.type.is_static and o.type.numel <= FOLD_LIMIT)
@@ -169,7 +169,7 @@ class GraphConverter:
                 continue
             if out is None:
                 raise ctx.unsupported(f"does not produce its optional output {name!r}")
-            if isinstance(out, (Sequence, OptionalValue)):
+            if isinstance(out, NOT_TENSORS):
                 ctx.scope.define(name, out)
                 continue
             t = out if isinstance(out, Tensor) else self.carried(ctx, i, out, deps)

@@ -171,7 +171,7 @@ def _bound(spec, structure, args, values: dict):
 def _flattened(name: str, out) -> tuple:
     """(the output's layout entry, its (name, Tensor) pairs): a sequence gives one per element, `name[i]`."""
     entry, flat = flatten_value(out)
-    whole = entry is None or entry[1] is None
+    whole = entry is None or entry == ("stacked",) or entry[1] is None
     return entry, [(name if whole else f"{name}[{i}]", t) for i, t in enumerate(flat)]
 
 

@@ -300,6 +300,8 @@ def regroup(layout: list, flat: list) -> list:
             return next(it)
         if entry[0] == "seq":
             return [next(it) for _ in range(entry[1])]
+        if entry[0] == "stacked":
+            return list(next(it))
         return None if entry[1] is False else one(entry[1])
     return [one(e) for e in layout]
 

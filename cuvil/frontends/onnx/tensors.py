@@ -152,6 +152,36 @@ class Sequence:
         return f"a sequence of {len(self.items)} tensors"
 
 
+class Stacked:
+    """A sequence whose length is known only at run time (grown by a Loop): its elements are the rows of one
+    tensor of shape [length, *element shape]."""
+
+    __slots__ = ("tensor",)
+
+    def __init__(self, tensor: Tensor):
+        self.tensor = tensor
+
+    @property
+    def elem(self) -> int:
+        return self.tensor.elem
+
+    def describe(self) -> str:
+        return f"a sequence of run-time length {self.tensor.type.shape[0]}"
+
+
+class Growing:
+    """A sequence carried by a Loop that becomes a `while`, seen from inside the body: it can only be appended to.
+    `row` is the element the body appended (None for the body's argument itself)."""
+
+    __slots__ = ("elem", "source", "row")
+
+    def __init__(self, elem: int, source=None, row=None):
+        self.elem, self.source, self.row = elem, source, row
+
+    def describe(self) -> str:
+        return "a sequence grown by a Loop of run-time trip count"
+
+
 class OptionalValue:
     """An ONNX optional whose presence is known at conversion time: `item` (a Tensor or Sequence) or None."""
 
@@ -165,12 +195,15 @@ class OptionalValue:
 
 
 def flatten_value(v) -> tuple:
-    """(a layout entry, the Tensors) of a Tensor, Sequence or OptionalValue: None for a tensor, ("seq", length,
-    element type) for a sequence, ("opt", False) for an absent optional, ("opt", inner entry) for a present one."""
+    """(a layout entry, the Tensors) of a Tensor, Sequence, Stacked or OptionalValue: None for a tensor, ("seq",
+    length, element type) for a sequence, ("stacked",) for a Stacked one, ("opt", False) for an absent optional,
+    ("opt", inner entry) for a present one."""
     if isinstance(v, Tensor):
         return None, [v]
     if isinstance(v, Sequence):
         return ("seq", len(v.items), v.elem), list(v.items)
+    if isinstance(v, Stacked):
+        return ("stacked",), [v.tensor]
     if v.item is None:
         return ("opt", False), []
     inner, flat = flatten_value(v.item)
@@ -183,4 +216,9 @@ def unflatten_value(entry, tensors):
         return next(tensors)
     if entry[0] == "seq":
         return Sequence([next(tensors) for _ in range(entry[1])], entry[2])
+    if entry[0] == "stacked":
+        return Stacked(next(tensors))
     return OptionalValue(None if entry[1] is False else unflatten_value(entry[1], tensors))
+
+
+NOT_TENSORS = (Sequence, Stacked, Growing, OptionalValue)  # the records a converter may give besides tensors

@@ -211,3 +211,40 @@ def test_sequence_elements_of_different_types_are_refused():
     with pytest.raises(cuvil.ShapeError, match=r"SequenceConstruct node 'mk'.*same"):
         cuvil.load_onnx(proto)(rand(2), np.zeros(2, np.int64))
 
+
+
+def _loop_over_rows(new_axis: int, axis: int):
+    """for i in range(x.shape[0]): s.append(x[i] * 2), a Loop of symbolic trip count growing a sequence."""
+    body = helper.make_graph(
+        [N("Identity", ["c_in"], ["c_out"]), N("Gather", ["x", "i"], ["row"], axis=0), N("Add", ["row", "row"], ["d"]),
+         N("SequenceInsert", ["s_in", "d"], ["s_out"])],
+        "body", [_t("i", I64, []), _t("c_in", BOOL, []), _seq("s_in", F32, [3])], [_t("c_out", BOOL, []),
+                                                                                   _seq("s_out", F32, [3])])
+    nodes = [N("Shape", ["x"], ["shape"]), N("Gather", ["shape", "zero"], ["n"], axis=0),
+             N("SequenceEmpty", [], ["empty"], dtype=F32), N("Loop", ["n", "", "empty"], ["s"], body=body),
+             N("SequenceLength", ["s"], ["k"]), N("ConcatFromSequence", ["s"], ["c"], axis=axis, new_axis=new_axis),
+             N("SequenceAt", ["s", "minus_one"], ["last"])]
+    outputs = [_seq("s", F32, [3]), _t("k", I64, []), _t("c", F32, None), _t("last", F32, [3])]
+    return _model(nodes, [_t("x", F32, ["n", 3])], outputs,
+                  initializers=[("zero", np.int64(0)), ("minus_one", np.int64(-1))])
+
+
+@pytest.mark.parametrize("new_axis,axis", [(0, 0), (1, 0), (1, 1), (0, -1)])
+def test_a_loop_of_symbolic_trip_count_grows_a_stacked_sequence(new_axis, axis):
+    proto = _loop_over_rows(new_axis, axis)
+    assert "while" in cuvil.inspect_ir(cuvil.load_onnx(proto).optimize())
+    for n in (1, 3, 6):
+        _check(proto, {"x": rand(n, 3, seed=n)})
+
+
+def test_a_grown_sequence_read_inside_its_loop_is_refused_by_name():
+    body = helper.make_graph(
+        [N("Identity", ["c_in"], ["c_out"]), N("SequenceLength", ["s_in"], ["k"], name="len"),
+         N("SequenceInsert", ["s_in", "k"], ["s_out"])],
+        "body", [_t("i", I64, []), _t("c_in", BOOL, []), _seq("s_in", I64, [])], [_t("c_out", BOOL, []),
+                                                                                  _seq("s_out", I64, [])])
+    nodes = [N("Shape", ["x"], ["shape"]), N("Gather", ["shape", "zero"], ["n"], axis=0),
+             N("SequenceEmpty", [], ["empty"], dtype=I64), N("Loop", ["n", "", "empty"], ["s"], body=body)]
+    proto = _model(nodes, [_t("x", F32, ["n", 3])], [_seq("s", I64, [])], initializers=[("zero", np.int64(0))])
+    with pytest.raises(cuvil.ShapeError, match=r"SequenceLength node 'Loop/len'.*grown by a Loop of run-time trip"):
+        cuvil.load_onnx(proto)
