@@ -310,6 +310,13 @@ class StructuredModel(SpecializingModel):
     """A model with sequence or optional inputs, converted per call structure (each sequence's element shapes,
     each optional's presence) and cached; the converted model takes one input per sequence element."""
 
+    @property
+    def module(self) -> Module:
+        if self._latest is None:
+            raise UnsupportedError("this model is converted per length of its sequence inputs and presence of its "
+                                   "optional ones; call it once before asking for its module")
+        return self._latest.module
+
     def __call__(self, *args, **kwargs) -> list:
         model, arrays = self.specialize_call(given_inputs(self.inputs, args, kwargs))
         return model(*arrays)

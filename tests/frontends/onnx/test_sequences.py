@@ -248,3 +248,13 @@ def test_a_grown_sequence_read_inside_its_loop_is_refused_by_name():
     proto = _model(nodes, [_t("x", F32, ["n", 3])], [_seq("s", I64, [])], initializers=[("zero", np.int64(0))])
     with pytest.raises(cuvil.ShapeError, match=r"SequenceLength node 'Loop/len'.*grown by a Loop of run-time trip"):
         cuvil.load_onnx(proto)
+
+
+def test_the_module_of_a_model_with_sequence_inputs_exists_after_a_call():
+    model = cuvil.load_onnx(_at_model())
+    assert str(model.inputs[0]) == "s: seq(float32[2])"
+    with pytest.raises(cuvil.UnsupportedError, match="per length of its sequence inputs"):
+        cuvil.inspect_ir(model)
+    model([np.zeros(2, np.float32)] * 3)
+    text = cuvil.inspect_ir(model)
+    assert "s_0_" in text and "s_2_" in text and "s_3_" not in text  # one argument per element
