@@ -8,8 +8,8 @@ neither `onnx` nor the frontend: no parsing, no conversion, no pass, no C compil
 
 A model with external data files (as `torch.onnx.export` writes them) is keyed by those files' digests too,
 each remembered by its stat like the model's; the marker lists the files. Models given as bytes with external
-data, quantised element types carried in other dtypes, or inputs whose values shape the graph
-(`SpecializingModel`) take the uncached path.
+data, quantised element types carried in other dtypes, inputs whose values shape the graph
+(`SpecializingModel`), or sequence and optional inputs or outputs take the uncached path.
 """
 from __future__ import annotations
 
@@ -60,7 +60,9 @@ def _first_load(model, digest: str):
     converted = loader.load_proto(proto, base_dir)
     specs = converted.inputs + converted.outputs
     files = loader.external_files(proto)
-    if files and base_dir is None or isinstance(converted, SpecializingModel) or any(s.elem in CARRIERS for s in specs):
+    sequences = converted.layout is not None  # sequence or optional outputs: the cache's route keeps tensors only
+    carried = any(s.elem in CARRIERS for s in specs)
+    if files and base_dir is None or isinstance(converted, SpecializingModel) or carried or sequences:
         return converted
     marker = "\n".join(files)
     store.toolchain.write_text_atomic(_marker(digest), marker)

@@ -77,3 +77,16 @@ def test_a_missing_data_file_is_named(cache, tmp_path):
     os.remove(tmp_path / "mlp.onnx.data")
     with pytest.raises(cuvil.SerializationError, match="mlp.onnx.data"):
         cuvil.load_onnx(path)
+
+
+def test_sequence_outputs_stay_lists_on_a_second_load(cache):
+    """The cache's route keeps tensor outputs only, so a model with a sequence output takes the uncached path."""
+    seq = helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, None)
+    graph = helper.make_graph([helper.make_node("SplitToSequence", ["x"], ["s"], axis=0)], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])], [seq])
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    for _ in range(2):
+        got = cuvil.load_onnx(data).optimize()(x)[0]
+        assert isinstance(got, list) and len(got) == 2
+        np.testing.assert_array_equal(got[1], x[1:])

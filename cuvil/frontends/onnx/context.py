@@ -21,7 +21,7 @@ _ATTR_READERS = {
     AttributeProto.TENSOR: lambda a: tensor_to_array(a.t),
     AttributeProto.GRAPH: lambda a: a.g, AttributeProto.FLOATS: lambda a: list(a.floats),
     AttributeProto.INTS: lambda a: list(a.ints), AttributeProto.STRINGS: lambda a: [s.decode() for s in a.strings],
-    AttributeProto.GRAPHS: lambda a: list(a.graphs),
+    AttributeProto.GRAPHS: lambda a: list(a.graphs), AttributeProto.TYPE_PROTO: lambda a: a.tp,
 }
 
 
@@ -76,17 +76,24 @@ class NodeContext:
     def has(self, i: int) -> bool:
         return i < len(self.inputs) and self.inputs[i] is not None
 
-    def tensor(self, i: int) -> Tensor:
+    def value(self, i: int):
+        """Input i as it is: a Tensor, a Sequence or an OptionalValue."""
         if not self.has(i):
             raise self.error(f"needs input {i}, which is missing")
         return self.inputs[i]
+
+    def tensor(self, i: int) -> Tensor:
+        t = self.value(i)
+        if not isinstance(t, Tensor):
+            raise self.unsupported(f"input {i} is {t.describe()}; this op takes a tensor")
+        return t
 
     def x(self, i: int = 0):
         """Input i as an IR value (made from its known contents if need be)."""
         return self.graph.materialize(self.tensor(i), self.b.loc)
 
     def known(self, i: int):
-        return self.inputs[i].known if self.has(i) else None
+        return self.inputs[i].known if self.has(i) and isinstance(self.inputs[i], Tensor) else None
 
     def type(self, i: int = 0) -> TensorType:
         return self.tensor(i).type

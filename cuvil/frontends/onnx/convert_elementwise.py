@@ -79,7 +79,7 @@ for _onnx, _ir in VARIADIC.items():
 # -- activations spelled with other ops ------------------------------------------------------------------
 @converter("Identity")
 def identity(ctx):
-    return [ctx.tensor(0)]
+    return [ctx.value(0)]  # sequences and optionals too
 
 
 @converter("Softsign")

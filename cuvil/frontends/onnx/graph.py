@@ -20,12 +20,12 @@ from ...ir.symbolic import SymExpr
 from ...ops import registry as op_registry
 from . import (convert_contrib, convert_contrib_attention, convert_control, convert_elementwise,  # noqa: F401
                convert_ml, convert_movement, convert_nn, convert_norm, convert_quant, convert_reduce, convert_resize,
-               convert_rnn, convert_sample, convert_shape, convert_signal, fold)
+               convert_rnn, convert_sample, convert_sequence, convert_shape, convert_signal, fold)
 from .carriers import CARRIERS, wrap
 from .context import NodeContext
 from .fold import FOLD_LIMIT
 from .registry import CONVERTERS, DOMAIN_CONVERTERS, FOLDERS
-from .tensors import Tensor, ir_dtype, sanitize, tensor_to_array
+from .tensors import NOT_TENSORS, Tensor, ir_dtype, sanitize, tensor_to_array
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 MAX_ELEMENTS = 2 ** 36  # a static result larger than this is a corrupt model, not a real one
@@ -136,7 +136,8 @@ class GraphConverter:
         the interpreter, so folding computes exactly what the IR would. None if it does not apply."""
         conv = _converter_of(ctx.node)
         present = [t for t in ctx.inputs if t is not None]
-        if conv is None or not present or any(not t.is_concrete or t.known.size > FOLD_LIMIT for t in present) \
+        if conv is None or not present or any(not isinstance(t, Tensor) or not t.is_concrete or
+                                              t.known.size > FOLD_LIMIT for t in present) \
                 or any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in ctx.node.attribute):
             return None
         scratch = Module()
@@ -145,7 +146,10 @@ class GraphConverter:
         inputs = [Tensor(known=t.known, elem=t.elem) if t is not None else None for t in ctx.inputs]
         sctx = NodeContext(sub, ctx.node, inputs, ctx.opset, Builder(scratch, fn, fn.body, ctx.b.loc), Scope(),
                            ctx.opsets, ctx.name)
-        outs = [o if isinstance(o, Tensor) or o is None else Tensor(value=o) for o in conv(sctx)]
+        outs = conv(sctx)
+        if any(isinstance(o, NOT_TENSORS) for o in outs):
+            return None
+        outs = [o if isinstance(o, Tensor) or o is None else Tensor(value=o) for o in outs]
         if any(o is not None and o.value is not None and not (o.type.is_static and o.type.numel <= FOLD_LIMIT)
                for o in outs):
             return None
@@ -159,12 +163,15 @@ class GraphConverter:
 
     def bind_outputs(self, ctx: NodeContext, outs: list) -> None:
         outs = list(outs) + [None] * (len(ctx.node.output) - len(outs))
-        deps = frozenset().union(*(t.deps for t in ctx.inputs if t is not None and t.known is None))
+        deps = frozenset().union(*(t.deps for t in ctx.inputs if isinstance(t, Tensor) and t.known is None))
         for i, (name, out) in enumerate(zip(ctx.node.output, outs)):
             if not name:
                 continue
             if out is None:
                 raise ctx.unsupported(f"does not produce its optional output {name!r}")
+            if isinstance(out, NOT_TENSORS):
+                ctx.scope.define(name, out)
+                continue
             t = out if isinstance(out, Tensor) else self.carried(ctx, i, out, deps)
             if t.type.is_static and t.type.numel > MAX_ELEMENTS:
                 raise ctx.error(f"output {name!r} would have {t.type.numel} elements ({t.type}), more than any memory")

@@ -18,8 +18,8 @@ from . import legacy
 from .context import NeedsValue
 from .convert_quant_fused import DOMAIN as QUANT_DOMAIN, fuse_quantized
 from .graph import DEFAULT_DOMAINS, MIN_OPSET, GraphConverter, Scope
-from .model import OnnxModel, SpecializingModel, TensorSpec
-from .tensors import Tensor, ir_dtype, sanitize, type_name
+from .model import OnnxModel, OptionalSpec, SequenceSpec, SpecializingModel, StructuredModel, TensorSpec, flat_specs
+from .tensors import OptionalValue, Sequence, Tensor, flatten_value, ir_dtype, sanitize, type_name
 from .validate import validate_model
 
 
@@ -32,14 +32,21 @@ def load_onnx(model) -> OnnxModel:
     return load_proto(*read_model(model))
 
 
-def load_proto(proto, base_dir: str | None = None) -> OnnxModel:
-    """`load_onnx` of a parsed model; `base_dir` is where its external data files lie."""
-    validate_model(proto)
+def load_proto(proto, base_dir: str | None = None, structure: tuple | None = None) -> OnnxModel:
+    """`load_onnx` of a parsed model; `base_dir` is where its external data files lie. A model with sequence or
+    optional inputs is converted per call `structure` (see `StructuredModel`)."""
+    if structure is None:
+        validate_model(proto)
+        if any(v.type.WhichOneof("value") in ("sequence_type", "optional_type") for v in proto.graph.input):
+            return StructuredModel(_input_specs(proto), _output_specs(proto),
+                                   lambda st: load_proto(proto, base_dir, st))
     try:
-        return _convert(proto, base_dir, {})
+        return _convert(proto, base_dir, {}, structure)
     except NeedsValue as e:
-        model = SpecializingModel(_input_specs(proto), _output_specs(proto),
-                                  lambda values: _convert(proto, base_dir, values))
+        specs = [f for s, st in zip(_input_specs(proto), structure or [None] * len(proto.graph.input))
+                 for f in flat_specs(s, st)]
+        model = SpecializingModel(specs, _output_specs(proto), lambda values: _convert(proto, base_dir, values,
+                                                                                       structure))
         model.add_value_inputs(e)
         return model
 
@@ -51,15 +58,16 @@ def external_files(proto) -> list:
                    for e in t.external_data if e.key == "location"})
 
 
-def _convert(proto, base_dir, values: dict) -> OnnxModel:
+def _convert(proto, base_dir, values: dict, structure=None) -> OnnxModel:
     try:
-        model = convert_model(proto, base_dir, values)
+        model = convert_model(proto, base_dir, values, structure)
     except CuvilError:
         raise
     except (ValueError, TypeError, IndexError, KeyError, AttributeError, ArithmeticError, RecursionError) as e:
         raise SerializationError(f"malformed ONNX model: {type(e).__name__}: {e}") from None
     if any(isinstance(d, SymExpr) for spec in model.inputs for d in spec.shape):
-        model.for_sizes = lambda shapes: _convert(with_input_shapes(proto, model.inputs, shapes), base_dir, values)
+        model.for_sizes = lambda shapes: _convert(with_input_shapes(proto, model.inputs, shapes), base_dir, values,
+                                                  structure)
     return model
 
 
@@ -116,9 +124,10 @@ def model_opsets(proto) -> dict:
     return opsets
 
 
-def convert_model(proto, base_dir: str | None, values: dict) -> OnnxModel:
+def convert_model(proto, base_dir: str | None, values: dict, structure=None) -> OnnxModel:
     """The model as IR; `values` maps input names to arrays whose contents the conversion may use (the
-    inputs a model is specialized on), the others are known by type only."""
+    inputs a model is specialized on), the others are known by type only. `structure` (one entry per input)
+    gives the element shapes of sequence inputs and the presence of optional ones."""
     opsets = model_opsets(proto)
     if opsets.get("", MIN_OPSET) < MIN_OPSET:
         proto = legacy.upgrade(proto, opsets[""])
@@ -126,24 +135,44 @@ def convert_model(proto, base_dir: str | None, values: dict) -> OnnxModel:
     graph, fused = fuse_quantized(proto.graph)  # quantized node groups onto the int8 kernels
     if fused:
         opsets = {**opsets, QUANT_DOMAIN: 1}
-    inputs = _input_specs(proto)
+    specs = _input_specs(proto)
+    structure = structure or [None] * len(specs)
+    inputs = [f for s, st in zip(specs, structure) for f in flat_specs(s, st)]
     module = Module()
     module.metadata.update({"source": "onnx", "graph": graph.name, "opset": str(opsets.get("", "")),
                             "producer": f"{proto.producer_name} {proto.producer_version}".strip()})
     b = Builder.new_function(module, "main", [TensorType(s.ir_dtype, s.shape) for s in inputs],
                              [sanitize(s.name) for s in inputs])
     conv = GraphConverter(module, b.function, {(f.domain, f.name): f for f in proto.functions}, base_dir)
-    scope = Scope()
-    for spec, arg in zip(inputs, b.args):
-        scope.define(spec.name, Tensor(value=arg, known=values.get(spec.name), elem=spec.elem,
-                                       deps=frozenset({spec.name})))
+    scope, args = Scope(), iter(b.args)
+    for spec, st in zip(specs, structure):
+        scope.define(spec.name, _bound(spec, st, args, values))
     outs = conv.run_graph(graph, scope, b, opsets)
     if not outs:
         raise VerificationError("the ONNX graph has no outputs")
-    b.ret(*[conv.materialize(t) for t in outs])
+    layout, flat = zip(*[_flattened(o.name, t) for o, t in zip(graph.output, outs)])
+    flat = [pair for part in flat for pair in part]
+    b.ret(*[conv.materialize(t) for _, t in flat])
     verify(module)
-    outputs = [TensorSpec(o.name, t.elem, tuple(t.type.shape)) for o, t in zip(graph.output, outs)]
-    return OnnxModel(module, inputs, outputs)
+    outputs = [TensorSpec(name, t.elem, tuple(t.type.shape)) for name, t in flat]
+    return OnnxModel(module, inputs, outputs, layout=None if all(e is None for e in layout) else list(layout))
+
+
+def _bound(spec, structure, args, values: dict):
+    """A graph input as the converters see it: a Tensor, a Sequence of one Tensor per element, an OptionalValue."""
+    deps = frozenset({spec.name})
+    if isinstance(spec, TensorSpec):
+        return Tensor(value=next(args), known=values.get(spec.name), elem=spec.elem, deps=deps)
+    if isinstance(spec, OptionalSpec):
+        return OptionalValue(_bound(spec.inner, structure[0], args, values) if structure else None)
+    return Sequence([Tensor(value=next(args), elem=spec.elem, deps=deps) for _ in structure], spec.elem)
+
+
+def _flattened(name: str, out) -> tuple:
+    """(the output's layout entry, its (name, Tensor) pairs): a sequence gives one per element, `name[i]`."""
+    entry, flat = flatten_value(out)
+    whole = entry is None or entry == ("stacked",) or entry[1] is None
+    return entry, [(name if whole else f"{name}[{i}]", t) for i, t in enumerate(flat)]
 
 
 def _input_specs(proto) -> list:
@@ -188,11 +217,20 @@ class _Symbols:
         return self._fresh(f"{sanitize(input_name, 'd')}_{axis}")
 
 
-def _input_spec(v, symbols: _Symbols) -> TensorSpec:
-    kind = v.type.WhichOneof("value")
+def _input_spec(v, symbols: _Symbols, t=None):
+    t = t if t is not None else v.type
+    kind = t.WhichOneof("value")
+    if kind == "sequence_type" and t.sequence_type.elem_type.WhichOneof("value") == "tensor_type":
+        tt = t.sequence_type.elem_type.tensor_type
+        ir_dtype(tt.elem_type, f"graph input {v.name!r}")
+        shape = tuple(d.dim_value if d.HasField("dim_value") else d.dim_param or "?" for d in tt.shape.dim)
+        return SequenceSpec(v.name, tt.elem_type, shape if tt.HasField("shape") else None)
+    if kind == "optional_type" and t.optional_type.elem_type.WhichOneof("value") in ("tensor_type", "sequence_type"):
+        return OptionalSpec(v.name, _input_spec(v, symbols, t.optional_type.elem_type))
     if kind != "tensor_type":
-        raise UnsupportedError(f"graph input {v.name!r} is a {kind or 'value without type'}; Cuvil takes tensors")
-    tt = v.type.tensor_type
+        raise UnsupportedError(f"graph input {v.name!r} is a {kind or 'value without type'}; Cuvil takes tensors, "
+                               f"sequences of tensors and optionals of those")
+    tt = t.tensor_type
     ir_dtype(tt.elem_type, f"graph input {v.name!r}")
     if not tt.HasField("shape"):
         raise UnsupportedError(f"graph input {v.name!r} ({type_name(tt.elem_type)}) has no shape, not even a rank")

@@ -16,7 +16,7 @@ from ..common import input_array, remember
 from .carriers import CARRIERS, from_carrier, to_carrier
 from .tensors import IR_DTYPES, ir_dtype, type_name
 
-
+MAX_SEQUENCE = 4096  # elements of one sequence input: a model is converted with one input per element
 
 @dataclass(frozen=True)
 class TensorSpec:
@@ -59,10 +59,11 @@ class OnnxModel:
         ['x: f32[n]']
     """
 
-    def __init__(self, module: Module, inputs: list, outputs: list, runner=None, for_sizes=None):
+    def __init__(self, module: Module, inputs: list, outputs: list, runner=None, for_sizes=None, layout=None):
         self.module = module
         self.inputs = list(inputs)
         self.outputs = list(outputs)
+        self.layout = layout  # how the flat outputs group into the graph's sequences and optionals (None: tensors)
         self._run = runner or (lambda arrays: interpret(module, arrays))
         # input shapes -> the model converted for those sizes: serves a call whose sizes a symbolic dimension's
         # relations refuse (a Slice bound past the end of the size it cuts), where ONNX's clamping applies
@@ -86,7 +87,8 @@ class OnnxModel:
         return remember(self._sized, tuple(a.shape for a in arrays), self.for_sizes)._run(arrays)
 
     def _outputs(self, arrays) -> list:
-        return [from_carrier(np.asarray(o), s.elem) for o, s in zip(arrays, self.outputs)]
+        flat = [from_carrier(np.asarray(o), s.elem) for o, s in zip(arrays, self.outputs)]
+        return flat if self.layout is None else regroup(self.layout, flat)
 
     def optimize(self, target: str = "cpu", precision: str = "fp32", enable_fuse: bool = True,
                  calibrate_dataset=None, passes=None, calibration: str = "minmax") -> "OnnxModel":
@@ -105,7 +107,7 @@ class OnnxModel:
         compiled = OnnxModel(exe.module, self.inputs, self.outputs, lambda arrays: exe(*arrays),
                              sized and (lambda shapes: sized(shapes).optimize(target, precision, enable_fuse,
                                                                               calibrate_dataset, passes,
-                                                                              calibration)))
+                                                                              calibration)), self.layout)
         compiled.executable = exe  # what cuvil.export writes
         return compiled
 
@@ -117,6 +119,11 @@ class OnnxModel:
 
 def bind_inputs(specs: list, args: tuple, kwargs: dict) -> list:
     """The call's arrays in input order, checked against the specs (count, names, element types, ranks)."""
+    return [_check_input(s, x) for s, x in zip(specs, given_inputs(specs, args, kwargs))]
+
+
+def given_inputs(specs: list, args: tuple, kwargs: dict) -> list:
+    """The call's values in input order, as given (positionally or by name), each input exactly once."""
     if len(args) > len(specs):
         raise ShapeError(f"the model takes {len(specs)} inputs, got {len(args)} positional arrays")
     given = dict(zip((s.name for s in specs), args))
@@ -129,7 +136,7 @@ def bind_inputs(specs: list, args: tuple, kwargs: dict) -> list:
     missing = [s.name for s in specs if s.name not in given]
     if missing:
         raise ShapeError(f"missing model inputs: {', '.join(missing)}")
-    return [_check_input(s, given[s.name]) for s in specs]
+    return [given[s.name] for s in specs]
 
 
 def _check_input(spec: TensorSpec, x) -> np.ndarray:
@@ -160,6 +167,7 @@ class SpecializingModel(OnnxModel):
         self.value_inputs: set = set(value_inputs)
         self._cache: dict = {}
         self._latest = None
+        self.layout = None
 
     def add_value_inputs(self, e: UnsupportedError) -> None:
         """Specialize also on the inputs a conversion error says it needed; re-raise it if they are data."""
@@ -192,7 +200,7 @@ class SpecializingModel(OnnxModel):
                 self._cache.pop(next(iter(self._cache)))
             self._cache[key] = model
         self._latest = self._cache[key]
-        self.outputs = self._latest.outputs
+        self.outputs, self.layout = self._latest.outputs, self._latest.layout
         return self._latest
 
     def __call__(self, *args, **kwargs) -> list:
@@ -212,3 +220,119 @@ class SpecializingModel(OnnxModel):
 
 def _small_static(spec: TensorSpec, limit: int) -> bool:
     return all(isinstance(d, int) for d in spec.shape) and int(np.prod(spec.shape)) <= limit
+
+
+# -- sequences and optionals at the boundary -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class SequenceSpec:
+    """A sequence input: its name, element type and the elements' declared shape (None: not declared). A call
+    gives a list of arrays; the model is converted with one input per element, named `name[i]`."""
+
+    name: str
+    elem: int
+    shape: tuple | None
+
+    @property
+    def dtype(self) -> np.dtype:
+        return TensorSpec(self.name, self.elem, ()).dtype
+
+    def element(self, i: int, shape: tuple) -> TensorSpec:
+        return TensorSpec(f"{self.name}[{i}]", self.elem, shape)
+
+    def __str__(self) -> str:
+        dims = "" if self.shape is None else ",".join(map(str, self.shape))
+        return f"{self.name}: seq({self.dtype.name}[{dims}])"
+
+
+@dataclass(frozen=True)
+class OptionalSpec:
+    """An optional input: None or a value of `inner` (a TensorSpec or SequenceSpec of the same name)."""
+
+    name: str
+    inner: object
+
+    @property
+    def elem(self) -> int:
+        return self.inner.elem
+
+    def __str__(self) -> str:
+        return f"{self.name}: optional({str(self.inner).split(': ', 1)[1]})"
+
+
+def call_structure(spec, x) -> tuple:
+    """(what the conversion must know of input `x`: None for a tensor, the element shapes of a sequence, None
+    or (the inner structure,) for an optional; the arrays it passes to the converted model)."""
+    if isinstance(spec, TensorSpec):
+        return None, [x]
+    if isinstance(spec, OptionalSpec):
+        if x is None:
+            return False, []
+        inner, arrays = call_structure(spec.inner, x)
+        return (inner,), arrays
+    if not isinstance(x, (list, tuple)):
+        raise ShapeError(f"input {spec.name!r} is a sequence ({spec}): pass a list of arrays, got {type(x).__name__}")
+    if len(x) > MAX_SEQUENCE:
+        raise ShapeError(f"input {spec.name!r} has {len(x)} elements, more than Cuvil converts ({MAX_SEQUENCE})")
+    arrays = [input_array(f"{spec.name}[{i}]", e, spec.dtype) for i, e in enumerate(x)]
+    for i, a in enumerate(arrays):
+        declared = spec.shape
+        if declared is not None and (a.ndim != len(declared) or any(
+                isinstance(d, int) and d != n for d, n in zip(declared, a.shape))):
+            raise ShapeError(f"input {spec.name!r} element {i} has shape {a.shape}, the model declares ({spec})")
+    return tuple(a.shape for a in arrays), arrays
+
+
+def flat_specs(spec, structure) -> list:
+    """The converted model's inputs for one graph input of this call structure."""
+    if isinstance(spec, TensorSpec):
+        return [spec]
+    if isinstance(spec, OptionalSpec):
+        return flat_specs(spec.inner, structure[0]) if structure else []
+    return [spec.element(i, shape) for i, shape in enumerate(structure)]
+
+
+def regroup(layout: list, flat: list) -> list:
+    """The graph's outputs from the flat ones: a list for a sequence, None for an absent optional."""
+    it = iter(flat)
+
+    def one(entry):
+        if entry is None:
+            return next(it)
+        if entry[0] == "seq":
+            return [next(it) for _ in range(entry[1])]
+        if entry[0] == "stacked":
+            return list(next(it))
+        return None if entry[1] is False else one(entry[1])
+    return [one(e) for e in layout]
+
+
+class StructuredModel(SpecializingModel):
+    """A model with sequence or optional inputs, converted per call structure (each sequence's element shapes,
+    each optional's presence) and cached; the converted model takes one input per sequence element."""
+
+    @property
+    def module(self) -> Module:
+        if self._latest is None:
+            raise UnsupportedError("this model is converted per length of its sequence inputs and presence of its "
+                                   "optional ones; call it once before asking for its module")
+        return self._latest.module
+
+    def __call__(self, *args, **kwargs) -> list:
+        model, arrays = self.specialize_call(given_inputs(self.inputs, args, kwargs))
+        return model(*arrays)
+
+    def specialize_call(self, given: list) -> tuple:
+        """(the model converted for this call's structure, the flat arrays to call it with)."""
+        parts = [call_structure(s, x) for s, x in zip(self.inputs, given)]
+        self._latest = remember(self._cache, tuple(p[0] for p in parts), self._convert, self.MAX_CACHED)
+        self.outputs, self.layout = self._latest.outputs, self._latest.layout
+        return self._latest, [a for _, arrays in parts for a in arrays]
+
+    def optimize(self, target: str = "cpu", precision: str = "fp32", enable_fuse: bool = True,
+                 calibrate_dataset=None, passes=None, calibration: str = "minmax") -> "StructuredModel":
+        """The same per-structure conversion, each one optimized for `target` at `precision`."""
+        from ...quantize import check_precision
+
+        check_precision(precision, calibration)
+        options = (target, precision, enable_fuse, calibrate_dataset, passes, calibration)
+        return StructuredModel(self.inputs, self.outputs, lambda structure: self._convert(structure).optimize(*options))

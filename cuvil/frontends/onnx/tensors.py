@@ -137,3 +137,88 @@ class Tensor:
     def of_array(arr: np.ndarray, elem: int | None = None, name: str = "c") -> "Tensor":
         return Tensor(known=arr, elem=elem if elem is not None else ONNX_DTYPES[DType.from_numpy(arr.dtype)],
                       name=name)
+
+
+class Sequence:
+    """An ONNX sequence whose length is known at conversion time: a tuple of Tensors. `elem` is the element
+    type (an empty sequence has no element to tell it)."""
+
+    __slots__ = ("items", "elem")
+
+    def __init__(self, items, elem: int):
+        self.items, self.elem = tuple(items), elem
+
+    def describe(self) -> str:
+        return f"a sequence of {len(self.items)} tensors"
+
+
+class Stacked:
+    """A sequence whose length is known only at run time (grown by a Loop): its elements are the rows of one
+    tensor of shape [length, *element shape]."""
+
+    __slots__ = ("tensor",)
+
+    def __init__(self, tensor: Tensor):
+        self.tensor = tensor
+
+    @property
+    def elem(self) -> int:
+        return self.tensor.elem
+
+    def describe(self) -> str:
+        return f"a sequence of run-time length {self.tensor.type.shape[0]}"
+
+
+class Growing:
+    """A sequence carried by a Loop that becomes a `while`, seen from inside the body: it can only be appended to.
+    `row` is the element the body appended (None for the body's argument itself)."""
+
+    __slots__ = ("elem", "source", "row")
+
+    def __init__(self, elem: int, source=None, row=None):
+        self.elem, self.source, self.row = elem, source, row
+
+    def describe(self) -> str:
+        return "a sequence grown by a Loop of run-time trip count"
+
+
+class OptionalValue:
+    """An ONNX optional whose presence is known at conversion time: `item` (a Tensor or Sequence) or None."""
+
+    __slots__ = ("item", "type_proto")
+
+    def __init__(self, item, type_proto=None):
+        self.item, self.type_proto = item, type_proto  # type_proto: the element's ONNX type, for an absent one
+
+    def describe(self) -> str:
+        return "an absent optional" if self.item is None else "an optional"
+
+
+def flatten_value(v) -> tuple:
+    """(a layout entry, the Tensors) of a Tensor, Sequence, Stacked or OptionalValue: None for a tensor, ("seq",
+    length, element type) for a sequence, ("stacked",) for a Stacked one, ("opt", False) for an absent optional,
+    ("opt", inner entry) for a present one."""
+    if isinstance(v, Tensor):
+        return None, [v]
+    if isinstance(v, Sequence):
+        return ("seq", len(v.items), v.elem), list(v.items)
+    if isinstance(v, Stacked):
+        return ("stacked",), [v.tensor]
+    if v.item is None:
+        return ("opt", False), []
+    inner, flat = flatten_value(v.item)
+    return ("opt", inner), flat
+
+
+def unflatten_value(entry, tensors):
+    """The value `flatten_value` gave this entry for, rebuilt from an iterator of Tensors."""
+    if entry is None:
+        return next(tensors)
+    if entry[0] == "seq":
+        return Sequence([next(tensors) for _ in range(entry[1])], entry[2])
+    if entry[0] == "stacked":
+        return Stacked(next(tensors))
+    return OptionalValue(None if entry[1] is False else unflatten_value(entry[1], tensors))
+
+
+NOT_TENSORS = (Sequence, Stacked, Growing, OptionalValue)  # the records a converter may give besides tensors
