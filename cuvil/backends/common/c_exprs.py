@@ -242,6 +242,8 @@ ELEMENTWISE = {
     "gt": lambda x, a, t: f"({x[0]} > {x[1]})",
     "ge": lambda x, a, t: f"({x[0]} >= {x[1]})",
     "where": lambda x, a, t: f"({x[0]} ? {x[1]} : {x[2]})",
+    # a union compound literal: the bits of x read as the other member, defined behaviour in C
+    "bitcast": lambda x, a, t: f"((union {{ {t.name} from; {STORAGE[a['dtype']]} to; }}){{.from = {x[0]}}}).to",
 }
 
 
