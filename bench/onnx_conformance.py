@@ -6,7 +6,8 @@
 
 Each case runs through the reference interpreter and is compared as ONNX's backend runner compares
 (same shape and dtype, then assert_allclose with the case's rtol/atol, by default 1e-3 and 1e-7).
-Exclusions are limited to training-only ops, sequence/optional types and string ops, each with its reason.
+Exclusions are limited to sequence/optional types and string ops, each with its reason (the training domain's
+optimizers convert).
 """
 from __future__ import annotations
 
@@ -33,7 +34,6 @@ import cuvil  # noqa: E402
 DOC = os.path.join(os.path.dirname(__file__), "..", "docs", "onnx_conformance.md")
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 TIMEOUT_S = 120
-TRAINING_DOMAINS = {"ai.onnx.preview.training"}
 SEQUENCE_OPS = {"SequenceAt", "SequenceConstruct", "SequenceEmpty", "SequenceErase", "SequenceInsert", "SequenceLength",
                 "SequenceMap", "SplitToSequence", "ConcatFromSequence", "Optional", "OptionalGetElement",
                 "OptionalHasElement"}
@@ -87,10 +87,8 @@ def _types(graph):
 
 
 def exclusion(model) -> str:
-    """Why a case is excluded (training op, sequence/optional type, string op), or ""."""
+    """Why a case is excluded (sequence/optional type, string op), or ""."""
     nodes = list(model.graph.node)
-    if any(n.domain in TRAINING_DOMAINS for n in nodes):
-        return "training-only op"
     kinds = {t.WhichOneof("value") for t in _types(model.graph)}
     if kinds & {"sequence_type", "optional_type"} or any(n.op_type in SEQUENCE_OPS for n in nodes):
         return "sequence/optional types"
@@ -241,7 +239,7 @@ def markdown(results, light, command: str, compiled: bool) -> str:
     lines += ["", "## Light models", "", "| model | result | seconds | compiled |", "|---|---|---|---|"]
     lines += [f"| {r.name} | {r.status}{' — ' + r.reason if r.reason else ''} | {r.seconds:.1f} | "
               f"{r.compiled or '—'} |" for r in light]
-    lines += ["", "## Exclusions", "", "Allowed only for training-only ops, sequence/optional types and string ops.",
+    lines += ["", "## Exclusions", "", "Allowed only for sequence/optional types and string ops.",
               "", "| case | op type | reason |", "|---|---|---|"]
     lines += [f"| {r.name} | {r.op} | {r.reason} |" for r in results if r.status == "skip"]
     lines += ["", "## Failures", "", "| case | op type | reason |", "|---|---|---|"]
