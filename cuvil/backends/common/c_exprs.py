@@ -242,8 +242,9 @@ ELEMENTWISE = {
     "gt": lambda x, a, t: f"({x[0]} > {x[1]})",
     "ge": lambda x, a, t: f"({x[0]} >= {x[1]})",
     "where": lambda x, a, t: f"({x[0]} ? {x[1]} : {x[2]})",
-    # a union compound literal: the bits of x read as the other member, defined behaviour in C
-    "bitcast": lambda x, a, t: f"((union {{ {t.name} from; {STORAGE[a['dtype']]} to; }}){{.from = {x[0]}}}).to",
+    "random_uniform": lambda x, a, t: (f"cuvil_uniform{'f' if a['dtype'] is DType.f32 else ''}({x[0]}, "
+                                       f"{a['stream']}u, {a['seed'] & 0xFFFFFFFF}u, {a['seed'] >> 32}u)"),
+    "bitcast": lambda x, a, t: f"CUVIL_BITCAST({t.name}, {STORAGE[a['dtype']]}, {x[0]})",
 }
 
 
