@@ -25,7 +25,7 @@ def _out(size, k, s, d, p0, p1):
 def test_matches_onnx_reference(name):
     case, rng = CASES[name], np.random.default_rng(len(name))
     attrs = case["attrs"]
-    (n, c, h, wd), (oc, _, kh, kw) = case["x"], case["w"]
+    (n, _, h, wd), (oc, _, kh, kw) = case["x"], case["w"]
     s, d, p = attrs.get("strides", [1, 1]), attrs.get("dilations", [1, 1]), attrs.get("pads", [0, 0, 0, 0])
     oh, ow = _out(h, kh, s[0], d[0], p[0], p[2]), _out(wd, kw, s[1], d[1], p[1], p[3])
     og = attrs.get("offset_group", 1)
