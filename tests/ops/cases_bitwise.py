@@ -34,3 +34,17 @@ CASES = [
     Case("shift_left", [BYTES, np.array([1, 1, 1, 8, 9], np.uint8)], expected=shift(np.left_shift, np.zeros_like),
          id="u8"),
 ]
+
+FLOATS = np.array([[0.0, -0.0, 1.5, np.inf], [-np.inf, np.nan, 1e-45, -3.25]], np.float32)
+WORDS = np.array([0, -1, 0x7F800001, -2 ** 31, 0x3F800000, 12345], np.int32)  # a signalling NaN among them
+CASES += [
+    Case("bitcast", [FLOATS], {"dtype": "i32"}, expected=np1(lambda a: a.view(np.int32)), id="f32-i32"),
+    Case("bitcast", [WORDS], {"dtype": "f32"}, expected=np1(lambda a: a.view(np.float32)), id="i32-f32"),
+    Case("bitcast", [FLOATS.astype(np.float64)], {"dtype": "i64"}, expected=np1(lambda a: a.view(np.int64)),
+         id="f64-i64"),
+    Case("bitcast", [BYTES], {"dtype": "i8"}, expected=np1(lambda a: a.view(np.int8)), id="u8-i8"),
+    Case("bitcast", [np.array([True, False, True])], {"dtype": "u8"}, expected=np1(lambda a: a.view(np.uint8)),
+         id="bool-u8"),
+    Case("bitcast", [np.array(-1.5, np.float32)], {"dtype": "i32"}, expected=np1(lambda a: a.view(np.int32)),
+         id="scalar"),
+]

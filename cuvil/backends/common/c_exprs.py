@@ -242,6 +242,9 @@ ELEMENTWISE = {
     "gt": lambda x, a, t: f"({x[0]} > {x[1]})",
     "ge": lambda x, a, t: f"({x[0]} >= {x[1]})",
     "where": lambda x, a, t: f"({x[0]} ? {x[1]} : {x[2]})",
+    "random_uniform": lambda x, a, t: (f"cuvil_uniform{'f' if a['dtype'] is DType.f32 else ''}({x[0]}, "
+                                       f"{a['stream']}u, {a['seed'] & 0xFFFFFFFF}u, {a['seed'] >> 32}u)"),
+    "bitcast": lambda x, a, t: f"CUVIL_BITCAST({t.name}, {STORAGE[a['dtype']]}, {x[0]})",
 }
 
 

@@ -200,6 +200,32 @@ def cast_like(ctx):
     return [convert_elem(ctx, ctx.x(0), ctx.tensor(1).elem, bool(ctx.attr("saturate", 1)))]
 
 
+# ONNX types carried in a wider IR type -> the IR type of their own width, whose bits `bitcast` reads
+_SAME_WIDTH = {T.UINT16: DType.i16, T.UINT32: DType.i32, T.UINT64: DType.i64}
+
+
+@converter("BitCast")
+def bit_cast(ctx):
+    """x's bits read as element type `to`: carried unsigned types go through the signed IR type of their width
+    (a wrapping cast), bool targets compare the byte with 0."""
+    src, dst = ctx.tensor(0).elem, ctx.attr("to")
+    for elem in (src, dst):
+        if elem in CARRIERS and elem not in _SAME_WIDTH:
+            raise ctx.unsupported(f"BitCast of {CARRIERS[elem].numpy_name} is not supported")
+    x = ctx.x(0)
+    if src in _SAME_WIDTH:
+        x = ctx.cast(x, _SAME_WIDTH[src])
+    if dst == T.BOOL:
+        target = ir_dtype(src) if src not in _SAME_WIDTH else _SAME_WIDTH[src]
+        if target.itemsize != 1:
+            raise ctx.error(f"BitCast to bool needs an 8-bit input, got {8 * target.itemsize} bits")
+        return [Tensor(value=ctx.b.ne(x, ctx.scalar_like(0, x)), elem=dst)]
+    bits = ctx.b.emit("bitcast", x, dtype=_SAME_WIDTH.get(dst) or ir_dtype(dst, f"{ctx.where}: the target type"))
+    if dst not in _SAME_WIDTH:
+        return [Tensor(value=bits, elem=dst)]
+    return [Tensor(value=ctx.cast(wrap(ctx, ctx.cast(bits, DType.i64), dst), CARRIERS[dst].ir), elem=dst)]
+
+
 # -- bits: shifts and bitwise ops through integer arithmetic --------------------------------------------------
 @converter("BitShift")
 def bit_shift(ctx):

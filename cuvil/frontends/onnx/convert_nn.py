@@ -9,6 +9,7 @@ import numpy as np
 from ...ir.dtypes import DType
 from ...ops.nn import window_out
 from .context import broadcast_dims
+from .convert_random import dropout_training
 from .registry import converter
 
 
@@ -261,12 +262,13 @@ def lrn(ctx):
 
 @converter("Dropout")
 def dropout(ctx):
-    """Inference: the identity, and an all-true mask. Training mode with a ratio above 0 is random."""
+    """Inference: the identity, and an all-true mask. Training mode with a ratio above 0 drops elements at random
+    (convert_random.py)."""
     x = ctx.x(0)
     training = ctx.known_scalar(2, "training_mode", 0) if ctx.opset >= 12 else 0
     ratio = ctx.known_scalar(1, "ratio", 0.5) if ctx.opset >= 12 else ctx.attr("ratio", 0.5)
     if training and ratio:
-        raise ctx.unsupported("dropout in training mode is random; Cuvil converts inference graphs")
+        return dropout_training(ctx, x, ratio)
     return [x, ctx.b.full(1.0, x.type.shape, DType.bool)]
 
 

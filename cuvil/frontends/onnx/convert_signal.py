@@ -1,11 +1,13 @@
 """Spectral ops: DFT (forward, inverse, one-sided, inverse one-sided) and STFT, as matmuls with cosine and sine
-matrices made at conversion time (float64, so the transform is as exact as the data allows)."""
+matrices made at conversion time (float64, so the transform is as exact as the data allows); MelWeightMatrix's
+filters, a constant made at conversion time from its (known) sizes."""
 from __future__ import annotations
 
 import numpy as np
 
 from ...ir.dtypes import DType
 from .registry import converter
+from .tensors import ir_dtype
 
 
 def _last(ctx, v, axis: int):
@@ -102,3 +104,36 @@ def stft(ctx):
         re, im = ctx.b.mul(re, w), ctx.b.mul(im, w) if im is not None else None
     parts = spectrum(ctx, re, im, size, False, bool(ctx.attr("onesided", 1)))
     return [_join(ctx, parts, (0, 1, 2), x.type.dtype)]
+
+
+def mel_filters(bins: int, length: int, rate: float, low_hz: float, high_hz: float) -> np.ndarray:
+    """[length // 2 + 1, bins] triangular filters on the mel scale, as ONNX's reference places them: bins + 2
+    edges spaced evenly in mel from low_hz, each at spectrum bin floor((length + 1) hz / rate)."""
+    low, high = (2595 * np.log10(1 + f / 700) for f in (low_hz, high_hz))
+    mel = np.arange(bins + 2) * ((high - low) / (bins + 2)) + low
+    edge = ((length + 1) * (700 * (10 ** (mel / 2595) - 1)) // rate).astype(np.int64)
+    out = np.zeros((length // 2 + 1, bins))
+    if edge.min() < 0 or edge[:-1].max() >= out.shape[0] or edge[-1] > out.shape[0]:  # the last edge is exclusive
+        raise ValueError(f"the filters' edges {edge.min()}..{edge.max()} fall outside the {out.shape[0]} "
+                         "spectrum bins")
+    for i, (left, center, right) in enumerate(zip(edge, edge[1:], edge[2:])):
+        j = np.arange(left, center + 1)
+        out[j, i] = (j - left) / (center - left) if center > left else 1.0
+        j = np.arange(center, right)
+        out[j, i] = (right - j) / (right - center)
+    return out
+
+
+@converter("MelWeightMatrix")
+def mel_weight_matrix(ctx):
+    """The filters as a constant: the inputs are sizes and frequencies, known when the model loads."""
+    names = ("num_mel_bins", "dft_length", "sample_rate", "lower_edge_hertz", "upper_edge_hertz")
+    bins, length, rate, low, high = (ctx.known_scalar(i, n) for i, n in enumerate(names))
+    if not (isinstance(bins, int) and isinstance(length, int)) or bins < 1 or length < 1 or rate <= 0:
+        raise ctx.error(f"needs num_mel_bins and dft_length of at least 1 and a positive sample_rate, got {bins}, "
+                        f"{length} and {rate}")
+    try:
+        filters = mel_filters(bins, length, rate, low, high)
+    except ValueError as e:
+        raise ctx.error(str(e)) from None
+    return [ctx.const(filters.astype(ir_dtype(ctx.attr("output_datatype", 1)).numpy))]

@@ -20,7 +20,8 @@ from ...ir.symbolic import SymExpr
 from ...ops import registry as op_registry
 from . import (convert_contrib, convert_contrib_attention, convert_control, convert_elementwise,  # noqa: F401
                convert_ml, convert_movement, convert_nn, convert_norm, convert_quant, convert_reduce, convert_resize,
-               convert_rnn, convert_sample, convert_sequence, convert_shape, convert_signal, fold)
+               convert_random, convert_rnn, convert_roi, convert_sample, convert_sequence, convert_shape,
+               convert_signal, convert_text, convert_training, fold)
 from .carriers import CARRIERS, wrap
 from .context import NodeContext
 from .fold import FOLD_LIMIT
