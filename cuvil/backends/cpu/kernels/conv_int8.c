@@ -321,12 +321,6 @@ static int qc_runs(const qc_job *j, int64_t vp0, int64_t nvp, qc_run *runs)
     return count;
 }
 
-static inline float qc_relu(int act, float v)
-{
-    float lo = v < 0.0f ? 0.0f : v;
-    return act == CUVIL_ACT_RELU6 ? (lo > 6.0f ? 6.0f : lo) : lo;
-}
-
 static void qc_channel(const qc_job *j, int64_t o, const qc_acc *acc, int jo, const qc_run *runs, int nruns)
 {
     int64_t plane = j->g->oh * j->g->ow;
@@ -344,7 +338,7 @@ static void qc_channel(const qc_job *j, int64_t o, const qc_acc *acc, int jo, co
         for (int64_t i = 0; i < runs[r].n; i++) y[runs[r].i + i] += j->res[o * plane + runs[r].p + i];
     if (j->act == CUVIL_ACT_RELU || j->act == CUVIL_ACT_RELU6) {
 #pragma omp simd
-        for (int i = 0; i < QC_PIX; i++) y[i] = y[i] != y[i] ? y[i] : qc_relu(j->act, y[i]);
+        for (int i = 0; i < QC_PIX; i++) y[i] = relu_act(j->act, y[i]);
     } else if (j->act) {
         cuvil_activation(j->act, QC_PIX, y, y);
     }
