@@ -100,19 +100,32 @@ static inline uint8_t qc_quantize(float v, float inv, int32_t zero)
     return (uint8_t)(q < 0.0f ? 0.0f : q > 255.0f ? 255.0f : q);
 }
 
-/* One channel's row of a plane: columns q in [q0, q1) read src[q * cs], into every 4th byte of dst. */
-static void qc_fill_row(const qc_fill_job *j, const void *src, int64_t cs, int64_t q0, int64_t q1, uint8_t *dst)
+/* bf16: one channel's row of a plane, columns q in [q0, q1) read src[q * cs], into every other 16 bits of dst. */
+static void qc_fill_row_bf16(const float *src, int64_t cs, int64_t q0, int64_t q1, uint8_t *dst)
 {
+    uint16_t *d = (uint16_t *)dst;
+    for (int64_t q = q0; q < q1; q++) d[q * 2] = lp_f32_to_bf16(src[q * cs]);
+}
+
+/* int8: a group of 4 channels' row, quantised or copied; each pixel's 4 bytes one 32-bit store, vectorised. */
+static void qc_fill_group_row(const qc_fill_job *j, const void *const src[4], int64_t cs, int64_t q0, int64_t q1,
+                              uint8_t *dst)
+{
+    uint32_t *d = (uint32_t *)dst;
     if (j->kind == QC_FROM_U8) {
-        const uint8_t *s = (const uint8_t *)src;
-        for (int64_t q = q0; q < q1; q++) dst[q * 4] = s[q * cs];
-    } else if (j->kind == QC_TO_BF16) {
-        const float *s = (const float *)src;
-        uint16_t *d = (uint16_t *)dst;
-        for (int64_t q = q0; q < q1; q++) d[q * 2] = lp_f32_to_bf16(s[q * cs]);
+        const uint8_t *s0 = src[0], *s1 = src[1], *s2 = src[2], *s3 = src[3];
+#pragma omp simd
+        for (int64_t q = q0; q < q1; q++)
+            d[q] = (uint32_t)s0[q * cs] | (uint32_t)s1[q * cs] << 8 | (uint32_t)s2[q * cs] << 16 |
+                   (uint32_t)s3[q * cs] << 24;
     } else {
-        const float *s = (const float *)src;
-        for (int64_t q = q0; q < q1; q++) dst[q * 4] = qc_quantize(s[q * cs], j->inv, j->zero);
+        const float *s0 = src[0], *s1 = src[1], *s2 = src[2], *s3 = src[3];
+        float inv = j->inv;
+        int32_t z = j->zero;
+#pragma omp simd
+        for (int64_t q = q0; q < q1; q++)
+            d[q] = (uint32_t)qc_quantize(s0[q * cs], inv, z) | (uint32_t)qc_quantize(s1[q * cs], inv, z) << 8 |
+                   (uint32_t)qc_quantize(s2[q * cs], inv, z) << 16 | (uint32_t)qc_quantize(s3[q * cs], inv, z) << 24;
     }
 }
 
@@ -145,9 +158,16 @@ static int qc_fill_planes(void *ctx, int64_t lo, int64_t hi)
         for (int64_t u = 0; u < l->rows && q0 < q1; u++) {
             int64_t iy = u * g->sh + y0;
             if (iy < 0 || iy >= g->h) continue;
+            const void *src[4]; /* int8: a group's channels past C repeat its first (their weights are 0) */
+            for (int64_t c = c0; c < c0 + per; c++)
+                src[c - c0] = (const uint8_t *)j->x + ((c < g->c ? c : c0) * hw + iy * g->w + x0) * size;
+            if (per == 4) {
+                qc_fill_group_row(j, src, g->sw, q0, q1, dst + u * l->wp * 4);
+                continue;
+            }
+            /* bf16: channels past C stay 0 (a copy times a 0 weight would give NaN for an infinite input) */
             for (int64_t c = c0; c < c0 + per && c < g->c; c++)
-                qc_fill_row(j, (const uint8_t *)j->x + (c * hw + iy * g->w + x0) * size, g->sw, q0, q1,
-                            dst + u * l->wp * 4 + (c - c0) * (4 / per));
+                qc_fill_row_bf16(src[c - c0], g->sw, q0, q1, dst + u * l->wp * 4 + (c - c0) * 2);
         }
     }
     return 0;
