@@ -1,5 +1,6 @@
-"""conv_int8.c and conv_lowp.c with exactly sized buffers from malloc (AddressSanitizer's redzones around each), on
-every code path, over the geometries of test_conv_int8.py: run by test_conv_int8_asan.py under libasan."""
+"""conv_int8.c, conv_lowp.c and the int8 GEMM (cuvil_qlinear) with exactly sized buffers from malloc (AddressSanitizer's
+redzones around each), on every code path, over the geometries of test_conv_int8.py and GEMM shapes with every
+kind of tail: run by test_conv_int8_asan.py under libasan."""
 import ctypes
 
 import numpy as np
@@ -42,6 +43,24 @@ def _conv(lib, geom, x_u8: bool, out_u8: bool, residual: bool) -> None:
             _libc.free(p)
 
 
+def _qlinear(lib, m: int, k: int, n: int, x_u8: bool, out_u8: bool) -> None:
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 256, (m, k)).astype(np.uint8) if x_u8 else rng.standard_normal((m, k)).astype(np.float32)
+    w = rng.integers(-127, 128, (n, k)).astype(np.int8)
+    bufs = {"x": _exact(x.tobytes()), "w": _exact(w.tobytes()), "scale": _exact(np.full(n, 0.01, np.float32).tobytes()),
+            "bias": _exact(np.ones(n, np.float32).tobytes()),
+            "packed": _exact(bytes(lib.cuvil_qgemm_packed_bytes(n, k))),
+            "scratch": _exact(bytes(lib.cuvil_qlinear_scratch_bytes(m, k))),
+            "y": _exact(bytes(m * n * (1 if out_u8 else 4)))}
+    lib.cuvil_qgemm_pack(n, k, bufs["w"], bufs["packed"])
+    args = k8.QGemmArgs(M=m, N=n, K=k, packed=bufs["packed"], w_scale=bufs["scale"], bias=bufs["bias"], act=1,
+                        C=bufs["y"], rsc=n, csc=1, out_scale=0.1 if out_u8 else 0.0, out_zero=2)
+    lib.cuvil_qlinear(ctypes.byref(args), bufs["x"], int(x_u8), 0.05 if x_u8 else 0.0, 3 if x_u8 else 0,
+                      bufs["scratch"])
+    for p in bufs.values():
+        _libc.free(p)
+
+
 def _conv_bf16(lib, geom) -> None:
     shape, o, (kh, kw), strides, pads, dilations = geom
     x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
@@ -63,8 +82,11 @@ def _conv_bf16(lib, geom) -> None:
 
 def main() -> None:
     lib = kernels.load(1)
-    for cap in [p for p in (3, 2, 1, 0) if p <= lib.cuvil_int8_isa()]:
+    for cap in [p for p in (4, 3, 2, 1, 0) if p <= lib.cuvil_int8_isa()]:
         lib.cuvil_int8_set_isa(cap)
+        for m, k, n in ((1, 7, 5), (5, 64, 16), (16, 65, 33), (33, 260, 70), (47, 1, 17)):
+            for x_u8, out_u8 in ((False, False), (True, True)):
+                _qlinear(lib, m, k, n, x_u8, out_u8)
         for geom in GEOMETRIES.values():
             for x_u8, out_u8, residual in ((False, False, False), (True, True, False), (False, False, True)):
                 _conv(lib, geom, x_u8, out_u8, residual)

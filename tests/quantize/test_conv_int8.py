@@ -1,7 +1,7 @@
 """The direct int8 convolution (conv_int8.c) on every code path this CPU has, each forced in turn: against the
 qconv_i8 reference, and the paths against each other bit for bit (all are exact), over ResNet-like layers and the
 shapes at the edges of its blocks (channels not a multiple of 4 or 8, outputs narrower than a vector, strides,
-dilations, uneven pads, windows as large as the image)."""
+dilations, uneven pads, windows as large as the image, and channels in whole AMX tiles)."""
 import numpy as np
 import pytest
 
@@ -9,7 +9,7 @@ from cuvil.backends.cpu import kernels_int8 as k8
 from cuvil.errors import ShapeError
 from cuvil.ops import get_op
 
-PATHS = [p for p in (3, 2, 1, 0) if p <= k8.best_isa(1)]
+PATHS = [p for p in (4, 3, 2, 1, 0) if p <= k8.best_isa(1)]
 RNG = np.random.default_rng(5)
 
 # (x shape, out channels, kernel (kh, kw), strides, pads (top, left, bottom, right), dilations)
@@ -26,6 +26,10 @@ GEOMETRIES = {
     "one-pixel-padded": ((1, 4, 1, 1), 8, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
     "block-tails": ((1, 32, 13, 13), 17, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
     "resnet-layer4": ((1, 64, 7, 7), 64, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    # AMX (path 4) takes channels in whole tiles of 64: its layout, block of 16 output channels and 3 x 16 pixels
+    "amx-3x3": ((1, 64, 9, 11), 40, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    "amx-1x1-stride2": ((2, 128, 7, 9), 20, (1, 1), (2, 2), (0, 0, 0, 0), (1, 1)),
+    "amx-dilated-strided": ((1, 64, 12, 10), 16, (3, 3), (2, 2), (2, 1, 1, 2), (2, 1)),
 }
 
 

@@ -1,5 +1,10 @@
-"""The int8 and int4 kernels on every code path this CPU has (VNNI, AVX-512BW, AVX2, C), each forced in turn, against
-the ops' NumPy references (cuvil/ops/quantized.py), and compiled modules against the interpreter."""
+"""The int8 and int4 kernels on every code path this CPU has (AMX, VNNI, AVX-512BW, AVX2, C), each forced in turn,
+against the ops' NumPy references (cuvil/ops/quantized.py), and compiled modules against the interpreter."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -11,12 +16,22 @@ from cuvil.ir.dtypes import DType
 from cuvil.ops import get_op
 from cuvil.ops.quantized import pack_int4
 
-PATHS = [p for p in (3, 2, 1, 0) if p <= k8.best_isa(1)]
+ROOT = Path(__file__).resolve().parents[2]
+PATHS = [p for p in (4, 3, 2, 1, 0) if p <= k8.best_isa(1)]
 RNG = np.random.default_rng(0)
 
 
 def _weights(n, k):
     return RNG.integers(-127, 128, (n, k)).astype(np.int8), (RNG.random(n) * 0.01).astype(np.float32)
+
+
+@pytest.mark.skipif(k8.best_isa(1) < 4, reason="this CPU has no AMX-INT8")
+def test_disabled_cpu_features_leave_out_amx_int8():
+    """CUVIL_DISABLE_CPU_FEATURES=amx_int8 chooses VNNI (read once per process, so in a fresh one)."""
+    env = {**os.environ, "CUVIL_DISABLE_CPU_FEATURES": "avx512_bf16, amx_int8", "PYTHONPATH": str(ROOT)}
+    code = "from cuvil.backends.cpu import kernels_int8 as k; print(k.best_isa(1))"
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.stdout.strip() == "3", out.stderr[-2000:]
 
 
 def test_the_cap_selects_each_path():
@@ -27,7 +42,8 @@ def test_the_cap_selects_each_path():
 
 
 @pytest.mark.parametrize("path", PATHS)
-@pytest.mark.parametrize("m,k,n", [(1, 7, 5), (2, 37, 40), (3, 9, 20), (4, 64, 17), (13, 37, 50), (33, 260, 70)])
+@pytest.mark.parametrize("m,k,n", [(1, 7, 5), (2, 37, 40), (3, 9, 20), (4, 64, 17), (13, 37, 50), (33, 260, 70),
+                                   (16, 64, 32), (47, 129, 16), (64, 300, 48)])
 @pytest.mark.parametrize("attrs", [dict(x_scale=0.05, x_zero=128, act="relu"), dict(act="gelu_tanh"),
                                    dict(x_scale=0.03, x_zero=100, out_scale=0.1, out_zero=7)],
                          ids=["static-relu", "dynamic-gelu", "requantized"])

@@ -32,7 +32,7 @@ ABI_VERSION = 1
 # Every kernel runs on cuvil_pool.c's threads; the sources share cuvil_internal.h's helpers. wasm32 and the sanitizer
 # test compile them as one unit, in this order.
 SOURCES = ("cuvil_pool.c", "gemm.c", "dwconv.c", "conv_nchwc.c", "winograd.c", "gemm_int8.c", "gemm_int4.c",
-           "gemm_lowp.c", "conv_int8.c", "conv_lowp.c")
+           "gemm_lowp.c", "gemm_int8_amx.c", "conv_int8.c", "conv_lowp.c")
 HEADERS = ("cuvil_kernels.h", "cuvil_internal.h", "cuvil_nchwc.h", "cuvil_simd.h", "cuvil_math.inc", "cuvil_scalar.inc",
            "cuvil_omp.h")
 # On the host the library is built in units, one source each, each its own cached object, compiled at once (a first
@@ -40,7 +40,7 @@ HEADERS = ("cuvil_kernels.h", "cuvil_internal.h", "cuvil_nchwc.h", "cuvil_simd.h
 # other units whose functions it calls: the blocked and Winograd convs and the int8, int4 and 16-bit GEMMs are
 # three quarters of the build, and an MLP or a transformer calls none of them.
 # The int8 and bf16 convolutions share the int8 and 16-bit GEMMs' static helpers and layouts: one unit, in order.
-LOWP = ("gemm_int8.c", "gemm_lowp.c", "conv_int8.c", "conv_lowp.c")
+LOWP = ("gemm_int8.c", "gemm_lowp.c", "gemm_int8_amx.c", "conv_int8.c", "conv_lowp.c")
 UNITS = {name.removesuffix(".c").removeprefix("cuvil_"): (name,) for name in SOURCES if name not in LOWP} | \
     {"lowp": LOWP}
 CORE = ("pool", "gemm")  # one shared library; every other unit is a library of its own, loaded after it

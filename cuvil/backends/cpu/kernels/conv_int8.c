@@ -51,9 +51,30 @@ static void qc_shape(const qconv_geom *g, int64_t groups, qconv_layout *l)
     l->pv = g->oh * l->wp;
 }
 
-int64_t cuvil_qconv_packed_bytes(int64_t O, int64_t C, int64_t KH, int64_t KW)
+/* AMX-INT8 (path 4) where C is whole tiles of 16 groups; its weight layout follows the others' in the packing,
+ * [O/16][tap][C/64][16 channels][16 groups][4]: a block's A tile per tap and 64 channels is 1 KB in a row. */
+#define QC_AMX_OB 16
+static int qc_amx_layout(int64_t C) { return QGEMM_AMX && C % 64 == 0 && amx_int8_usable(); }
+static int64_t qc_amx_at(int64_t O, int64_t C, int64_t KH, int64_t KW) /* where its layout starts */
 {
     return qc_blocks(O) * KH * KW * qc_c4(C) * QC_OB * 4 + qc_blocks(O) * QC_OB * 4;
+}
+
+int64_t cuvil_qconv_packed_bytes(int64_t O, int64_t C, int64_t KH, int64_t KW)
+{
+    int64_t amx = qc_amx_layout(C) ? (O + QC_AMX_OB - 1) / QC_AMX_OB * QC_AMX_OB * KH * KW * C : 0;
+    return qc_amx_at(O, C, KH, KW) + amx;
+}
+
+static void qc_pack_amx(int64_t O, int64_t C, int64_t taps, const int8_t *W, int8_t *p)
+{
+    int64_t chunks = C / 64;
+    memset(p, 0, (size_t)((O + QC_AMX_OB - 1) / QC_AMX_OB * QC_AMX_OB * taps * C));
+    for (int64_t o = 0; o < O; o++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t t = 0; t < taps; t++)
+                p[(((o / QC_AMX_OB) * taps + t) * chunks + c / 64) * 1024 + (o % QC_AMX_OB) * 64 + c % 64] =
+                    W[(o * C + c) * taps + t];
 }
 
 void cuvil_qconv_pack(int64_t O, int64_t C, int64_t KH, int64_t KW, const int8_t *W, void *packed)
@@ -72,6 +93,7 @@ void cuvil_qconv_pack(int64_t O, int64_t C, int64_t KH, int64_t KW, const int8_t
             }
         sums[o] = s;
     }
+    if (qc_amx_layout(C)) qc_pack_amx(O, C, taps, W, p + qc_amx_at(O, C, KH, KW));
 }
 
 int64_t cuvil_qconv_scratch_bytes(const int64_t *g)
@@ -100,19 +122,32 @@ static inline uint8_t qc_quantize(float v, float inv, int32_t zero)
     return (uint8_t)(q < 0.0f ? 0.0f : q > 255.0f ? 255.0f : q);
 }
 
-/* One channel's row of a plane: columns q in [q0, q1) read src[q * cs], into every 4th byte of dst. */
-static void qc_fill_row(const qc_fill_job *j, const void *src, int64_t cs, int64_t q0, int64_t q1, uint8_t *dst)
+/* bf16: one channel's row of a plane, columns q in [q0, q1) read src[q * cs], into every other 16 bits of dst. */
+static void qc_fill_row_bf16(const float *src, int64_t cs, int64_t q0, int64_t q1, uint8_t *dst)
 {
+    uint16_t *d = (uint16_t *)dst;
+    for (int64_t q = q0; q < q1; q++) d[q * 2] = lp_f32_to_bf16(src[q * cs]);
+}
+
+/* int8: a group of 4 channels' row, quantised or copied; each pixel's 4 bytes one 32-bit store, vectorised. */
+static void qc_fill_group_row(const qc_fill_job *j, const void *const src[4], int64_t cs, int64_t q0, int64_t q1,
+                              uint8_t *dst)
+{
+    uint32_t *d = (uint32_t *)dst;
     if (j->kind == QC_FROM_U8) {
-        const uint8_t *s = (const uint8_t *)src;
-        for (int64_t q = q0; q < q1; q++) dst[q * 4] = s[q * cs];
-    } else if (j->kind == QC_TO_BF16) {
-        const float *s = (const float *)src;
-        uint16_t *d = (uint16_t *)dst;
-        for (int64_t q = q0; q < q1; q++) d[q * 2] = lp_f32_to_bf16(s[q * cs]);
+        const uint8_t *s0 = src[0], *s1 = src[1], *s2 = src[2], *s3 = src[3];
+#pragma omp simd
+        for (int64_t q = q0; q < q1; q++)
+            d[q] = (uint32_t)s0[q * cs] | (uint32_t)s1[q * cs] << 8 | (uint32_t)s2[q * cs] << 16 |
+                   (uint32_t)s3[q * cs] << 24;
     } else {
-        const float *s = (const float *)src;
-        for (int64_t q = q0; q < q1; q++) dst[q * 4] = qc_quantize(s[q * cs], j->inv, j->zero);
+        const float *s0 = src[0], *s1 = src[1], *s2 = src[2], *s3 = src[3];
+        float inv = j->inv;
+        int32_t z = j->zero;
+#pragma omp simd
+        for (int64_t q = q0; q < q1; q++)
+            d[q] = (uint32_t)qc_quantize(s0[q * cs], inv, z) | (uint32_t)qc_quantize(s1[q * cs], inv, z) << 8 |
+                   (uint32_t)qc_quantize(s2[q * cs], inv, z) << 16 | (uint32_t)qc_quantize(s3[q * cs], inv, z) << 24;
     }
 }
 
@@ -145,9 +180,16 @@ static int qc_fill_planes(void *ctx, int64_t lo, int64_t hi)
         for (int64_t u = 0; u < l->rows && q0 < q1; u++) {
             int64_t iy = u * g->sh + y0;
             if (iy < 0 || iy >= g->h) continue;
+            const void *src[4]; /* int8: a group's channels past C repeat its first (their weights are 0) */
+            for (int64_t c = c0; c < c0 + per; c++)
+                src[c - c0] = (const uint8_t *)j->x + ((c < g->c ? c : c0) * hw + iy * g->w + x0) * size;
+            if (per == 4) {
+                qc_fill_group_row(j, src, g->sw, q0, q1, dst + u * l->wp * 4);
+                continue;
+            }
+            /* bf16: channels past C stay 0 (a copy times a 0 weight would give NaN for an infinite input) */
             for (int64_t c = c0; c < c0 + per && c < g->c; c++)
-                qc_fill_row(j, (const uint8_t *)j->x + (c * hw + iy * g->w + x0) * size, g->sw, q0, q1,
-                            dst + u * l->wp * 4 + (c - c0) * (4 / per));
+                qc_fill_row_bf16(src[c - c0], g->sw, q0, q1, dst + u * l->wp * 4 + (c - c0) * 2);
         }
     }
     return 0;
@@ -321,12 +363,6 @@ static int qc_runs(const qc_job *j, int64_t vp0, int64_t nvp, qc_run *runs)
     return count;
 }
 
-static inline float qc_relu(int act, float v)
-{
-    float lo = v < 0.0f ? 0.0f : v;
-    return act == CUVIL_ACT_RELU6 ? (lo > 6.0f ? 6.0f : lo) : lo;
-}
-
 static void qc_channel(const qc_job *j, int64_t o, const qc_acc *acc, int jo, const qc_run *runs, int nruns)
 {
     int64_t plane = j->g->oh * j->g->ow;
@@ -344,7 +380,7 @@ static void qc_channel(const qc_job *j, int64_t o, const qc_acc *acc, int jo, co
         for (int64_t i = 0; i < runs[r].n; i++) y[runs[r].i + i] += j->res[o * plane + runs[r].p + i];
     if (j->act == CUVIL_ACT_RELU || j->act == CUVIL_ACT_RELU6) {
 #pragma omp simd
-        for (int i = 0; i < QC_PIX; i++) y[i] = y[i] != y[i] ? y[i] : qc_relu(j->act, y[i]);
+        for (int i = 0; i < QC_PIX; i++) y[i] = relu_act(j->act, y[i]);
     } else if (j->act) {
         cuvil_activation(j->act, QC_PIX, y, y);
     }
@@ -389,6 +425,49 @@ static int qc_blocks_run(void *ctx, int64_t lo, int64_t hi)
     return 0;
 }
 
+#if QGEMM_AMX
+/* AMX: 16 channels x 48 pixels, tiles 0-2 the three 16-pixel columns of C, 3 the weight, 4-6 the image (16 groups
+ * x 16 pixels x 4 bytes, a row per group: one plane apart); tdpbsud, as the weight (signed) is the A tile. */
+__attribute__((target("amx-tile,amx-int8"))) static void qc_tile_amx(int nv, const qconv_layout *l, int64_t vp0,
+                                                                     const void *w, qc_acc *acc)
+{
+    int64_t chunks = l->c4 / 16;
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    for (int64_t t = 0; t < l->taps; t++)
+        for (int64_t k = 0; k < chunks; k++) {
+            const uint8_t *a = l->buf + (l->toff[t] + k * 16 * l->plane + vp0) * 4;
+            _tile_loadd(3, (const int8_t *)w + (t * chunks + k) * 1024, 64);
+            _tile_loadd(4, a, l->plane * 4);
+            _tile_dpbsud(0, 3, 4);
+            if (nv > 1) {
+                _tile_loadd(5, a + 64, l->plane * 4);
+                _tile_dpbsud(1, 3, 5);
+            }
+            if (nv > 2) {
+                _tile_loadd(6, a + 128, l->plane * 4);
+                _tile_dpbsud(2, 3, 6);
+            }
+        }
+    _tile_stored(0, acc->i[0], QC_PIX * 4);
+    if (nv > 1) _tile_stored(1, acc->i[0] + QC_LANES, QC_PIX * 4);
+    if (nv > 2) _tile_stored(2, acc->i[0] + 2 * QC_LANES, QC_PIX * 4);
+}
+
+__attribute__((target("amx-tile"))) static int qc_amx_blocks(void *ctx, int64_t lo, int64_t hi)
+{
+    struct lp_tilecfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 7; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;
+    _tile_loadconfig(&cfg);
+    qc_blocks_run(ctx, lo, hi);
+    _tile_release();
+    return 0;
+}
+#endif
+
 /* -- the driver, shared with conv_lowp.c ------------------------------------------------------------------------ */
 static void qc_layout_in(const qconv_geom *g, int64_t groups, void *scratch, qconv_layout *l)
 {
@@ -432,6 +511,13 @@ void cuvil_qconv(const void *x, int x_is_u8, float x_scale, int32_t x_zero, cons
                       (const int32_t *)(w + qc_blocks(g.o) * wblock), s, z, w_scale, bias,
                       res ? res + n * out_plane : NULL, act, (uint8_t *)y + n * out_plane * out_bytes, out_scale,
                       out_zero};
-        qc_image(&fill, &job, qc_blocks_run);
+        cuvil_range_fn run = qc_blocks_run;
+#if QGEMM_AMX
+        if (cuvil_int8_isa() >= 4 && qc_amx_layout(g.c)) { /* a tile configuration per thread */
+            job.tile = qc_tile_amx, job.ob = QC_AMX_OB, job.wblock = l.taps * g.c * QC_AMX_OB;
+            job.w = w + qc_amx_at(g.o, g.c, g.kh, g.kw), run = qc_amx_blocks;
+        }
+#endif
+        qc_image(&fill, &job, run);
     }
 }

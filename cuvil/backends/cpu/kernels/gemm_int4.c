@@ -10,7 +10,6 @@
  */
 #include <stdlib.h>
 #include <string.h>
-#include "cuvil_omp.h"
 
 #include "cuvil_kernels.h"
 
@@ -164,6 +163,32 @@ int64_t cuvil_gemm_int4_scratch_bytes(int64_t M, int64_t K, int64_t G)
     return M <= I4_ROWS ? M * (K / G) * 4 + 64 : (int64_t)I4_BLOCK * K * 4 + 64;
 }
 
+typedef struct {
+    int64_t M, N, K, G;
+    const float *x, *scale, *bias, *xsum;
+    const uint8_t *w, *zero;
+    float *out;
+    int64_t n0; /* dequantize_int4_rows: the first weight row */
+} i4_scalar_job_t;
+
+/* Output columns [lo, hi) of every row, portable C, from the rows' group sums of x. */
+static int i4_columns_scalar(void *ctx, int64_t lo, int64_t hi)
+{
+    const i4_scalar_job_t *j = ctx;
+    int64_t K = j->K, G = j->G, groups = K / G;
+    for (int64_t n = lo; n < hi; n++)
+        for (int64_t m = 0; m < j->M; m++) {
+            float acc = 0.0f;
+            for (int64_t g = 0; g < groups; g++) {
+                int64_t at = n * groups + g;
+                float d = dot_q4_scalar(j->x + m * K + g * G, j->w + n * (K / 2) + g * (G / 2), G);
+                acc += j->scale[at] * (d - (float)j->zero[at] * j->xsum[m * groups + g]);
+            }
+            j->out[m * j->N + n] = acc + (j->bias ? j->bias[n] : 0.0f);
+        }
+    return 0;
+}
+
 /* y = x @ W^T for M <= I4_ROWS in portable C: one output column per step, the rows' group sums of x computed once. */
 static void gemm_int4_rows(int64_t M, int64_t N, int64_t K, int64_t G, const float *x, const uint8_t *w,
                            const float *scale, const uint8_t *zero, const float *bias, float *y, float *xsum)
@@ -175,36 +200,35 @@ static void gemm_int4_rows(int64_t M, int64_t N, int64_t K, int64_t G, const flo
             for (int64_t k = 0; k < G; k++) s += x[m * K + g * G + k];
             xsum[m * groups + g] = s;
         }
-    int nt = threads_for(M * N * K);
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-    for (int64_t n = 0; n < N; n++)
-        for (int64_t m = 0; m < M; m++) {
-            float acc = 0.0f;
-            for (int64_t g = 0; g < groups; g++) {
-                int64_t at = n * groups + g;
-                float d = dot_q4_scalar(x + m * K + g * G, w + n * (K / 2) + g * (G / 2), G);
-                acc += scale[at] * (d - (float)zero[at] * xsum[m * groups + g]);
-            }
-            y[m * N + n] = acc + (bias ? bias[n] : 0.0f);
-        }
+    i4_scalar_job_t j = {M, N, K, G, x, scale, bias, xsum, w, zero, y, 0};
+    cuvil_parallel_team(N, threads_for(M * N * K), i4_columns_scalar, &j);
 }
 
-static void dequantize_int4_rows(int64_t n0, int64_t rows, int64_t K, int64_t G, const uint8_t *w,
-                                 const float *scale, const uint8_t *zero, float *out)
+/* Weight rows n0 + [lo, hi) widened to f32 into out (K floats a row). */
+static int i4_dequantize(void *ctx, int64_t lo, int64_t hi)
 {
-    int nt = threads_for(rows * K * 8);
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-    for (int64_t r = 0; r < rows; r++) {
-        const uint8_t *q = w + (n0 + r) * (K / 2);
+    const i4_scalar_job_t *j = ctx;
+    int64_t K = j->K, G = j->G;
+    for (int64_t r = lo; r < hi; r++) {
+        const uint8_t *q = j->w + (j->n0 + r) * (K / 2);
         for (int64_t k0 = 0; k0 < K; k0 += 32, q += 16) {
-            int64_t at = (n0 + r) * (K / G) + k0 / G;
-            float s = scale[at], z = (float)zero[at];
-            for (int j = 0; j < 16; j++) {
-                out[r * K + k0 + j] = ((float)(q[j] & 15) - z) * s;
-                out[r * K + k0 + 16 + j] = ((float)(q[j] >> 4) - z) * s;
+            int64_t at = (j->n0 + r) * (K / G) + k0 / G;
+            float s = j->scale[at], z = (float)j->zero[at];
+            for (int i = 0; i < 16; i++) {
+                j->out[r * K + k0 + i] = ((float)(q[i] & 15) - z) * s;
+                j->out[r * K + k0 + 16 + i] = ((float)(q[i] >> 4) - z) * s;
             }
         }
     }
+    return 0;
+}
+
+/* On the pool, as every kernel (an OpenMP team between two pool jobs spins against the pool's threads). */
+static void dequantize_int4_rows(int64_t n0, int64_t rows, int64_t K, int64_t G, const uint8_t *w,
+                                 const float *scale, const uint8_t *zero, float *out)
+{
+    i4_scalar_job_t j = {0, 0, K, G, NULL, scale, NULL, NULL, w, zero, out, n0};
+    cuvil_parallel_team(rows, threads_for(rows * K * 8), i4_dequantize, &j);
 }
 
 void cuvil_gemm_int4(int64_t M, int64_t N, int64_t K, int64_t G, const float *x, const uint8_t *w,

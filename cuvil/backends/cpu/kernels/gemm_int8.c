@@ -3,14 +3,16 @@
  * over C.
  *
  * The paths, chosen when called by the CPU's features (cuvil_int8_isa), all exact, so they agree bit for bit:
+ *   4  AMX-INT8: tdpbusd, 32 rows x 32 columns per block (gemm_int8_amx.c), from 16 rows of A in cuvil_qlinear;
  *   3  AVX-512 VNNI: vpdpbusd, 8 rows x 32 columns per register block;
  *   2  AVX-512BW: bytes widened to 16 bits, vpmaddwd, 4 rows x 32 columns;
  *   1  AVX2: the same with 256-bit vectors, 2 rows x 16 columns;
  *   0  portable C.
  * CUVIL_INT8_ISA=N (or cuvil_int8_set_isa) caps the path, so the tests run every fallback on a VNNI machine.
  *
- * The packed weight (cuvil_qgemm_pack) is W[N, K] int8 in panels of 16 columns by groups of 4 along K,
- * packed[(panel * K4 + g) * 64 + col * 4 + t] = W[panel * 16 + col, g * 4 + t] (zero past N and K), followed by
+ * The packed weight (cuvil_qgemm_pack) is W[N, K] int8 in panels of 16 columns by KP groups of 4 along K (KP: the
+ * groups rounded up to 16, so that a panel is whole AMX tiles of 16 groups x 64 bytes),
+ * packed[(panel * KP + g) * 64 + col * 4 + t] = W[panel * 16 + col, g * 4 + t] (zero past N and K), followed by
  * the int32 column sums that subtract the activations' zero points: sum_k (a - za) w = sum_k a w - za sum_k w.
  * The layout belongs to this build; it is made at load time from the IR's plain [N, K] weight.
  */
@@ -28,19 +30,31 @@
 
 #define QP 16 /* columns per packed panel */
 #define QT 32 /* columns per register block (two panels) */
-#define QMR_MAX 8 /* rows of the tallest register block */
+#define QMR_MAX 32 /* rows of the tallest register block (AMX's) */
+/* AMX-INT8 (gemm_int8_amx.c, later in this unit): x86-64 and a compiler with its intrinsics */
+#if defined(CUVIL_X86) && defined(__x86_64__) && defined(__GNUC__) && (__GNUC__ >= 11 || defined(__clang__))
+#define QGEMM_AMX 1
+#else
+#define QGEMM_AMX 0
+#endif
 
 static int64_t k4_of(int64_t K) { return (K + 3) / 4; }
+static int64_t kp_of(int64_t K) { return (k4_of(K) + 15) / 16 * 16; } /* groups per packed panel */
 static int64_t panels_of(int64_t N) { return (N + QP - 1) / QP; }
 
 /* -- which path ------------------------------------------------------------------------------------------ */
 static int isa_cap = -1; /* -1: CUVIL_INT8_ISA, else the cap set by cuvil_int8_set_isa */
+#if QGEMM_AMX
+static int amx_int8_usable(void); /* gemm_int8_amx.c */
+#else
+static int amx_int8_usable(void) { return 0; }
+#endif
 
 static int isa_supported(void)
 {
 #ifdef CUVIL_X86
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw")) return 3;
+    if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw")) return amx_int8_usable() ? 4 : 3;
     if (__builtin_cpu_supports("avx512bw")) return 2;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return 1; /* the int4 path uses FMA */
 #endif
@@ -54,7 +68,7 @@ int cuvil_int8_isa(void)
     int have = isa_supported(), cap = isa_cap;
     if (cap < 0) {
         const char *env = getenv("CUVIL_INT8_ISA");
-        cap = env && *env ? atoi(env) : 3;
+        cap = env && *env ? atoi(env) : 4;
     }
     return cap < have ? (cap < 0 ? 0 : cap) : have;
 }
@@ -62,20 +76,20 @@ int cuvil_int8_isa(void)
 /* -- packing --------------------------------------------------------------------------------------------- */
 int64_t cuvil_qgemm_packed_bytes(int64_t N, int64_t K)
 {
-    return panels_of(N) * k4_of(K) * 64 + panels_of(N) * QP * 4;
+    return panels_of(N) * kp_of(K) * 64 + panels_of(N) * QP * 4;
 }
 
 void cuvil_qgemm_pack(int64_t N, int64_t K, const int8_t *W, void *packed)
 {
-    int64_t K4 = k4_of(K), np = panels_of(N);
+    int64_t KP = kp_of(K), np = panels_of(N);
     int8_t *p = (int8_t *)packed;
-    int32_t *sums = (int32_t *)(p + np * K4 * 64);
-    memset(p, 0, (size_t)(np * K4 * 64));
+    int32_t *sums = (int32_t *)(p + np * KP * 64);
+    memset(p, 0, (size_t)(np * KP * 64));
     for (int64_t n = 0; n < np * QP; n++) {
         int32_t s = 0;
         for (int64_t k = 0; n < N && k < K; k++) {
             int8_t w = W[n * K + k];
-            p[((n / QP) * K4 + k / 4) * 64 + (n % QP) * 4 + k % 4] = w;
+            p[((n / QP) * KP + k / 4) * 64 + (n % QP) * 4 + k % 4] = w;
             s += w;
         }
         sums[n] = s;
@@ -251,9 +265,19 @@ static void tile_avx2(int64_t mr, int64_t K4, const uint8_t *A, int64_t lda, con
 }
 #endif
 
+#if QGEMM_AMX
+#define AMX_MR 32
+static void tile_amx(int64_t mr, int64_t K4, const uint8_t *A, int64_t lda, const int8_t *w0, const int8_t *w1,
+                     int32_t acc[][QT]);
+static int qgemm_blocks_amx(void *ctx, int64_t lo, int64_t hi);
+#endif
+
 /* The register block for this path and M rows (mr: its height). */
 static tile_fn tile_for(int isa, int64_t M, int64_t *mr)
 {
+#if QGEMM_AMX
+    if (isa >= 4 && M >= 16) return *mr = AMX_MR, tile_amx;
+#endif
 #ifdef CUVIL_X86
     if (isa >= 3 && M <= VNNI_SMALL) return *mr = M, tile_vnni_small;
     if (isa >= 3) return *mr = VNNI_MR, tile_vnni;
@@ -264,42 +288,45 @@ static tile_fn tile_for(int isa, int64_t M, int64_t *mr)
     return *mr = 4, tile_scalar;
 }
 
-/* -- epilogue -------------------------------------------------------------------------------------------- */
-static inline float activate(int act, float v)
+/* -- epilogue: one row's columns at a time, vectorised ------------------------------------------------------- */
+static inline float relu_act(int act, float v) /* relu or relu6; NaN passes */
 {
-    switch (act) {
-    case CUVIL_ACT_RELU: return v > 0.0f ? v : (v == v ? 0.0f : v);
-    case CUVIL_ACT_RELU6: return v != v ? v : v < 0.0f ? 0.0f : v > 6.0f ? 6.0f : v;
-    default: return v;
-    }
+    float lo = v < 0.0f ? 0.0f : v;
+    return v != v ? v : act == CUVIL_ACT_RELU6 ? (lo > 6.0f ? 6.0f : lo) : lo;
 }
 
 static void epilogue(const cuvil_qgemm_args *q, int64_t i0, int64_t mr, int64_t j0, int32_t acc[][QT],
                      const int32_t *sums)
 {
-    int64_t nc = q->N - j0 < QT ? q->N - j0 : QT;
+    int64_t nc = q->N - j0 < QT ? q->N - j0 : QT, cs = q->csc;
+    const float *ws = q->w_scale + j0;
+    const int32_t *colsum = sums + j0;
+    float bias[QT];
+    for (int64_t c = 0; c < nc; c++) bias[c] = q->bias ? q->bias[j0 + c] : 0.0f;
     for (int64_t r = 0; r < mr; r++) {
         int64_t i = i0 + r;
-        float sa = q->a_scale[q->a_step * i];
+        float sa = q->a_scale[q->a_step * i], y[QT];
         int32_t za = q->a_zero[q->a_step * i];
-        float y[QT];
-        for (int64_t c = 0; c < nc; c++) {
-            int64_t j = j0 + c;
-            y[c] = (float)(acc[r][c] - za * sums[j]) * (sa * q->w_scale[j]) + (q->bias ? q->bias[j] : 0.0f);
-        }
-        if (q->act == CUVIL_ACT_RELU || q->act == CUVIL_ACT_RELU6)
-            for (int64_t c = 0; c < nc; c++) y[c] = activate(q->act, y[c]);
-        else if (q->act)
+#pragma omp simd
+        for (int64_t c = 0; c < nc; c++) y[c] = (float)(acc[r][c] - za * colsum[c]) * (sa * ws[c]) + bias[c];
+        if (q->act == CUVIL_ACT_RELU || q->act == CUVIL_ACT_RELU6) {
+#pragma omp simd
+            for (int64_t c = 0; c < nc; c++) y[c] = relu_act(q->act, y[c]);
+        } else if (q->act) {
             cuvil_activation(q->act, nc, y, y);
+        }
         if (q->out_scale > 0.0f) {
-            uint8_t *out = (uint8_t *)q->C;
+            uint8_t *out = (uint8_t *)q->C + i * q->rsc + j0 * cs;
+            float div = q->out_scale, zero = (float)q->out_zero;
+#pragma omp simd
             for (int64_t c = 0; c < nc; c++) {
-                float v = rintf(y[c] / q->out_scale) + (float)q->out_zero;
-                out[i * q->rsc + (j0 + c) * q->csc] = (uint8_t)(v < 0.0f ? 0.0f : v > 255.0f ? 255.0f : v);
+                float v = rintf(y[c] / div) + zero;
+                out[c * cs] = (uint8_t)(int32_t)(v < 0.0f ? 0.0f : v > 255.0f ? 255.0f : v);
             }
         } else {
-            float *out = (float *)q->C;
-            for (int64_t c = 0; c < nc; c++) out[i * q->rsc + (j0 + c) * q->csc] = y[c];
+            float *out = (float *)q->C + i * q->rsc + j0 * cs;
+#pragma omp simd
+            for (int64_t c = 0; c < nc; c++) out[c * cs] = y[c];
         }
     }
 }
@@ -307,35 +334,48 @@ static void epilogue(const cuvil_qgemm_args *q, int64_t i0, int64_t mr, int64_t 
 typedef struct {
     const cuvil_qgemm_args *q;
     tile_fn tile;
-    int64_t mr, K4, np, row_blocks;
+    int64_t mr, K4, kp, np, row_blocks;
     const int32_t *sums;
 } qgemm_job_t;
 
-/* Register blocks [lo, hi): column block b / row_blocks x row block b % row_blocks. */
+/* Register block b (column block b / row_blocks x row block b % row_blocks) and its epilogue. */
+static void qgemm_block(const qgemm_job_t *j, int64_t b)
+{
+    const cuvil_qgemm_args *q = j->q;
+    int64_t jb = b / j->row_blocks, i0 = b % j->row_blocks * j->mr;
+    int64_t rows = q->M - i0 < j->mr ? q->M - i0 : j->mr;
+    int32_t acc[QMR_MAX][QT];
+    const int8_t *w0 = (const int8_t *)q->packed + 2 * jb * j->kp * 64;
+    const int8_t *w1 = 2 * jb + 1 < j->np ? w0 + j->kp * 64 : NULL;
+    j->tile(rows, j->K4, q->A + i0 * q->lda, q->lda, w0, w1, acc);
+    epilogue(q, i0, rows, 2 * jb * QP, acc, j->sums);
+}
+
 static int qgemm_blocks(void *ctx, int64_t lo, int64_t hi)
 {
-    const qgemm_job_t *j = ctx;
-    const cuvil_qgemm_args *q = j->q;
-    const int8_t *w = (const int8_t *)q->packed;
-    for (int64_t b = lo; b < hi; b++) {
-        int64_t jb = b / j->row_blocks, i0 = b % j->row_blocks * j->mr;
-        int64_t rows = q->M - i0 < j->mr ? q->M - i0 : j->mr;
-        int32_t acc[QMR_MAX][QT];
-        const int8_t *w0 = w + 2 * jb * j->K4 * 64, *w1 = 2 * jb + 1 < j->np ? w0 + j->K4 * 64 : NULL;
-        j->tile(rows, j->K4, q->A + i0 * q->lda, q->lda, w0, w1, acc);
-        epilogue(q, i0, rows, 2 * jb * QP, acc, j->sums);
-    }
+    for (int64_t b = lo; b < hi; b++) qgemm_block(ctx, b);
     return 0;
 }
 
-/* On the thread pool (an OpenMP team of its own would spin against the pool's threads between layers). */
+/* On the thread pool (an OpenMP team of its own would spin against the pool's threads between layers). Path 4
+ * (AMX) needs A's rows padded to a multiple of 16 and lda >= kp * 4 (cuvil_qlinear's scratch). */
+static void qgemm_run(const cuvil_qgemm_args *q, int isa)
+{
+    qgemm_job_t j = {q, NULL, 0, k4_of(q->K), kp_of(q->K), panels_of(q->N), 0, NULL};
+    j.tile = tile_for(isa, q->M, &j.mr);
+    j.sums = (const int32_t *)((const int8_t *)q->packed + j.np * j.kp * 64);
+    j.row_blocks = (q->M + j.mr - 1) / j.mr;
+    cuvil_range_fn run = qgemm_blocks;
+#if QGEMM_AMX
+    if (j.tile == tile_amx) run = qgemm_blocks_amx; /* a tile configuration per thread */
+#endif
+    cuvil_parallel_team((j.np + 1) / 2 * j.row_blocks, threads_for(q->M * q->N * q->K / 4), run, &j);
+}
+
 void cuvil_qgemm(const cuvil_qgemm_args *q)
 {
-    qgemm_job_t j = {q, NULL, 0, k4_of(q->K), panels_of(q->N), 0, NULL};
-    j.tile = tile_for(cuvil_int8_isa(), q->M, &j.mr);
-    j.sums = (const int32_t *)((const int8_t *)q->packed + j.np * j.K4 * 64);
-    j.row_blocks = (q->M + j.mr - 1) / j.mr;
-    cuvil_parallel_team((j.np + 1) / 2 * j.row_blocks, threads_for(q->M * q->N * q->K / 4), qgemm_blocks, &j);
+    int isa = cuvil_int8_isa();
+    qgemm_run(q, isa < 3 ? isa : 3);
 }
 
 /* -- activations to uint8 -------------------------------------------------------------------------------- */
@@ -386,13 +426,16 @@ void cuvil_quantize_rows_u8(int64_t M, int64_t K, const float *x, int64_t ldx, u
     cuvil_parallel_team(M, threads_for(M * K * 8), quantize_rows, &j);
 }
 
-int64_t cuvil_qlinear_scratch_bytes(int64_t M, int64_t K) { return M * k4_of(K) * 4 + M * 8 + 64; }
+/* A's rows: K padded to kp groups, M to a multiple of 16 (whole AMX tiles); then the per-row scales and zeros. */
+static int64_t qlinear_rows(int64_t M) { return (M + 15) / 16 * 16; }
+
+int64_t cuvil_qlinear_scratch_bytes(int64_t M, int64_t K) { return qlinear_rows(M) * kp_of(K) * 4 + M * 8 + 64; }
 
 void cuvil_qlinear(cuvil_qgemm_args *q, const void *x, int x_is_u8, float x_scale, int32_t x_zero, void *scratch)
 {
-    int64_t ld = k4_of(q->K) * 4;
+    int64_t ld = kp_of(q->K) * 4, rows = qlinear_rows(q->M);
     uint8_t *a = (uint8_t *)scratch;
-    float *scale = (float *)(a + q->M * ld + (64 - (q->M * ld) % 64) % 64);
+    float *scale = (float *)(a + rows * ld);
     int32_t *zero = (int32_t *)(scale + q->M);
     if (x_is_u8) {
         for (int64_t i = 0; i < q->M; i++) {
@@ -402,11 +445,12 @@ void cuvil_qlinear(cuvil_qgemm_args *q, const void *x, int x_is_u8, float x_scal
     } else {
         cuvil_quantize_rows_u8(q->M, q->K, (const float *)x, q->K, a, ld, scale, zero, x_scale, x_zero);
     }
+    memset(a + q->M * ld, 0, (size_t)((rows - q->M) * ld)); /* rows an AMX tile reads past M, their sums dropped */
     int dynamic = !x_is_u8 && !(x_scale > 0.0f);
     scale[0] = dynamic ? scale[0] : x_scale;
     zero[0] = dynamic ? zero[0] : x_zero;
     q->A = a, q->lda = ld, q->a_scale = scale, q->a_zero = zero, q->a_step = dynamic;
-    cuvil_qgemm(q);
+    qgemm_run(q, cuvil_int8_isa());
 }
 
 /* -- a tensor's range, widened to hold 0, onto 0..255 (the dynamic conv, conv_int8.c) ------------------ */
