@@ -72,8 +72,10 @@ def _bf16_dot_product() -> bool:
     """Whether this CPU runs the bf16 kernels on AMX or AVX512_BF16 (less CUVIL_DISABLE_CPU_FEATURES), where bf16
     convolutions beat fp32 ones."""
     from ..backends.cpu import kernels
+    from ..backends.cpu.flags import opt_level
 
-    return kernels.lowp_path() != "generic"
+    # at the level the model links: a library of another level loaded first would serve the model's kernel calls
+    return kernels.lowp_path(opt_level()) != "generic"
 
 
 def check_precision(precision, calibration: str = "minmax") -> None:
