@@ -1,0 +1,62 @@
+"""ONNX ops whose output size depends on the data (NonZero, Compress on a computed condition), interpreted and
+compiled, against ONNX Runtime at several inputs: some, none and all elements selected, and empty inputs."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cuvil
+
+from .helpers import F32, I64, helper, model, run_ort
+
+N = helper.make_node
+BOOL = 9  # TensorProto.BOOL
+
+
+def _check(proto, feeds_list):
+    loaded = cuvil.load_onnx(proto)
+    compiled = loaded.optimize()
+    for feeds in feeds_list:
+        want = run_ort(proto, feeds)
+        for got in (loaded(**feeds), compiled(**feeds)):
+            assert len(got) == len(want)
+            for g, w in zip(got, want):
+                assert g.dtype == w.dtype and g.shape == w.shape, (g.dtype, g.shape, w.dtype, w.shape)
+                np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+def _nonzero_then_arithmetic():
+    """NonZero, then Transpose and a Mul on the computed count, and the count itself through Shape."""
+    nodes = [N("NonZero", ["x"], ["nz"]), N("Transpose", ["nz"], ["t"], perm=[1, 0]), N("Mul", ["t", "t"], ["sq"]),
+             N("Shape", ["nz"], ["shape"])]
+    return model(nodes, [("x", F32, ["n", 3])], [("t", I64, None), ("sq", I64, None), ("shape", I64, None)])
+
+
+@pytest.mark.parametrize("x", [
+    np.array([[0, 1, 2], [3, 0, 0]], np.float32), np.zeros((4, 3), np.float32), np.ones((5, 3), np.float32),
+    np.zeros((0, 3), np.float32)], ids=["some", "none", "all", "empty"])
+def test_nonzero_matches_ort(x):
+    _check(_nonzero_then_arithmetic(), [{"x": x}])
+
+
+def _compress(axis):
+    """Compress on a condition computed from the input (x > 0 along one axis)."""
+    attrs = {} if axis is None else {"axis": axis}
+    nodes = [N("ReduceSum", ["x", "ax"], ["s"], keepdims=0), N("Greater", ["s", "zero"], ["cond"]),
+             N("Compress", ["x", "cond"], ["y"], **attrs), N("Relu", ["y"], ["r"])]
+    inits = [("ax", np.array([1 - (axis or 0)], np.int64)), ("zero", np.array(0, np.float32))]
+    return model(nodes, [("x", F32, [4, 4])], [("r", F32, None)], inits, opset=13)
+
+
+@pytest.mark.parametrize("axis", [0, 1, None])
+def test_compress_on_a_computed_condition_matches_ort(axis):
+    rng = np.random.default_rng(0)
+    feeds = [{"x": rng.standard_normal((4, 4)).astype(np.float32)}, {"x": np.ones((4, 4), np.float32)},
+             {"x": -np.ones((4, 4), np.float32)}]
+    _check(_compress(axis), feeds)
+
+
+def test_compress_ignores_a_condition_longer_than_the_axis():
+    nodes = [N("Compress", ["x", "c"], ["y"], axis=0)]
+    proto = model(nodes, [("x", F32, [3]), ("c", BOOL, [5])], [("y", F32, None)])
+    _check(proto, [{"x": np.arange(3, dtype=np.float32), "c": np.array([1, 0, 1, 1, 1], bool)}])
