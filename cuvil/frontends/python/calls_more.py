@@ -10,6 +10,7 @@ import numpy as np
 
 from ...errors import UnsupportedError
 from ...ir.dtypes import DType
+from ...ops.common import broadcast_shapes
 from . import emit as E
 from .emit import tensor
 from .indexing import getitem
@@ -268,6 +269,35 @@ def cumulative_extreme(cx, x, dim, largest: bool) -> SortResult:
     return SortResult(values, indices)
 
 
+def nonzero_rows(cx, a) -> TV:
+    """i64[rank, u]: the coordinates of a's nonzero elements, one row per axis (u is computed at run time)."""
+    t = tensor(cx, a)
+    return TV(cx.b.nonzero(t.value if t.rank else E.reshape(cx, t, (1,)).value))
+
+
+def np_nonzero(cx, a) -> tuple:
+    """np.nonzero: a tuple of one index array per axis."""
+    rows = nonzero_rows(cx, a)
+    return tuple(getitem(cx, rows, k) for k in range(rows.shape[0]))
+
+
+def argwhere(cx, a) -> TV:
+    """np.argwhere / torch.nonzero: i64[u, rank]."""
+    return E.transpose(cx, nonzero_rows(cx, a), (1, 0))
+
+
+def flatnonzero(cx, a) -> TV:
+    return getitem(cx, nonzero_rows(cx, E.reshape(cx, a, (-1,))), 0)
+
+
+def masked_select(cx, x, mask) -> TV:
+    """torch.masked_select: x and mask broadcast together, the selected elements flattened."""
+    x, mask = tensor(cx, x), tensor(cx, mask)
+    shape = broadcast_shapes(x.shape, mask.shape)
+    flat = E.reshape(cx, E.to(cx, x, shape=shape), (-1,))
+    return getitem(cx, flat, E.reshape(cx, E.to(cx, mask, shape=shape), (-1,)))
+
+
 def data_dependent(name: str, instead: str):
     """Functions whose result size depends on the values: an error that says what to write instead."""
     def conv(cx, *args, **kwargs):
@@ -285,4 +315,3 @@ def in_place(name: str, instead: str):
 
 UNIQUE_INSTEAD = ("sort instead and mark first occurrences (s = np.sort(x); first = np.concatenate([[True], "
                   "s[1:] != s[:-1]])), or call it on the compiled function's result")
-NONZERO_INSTEAD = "use a mask with np.where / torch.where, or call it on the compiled function's result"
