@@ -21,3 +21,26 @@ CASES = [
     nonzero_case((rand(5, 3, dtype="int32", low=-2, high=2)), "i32"),
     nonzero_case(np.array([0.0, np.nan, -0.0, 1.0], np.float32), "nan-and-negative-zero"),
 ]
+
+
+def unique_case(x, id, axis=0, sorted=True, dims=None):
+    return Case("unique", [x], {"axis": axis, "sorted": sorted}, id=id, dims=dims,
+                expected=lambda xs: _onnx_unique(xs[0], axis, sorted))
+
+
+def _onnx_unique(x, axis, sorted):
+    return onnx_node("Unique", [x], {"axis": axis, "sorted": int(sorted)}, n_outputs=4)
+
+
+REPEATS = np.array([2, 1, 1, 3, 4, 3, 1], np.float32)
+ROWS = np.array([[1, 0, 0], [1, 0, 0], [2, 3, 4], [1, 0, 0], [0, 9, 9]], np.float32)
+CASES += [
+    unique_case(REPEATS, "sorted"),
+    unique_case(REPEATS, "first-occurrence", sorted=False),
+    unique_case(ROWS, "rows", axis=0),
+    unique_case(ROWS, "rows-first-occurrence", axis=0, sorted=False),
+    unique_case(ROWS, "columns", axis=1, dims={0: {0: "n"}}),
+    unique_case(rand(2, 6, 3, dtype="int32", low=0, high=2), "i32-3d-middle-axis", axis=1),
+    unique_case(np.ones(5, np.float32), "all-equal"),
+    unique_case(np.zeros((0,), np.float32), "empty"),
+]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ...ir.dtypes import DType
 from .c_exprs import load
-from .library_util import c_dim, storage, tag
+from .library_util import axis_split, c_dim, storage, tag
 
 
 def _nonzero_helper(name: str, dt: DType) -> str:
@@ -39,4 +39,83 @@ def _nonzero(gen, op, depth: int) -> None:
                     f"{x.type.rank});")
 
 
-EMITTERS = {"nonzero": _nonzero}
+def _unique_compare(name: str, dt: DType) -> str:
+    """Slices a and b of x ([outer, d, inner]) compared lexicographically; NaNs sort last and equal each other."""
+    t = "float" if dt in (DType.f16, DType.bf16) else storage(dt)
+    nan = ("        if (va != va || vb != vb) {\n            if (va != va && vb != vb) continue;\n"
+           "            return va != va ? 1 : -1;\n        }\n") if dt.is_float else ""
+    return f"""static int {name}_cmp(const {storage(dt)} *x, int64_t a, int64_t b, int64_t outer, int64_t d,
+                  int64_t inner)
+{{
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {{
+            {t} va = {load(dt, "x", "(o * d + a) * inner + i")}, vb = {load(dt, "x", "(o * d + b) * inner + i")};
+{nan}            if (va < vb) return -1;
+            if (va > vb) return 1;
+        }}
+    return 0;
+}}
+"""
+
+
+def _unique_helper(name: str, dt: DType) -> str:
+    """A stable bottom-up merge sort of the slice indices, groups of equal neighbours, then (unsorted) the groups
+    renumbered by first occurrence; `work` holds 3 * d indices. Returns the number of groups (at most d)."""
+    cmp = f"{name}_cmp(x, {{a}}, {{b}}, outer, d, inner)"
+    return _unique_compare(name, dt) + f"""
+static int64_t {name}(const {storage(dt)} *x, {storage(dt)} *y, int64_t *first, int64_t *inverse, int64_t *counts,
+                      int64_t outer, int64_t d, int64_t inner, int sorted, int64_t *work)
+{{
+    int64_t *order = work, *tmp = work + d, *rank = work + 2 * d, u = 0;
+    for (int64_t i = 0; i < d; i++) order[i] = i;
+    for (int64_t w = 1; w < d; w *= 2) {{
+        for (int64_t lo = 0; lo < d; lo += 2 * w) {{
+            int64_t mid = CUVIL_MIN(lo + w, d), hi = CUVIL_MIN(lo + 2 * w, d), p = lo, q = mid, k = lo;
+            while (p < mid && q < hi) tmp[k++] = {cmp.format(a="order[q]", b="order[p]")} < 0 ? order[q++] : order[p++];
+            while (p < mid) tmp[k++] = order[p++];
+            while (q < hi) tmp[k++] = order[q++];
+        }}
+        memcpy(order, tmp, (size_t)d * sizeof(int64_t));
+    }}
+    for (int64_t k = 0; k < d; k++) {{
+        if (k == 0 || {cmp.format(a="order[k - 1]", b="order[k]")} != 0) {{
+            first[u] = order[k];
+            counts[u++] = 0;
+        }}
+        counts[u - 1]++;
+        inverse[order[k]] = u - 1;
+    }}
+    if (!sorted) {{
+        for (int64_t i = 0; i < d; i++) rank[i] = -1;
+        for (int64_t g = 0; g < u; g++) rank[first[g]] = g;
+        for (int64_t i = 0, next = 0; i < d; i++)
+            if (rank[i] >= 0) tmp[rank[i]] = next++;
+        for (int64_t g = 0; g < u; g++) {{
+            order[tmp[g]] = first[g];
+            rank[tmp[g]] = counts[g];
+        }}
+        for (int64_t g = 0; g < u; g++) {{
+            first[g] = order[g];
+            counts[g] = rank[g];
+        }}
+        for (int64_t i = 0; i < d; i++) inverse[i] = tmp[inverse[i]];
+    }}
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t g = 0; g < u; g++)
+            memcpy(y + (o * u + g) * inner, x + (o * d + first[g]) * inner, (size_t)inner * sizeof(*x));
+    return u;
+}}
+"""
+
+
+def _unique(gen, op, depth: int) -> None:
+    x = op.operands[0]
+    name = f"unique_{tag(x.type.dtype)}"
+    gen.helpers[name] = _unique_helper(name, x.type.dtype)
+    outer, d, inner = axis_split(x.type.shape, op.attrs["axis"])
+    work = gen.scratch(f"3 * {d} * 8", "int64_t")
+    args = ", ".join(gen.args_of([x, *op.results]))
+    gen.line(depth, f"s_{op.attrs['size']} = {name}({args}, {outer}, {d}, {inner}, {int(op.attrs['sorted'])}, {work});")
+
+
+EMITTERS = {"nonzero": _nonzero, "unique": _unique}

@@ -1,6 +1,6 @@
 """Data movement: Transpose, Split, Tile, Pad, the gathers and scatters (ND forms through flattened indices),
 EyeLike, OneHot, Trilu, DepthToSpace/SpaceToDepth, ReverseSequence, and the data-dependent ops (Compress,
-NonZero) through the IR's data-dependent sizes."""
+NonZero, Unique) through the IR's data-dependent sizes."""
 from __future__ import annotations
 
 import math
@@ -272,7 +272,16 @@ def nonzero(ctx):
     return [ctx.b.nonzero(x if x.type.rank else ctx.b.reshape(x, shape=(1,)))]
 
 
-for _op in ("Unique", "NonMaxSuppression", "StringSplit"):
+@converter("Unique")
+def unique(ctx):
+    """All four outputs; without an axis, over the flattened input."""
+    x, axis = ctx.x(0), ctx.attr("axis")
+    if axis is None:
+        x, axis = ctx.b.reshape(x, shape=(x.type.numel,)), 0
+    return list(ctx.b.unique(x, axis=axis, sorted=bool(ctx.attr("sorted", 1))))
+
+
+for _op in ("NonMaxSuppression", "StringSplit"):
     converter(_op)(_data_dependent)
 
 

@@ -60,3 +60,20 @@ def test_compress_ignores_a_condition_longer_than_the_axis():
     nodes = [N("Compress", ["x", "c"], ["y"], axis=0)]
     proto = model(nodes, [("x", F32, [3]), ("c", BOOL, [5])], [("y", F32, None)])
     _check(proto, [{"x": np.arange(3, dtype=np.float32), "c": np.array([1, 0, 1, 1, 1], bool)}])
+
+
+def _unique(**attrs):
+    """All four outputs of Unique on a computed input (x rounded), then arithmetic on the distinct values."""
+    nodes = [N("Round", ["x"], ["r"]), N("Unique", ["r"], ["y", "first", "inverse", "counts"], **attrs),
+             N("Mul", ["y", "y"], ["sq"])]
+    outs = [("sq", F32, None), ("first", I64, None), ("inverse", I64, None), ("counts", I64, None)]
+    return model(nodes, [("x", F32, ["n", 3])], outs, opset=13)
+
+
+@pytest.mark.parametrize("attrs", [{}, {"sorted": 0}, {"axis": 0}, {"axis": 1, "sorted": 0}, {"axis": -1}],
+                         ids=["flat", "flat-unsorted", "rows", "columns-unsorted", "negative-axis"])
+def test_unique_matches_ort(attrs):
+    rng = np.random.default_rng(1)
+    feeds = [{"x": rng.integers(-1, 2, (n, 3)).astype(np.float32)} for n in (1, 6, 20)]
+    feeds += [{"x": np.ones((4, 3), np.float32)}, {"x": np.zeros((0, 3), np.float32)}]
+    _check(_unique(**attrs), feeds)

@@ -78,8 +78,9 @@ def test_shape_mismatch_inside_the_graph_names_the_node():
 
 
 def test_data_dependent_shapes_are_refused_clearly():
-    proto = model([N("Unique", ["x"], ["y"], name="u")], [("x", F32, [4])], [("y", onnx.TensorProto.FLOAT, None)])
-    with pytest.raises(cuvil.UnsupportedError, match="Unique node 'u'.*data-dependent shape"):
+    proto = model([N("NonMaxSuppression", ["b", "s"], ["y"], name="nms")],
+                  [("b", F32, [1, 4, 4]), ("s", F32, [1, 1, 4])], [("y", onnx.TensorProto.INT64, None)])
+    with pytest.raises(cuvil.UnsupportedError, match="NonMaxSuppression node 'nms'.*data-dependent shape"):
         cuvil.load_onnx(proto)
 
 
