@@ -73,3 +73,64 @@ register_op("unique", results=4, shape=_unique_shape, reference=_ref_unique,
             sizes=lambda types, a: {a["size"]: types[0].shape[a["axis"]]},
             doc="ONNX Unique along axis: the distinct slices Y, the first index of each, each slice's index in Y, "
                 "and the counts; size (the count of distinct slices) is at most the axis length")
+
+
+def _nms_shape(ctx, types, a):
+    boxes, scores, *limits = types
+    if boxes.rank != 3 or scores.rank != 3 or boxes.shape[2] != 4 or not a["size"]:
+        raise ctx.error(f"'non_max_suppression' needs boxes [batch, boxes, 4] and scores [batch, classes, boxes] and a "
+                        f"'size' attribute, got {boxes} and {scores}")
+    ctx.require_equal(boxes.shape[0], scores.shape[0], "'non_max_suppression' batches of boxes and scores")
+    ctx.require_equal(boxes.shape[1], scores.shape[2], "'non_max_suppression' boxes of boxes and scores")
+    for what, t, dtype in zip(("max_output_boxes_per_class", "iou_threshold", "score_threshold"), limits,
+                              (DType.i64, boxes.dtype, boxes.dtype)):
+        if t.numel != 1 or t.dtype is not dtype:
+            raise ctx.error(f"'non_max_suppression' {what} must be one {dtype} value, got {t}")
+    if boxes.dtype is not DType.f32 or scores.dtype is not DType.f32:
+        raise ctx.error(f"'non_max_suppression' takes f32 boxes and scores, got {boxes} and {scores}")
+    return [TensorType(DType.i64, (sym(a["size"]), 3))]
+
+
+def _box_edges(box, center: bool) -> tuple:
+    """(x_min, x_max, y_min, y_max) of a box [y1, x1, y2, x2] (corners in any order) or [xc, yc, w, h]."""
+    if center:
+        return box[0] - box[2] / 2, box[0] + box[2] / 2, box[1] - box[3] / 2, box[1] + box[3] / 2
+    return min(box[1], box[3]), max(box[1], box[3]), min(box[0], box[2]), max(box[0], box[2])
+
+
+def _overlaps(b1, b2, center: bool, threshold) -> bool:
+    """ONNX's suppress_by_iou, in f32: the intersection over union exceeds the threshold."""
+    x1, X1, y1, Y1 = _box_edges(b1, center)
+    x2, X2, y2, Y2 = _box_edges(b2, center)
+    iw, ih = min(X1, X2) - max(x1, x2), min(Y1, Y2) - max(y1, y2)
+    if iw <= 0 or ih <= 0:
+        return False
+    inter, a1, a2 = iw * ih, (X1 - x1) * (Y1 - y1), (X2 - x2) * (Y2 - y2)
+    union = a1 + a2 - inter
+    return bool(inter > 0 and a1 > 0 and a2 > 0 and union > 0 and inter / union > threshold)
+
+
+def _ref_nms(xs, a):
+    boxes, scores = xs[0], xs[1]
+    limit, iou, floor = max(int(xs[2].reshape(-1)[0]), 0), xs[3].reshape(-1)[0], xs[4].reshape(-1)[0]
+    out = []
+    for b, c in np.ndindex(scores.shape[:2]):
+        s = scores[b, c]
+        cand = [i for i in range(len(s)) if not a["score_threshold"] or s[i] > floor]
+        cand.sort(key=lambda i: (-s[i], i))
+        kept: list = []
+        for i in cand:
+            if len(kept) >= limit:
+                break
+            if not any(_overlaps(boxes[b, i], boxes[b, j], a["center_point_box"], iou) for j in kept):
+                kept.append(i)
+                out.append((b, c, i))
+    return np.array(out, np.int64).reshape(-1, 3)
+
+
+register_op("non_max_suppression", operands=5, shape=_nms_shape, reference=_ref_nms,
+            attrs={"size": Attr("str", ""), "center_point_box": Attr("bool", False),
+                   "score_threshold": Attr("bool", False)},
+            sizes=lambda types, a: {a["size"]: types[1].numel},
+            doc="ONNX NonMaxSuppression: (boxes, scores, max_output_boxes_per_class, iou_threshold, score_threshold) "
+                "-> i64[size, 3] of (batch, class, box); score_threshold filters only when that attribute is set")

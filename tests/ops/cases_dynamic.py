@@ -44,3 +44,23 @@ CASES += [
     unique_case(np.ones(5, np.float32), "all-equal"),
     unique_case(np.zeros((0,), np.float32), "empty"),
 ]
+
+
+def nms_case(boxes, scores, limit, iou, floor, id, **attrs):
+    inputs = [boxes, scores, np.array([limit], np.int64), np.array([iou], np.float32), np.array([floor], np.float32)]
+    onnx_inputs = inputs if attrs.get("score_threshold") else inputs[:4]
+    onnx_attrs = {"center_point_box": int(attrs.get("center_point_box", False))}
+    return Case("non_max_suppression", inputs, attrs, id=id,
+                expected=lambda xs: onnx_node("NonMaxSuppression", onnx_inputs, onnx_attrs))
+
+
+CORNERS = np.abs(rand(2, 7, 4, seed=3)).astype(np.float32)
+SCORES = np.abs(rand(2, 3, 7, seed=4)).astype(np.float32)
+CASES += [
+    nms_case(CORNERS, SCORES, 4, 0.3, 0.0, "corners"),
+    nms_case(CORNERS, SCORES, 7, 0.1, 0.8, "score-threshold", score_threshold=True),
+    nms_case(CORNERS, SCORES, 3, 0.5, 0.0, "center-format", center_point_box=True),
+    nms_case(CORNERS, SCORES, 0, 0.5, 0.0, "no-boxes-per-class"),
+    nms_case(CORNERS, SCORES, 9, 1.0, 9.0, "all-below-threshold", score_threshold=True),
+    nms_case(CORNERS, SCORES, 9, 1.0, 0.0, "all-kept"),
+]

@@ -118,4 +118,71 @@ def _unique(gen, op, depth: int) -> None:
     gen.line(depth, f"s_{op.attrs['size']} = {name}({args}, {outer}, {d}, {inner}, {int(op.attrs['sorted'])}, {work});")
 
 
-EMITTERS = {"nonzero": _nonzero, "unique": _unique}
+NMS_HELPERS = """static void cuvil_box_edges(const float *b, int center, float *e)
+{
+    if (center) {
+        e[0] = b[0] - b[2] / 2; e[1] = b[0] + b[2] / 2; e[2] = b[1] - b[3] / 2; e[3] = b[1] + b[3] / 2;
+    } else {
+        e[0] = CUVIL_MIN(b[1], b[3]); e[1] = CUVIL_MAX(b[1], b[3]);
+        e[2] = CUVIL_MIN(b[0], b[2]); e[3] = CUVIL_MAX(b[0], b[2]);
+    }
+}
+
+static int cuvil_boxes_overlap(const float *b1, const float *b2, int center, float threshold)
+{
+    float p[4], q[4];
+    cuvil_box_edges(b1, center, p);
+    cuvil_box_edges(b2, center, q);
+    float iw = CUVIL_MIN(p[1], q[1]) - CUVIL_MAX(p[0], q[0]), ih = CUVIL_MIN(p[3], q[3]) - CUVIL_MAX(p[2], q[2]);
+    if (iw <= 0 || ih <= 0) return 0;
+    float inter = iw * ih, a1 = (p[1] - p[0]) * (p[3] - p[2]), a2 = (q[1] - q[0]) * (q[3] - q[2]);
+    float uni = a1 + a2 - inter;
+    return inter > 0 && a1 > 0 && a2 > 0 && uni > 0 && inter / uni > threshold;
+}
+
+static int64_t cuvil_nms(const float *boxes, const float *scores, int64_t batches, int64_t classes, int64_t n,
+                         int64_t limit, float iou, float floor, int filter, int center, int64_t *out, int64_t *work)
+{
+    int64_t *cand = work, *tmp = work + n, *kept = work + 2 * n, total = 0;
+    for (int64_t b = 0; b < batches; b++)
+        for (int64_t c = 0; c < classes; c++) {
+            const float *s = scores + (b * classes + c) * n, *bx = boxes + b * n * 4;
+            int64_t m = 0, k = 0;
+            for (int64_t i = 0; i < n; i++)
+                if (!filter || s[i] > floor) cand[m++] = i;
+            for (int64_t w = 1; w < m; w *= 2) {  /* stable: by score descending, then index */
+                for (int64_t lo = 0; lo < m; lo += 2 * w) {
+                    int64_t mid = CUVIL_MIN(lo + w, m), hi = CUVIL_MIN(lo + 2 * w, m), p = lo, q = mid, j = lo;
+                    while (p < mid && q < hi) tmp[j++] = s[cand[q]] > s[cand[p]] ? cand[q++] : cand[p++];
+                    while (p < mid) tmp[j++] = cand[p++];
+                    while (q < hi) tmp[j++] = cand[q++];
+                }
+                memcpy(cand, tmp, (size_t)m * sizeof(int64_t));
+            }
+            for (int64_t j = 0; j < m && k < limit; j++) {
+                int keep = 1;
+                for (int64_t q = 0; q < k && keep; q++) keep = !cuvil_boxes_overlap(bx + 4 * cand[j], bx + 4 * kept[q],
+                                                                                 center, iou);
+                if (!keep) continue;
+                kept[k++] = cand[j];
+                out[3 * total] = b; out[3 * total + 1] = c; out[3 * total + 2] = cand[j];
+                total++;
+            }
+        }
+    return total;
+}
+"""
+
+
+def _nms(gen, op, depth: int) -> None:
+    boxes, scores, limit, iou, floor = gen.args_of(op.operands)
+    batches, n, _ = (c_dim(d) for d in op.operands[0].type.shape)
+    classes = c_dim(op.operands[1].type.shape[1])
+    gen.helpers["cuvil_nms"] = NMS_HELPERS
+    work = gen.scratch(f"3 * {n} * 8", "int64_t")
+    gen.line(depth, f"s_{op.attrs['size']} = cuvil_nms({boxes}, {scores}, {batches}, {classes}, {n}, {limit}[0], "
+                    f"{iou}[0], {floor}[0], {int(op.attrs['score_threshold'])}, {int(op.attrs['center_point_box'])}, "
+                    f"{gen.args_of(op.results)[0]}, {work});")
+
+
+EMITTERS = {"nonzero": _nonzero, "unique": _unique, "non_max_suppression": _nms}

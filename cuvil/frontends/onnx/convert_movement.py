@@ -1,6 +1,6 @@
 """Data movement: Transpose, Split, Tile, Pad, the gathers and scatters (ND forms through flattened indices),
 EyeLike, OneHot, Trilu, DepthToSpace/SpaceToDepth, ReverseSequence, and the data-dependent ops (Compress,
-NonZero, Unique) through the IR's data-dependent sizes."""
+NonZero, Unique, NonMaxSuppression) through the IR's data-dependent sizes."""
 from __future__ import annotations
 
 import math
@@ -260,11 +260,6 @@ def fold_nonzero(ctx):
     return [Tensor.of_array(np.array(np.nonzero(k), dtype=np.int64).reshape(k.ndim, -1))]
 
 
-def _data_dependent(ctx):
-    raise ctx.unsupported("the result's shape depends on the input's values (data-dependent shape), which Cuvil's "
-                          "static shapes cannot express")
-
-
 @converter("NonZero")
 def nonzero(ctx):
     """A run-time count (the IR's data-dependent size, at most the element count); a scalar counts as [1]."""
@@ -281,8 +276,14 @@ def unique(ctx):
     return list(ctx.b.unique(x, axis=axis, sorted=bool(ctx.attr("sorted", 1))))
 
 
-for _op in ("NonMaxSuppression", "StringSplit"):
-    converter(_op)(_data_dependent)
+@converter("NonMaxSuppression")
+def non_max_suppression(ctx):
+    """Omitted limits are ONNX's defaults: no boxes per class, an IoU threshold of 0, no score filter."""
+    limit = ctx.x(2) if ctx.has(2) else ctx.scalar(0, DType.i64)
+    iou = ctx.x(3) if ctx.has(3) else ctx.scalar(0.0, DType.f32)
+    floor = ctx.x(4) if ctx.has(4) else ctx.scalar(0.0, DType.f32)
+    return [ctx.b.non_max_suppression(ctx.x(0), ctx.x(1), limit, iou, floor, score_threshold=ctx.has(4),
+                                      center_point_box=bool(ctx.attr("center_point_box", 0)))]
 
 
 # -- scattering into fresh or cached tensors -----------------------------------------------------------------

@@ -14,6 +14,8 @@ from cuvil.errors import IndexRangeError
 from cuvil.interpreter import interpret
 from cuvil.ir import Builder, Module, TensorType, sym
 from tests.backends.cpu.test_dynamic_sizes import selected_rows
+from tests.ops import cases_dynamic
+from tests.ops.test_registry_sweep import build_case
 from tests.ir.programs import control_flow_program
 
 
@@ -83,6 +85,8 @@ def main() -> int:
         x = x.astype(np.float32)
         for got, want in zip(exe(x), interpret(sel, [x])):
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    for case in cases_dynamic.CASES:  # nonzero, unique, non_max_suppression: all, some and none selected
+        check(build_case(case), case.inputs)
     print("asan programs ok")
     return 0
 

@@ -77,3 +77,25 @@ def test_unique_matches_ort(attrs):
     feeds = [{"x": rng.integers(-1, 2, (n, 3)).astype(np.float32)} for n in (1, 6, 20)]
     feeds += [{"x": np.ones((4, 3), np.float32)}, {"x": np.zeros((0, 3), np.float32)}]
     _check(_unique(**attrs), feeds)
+
+
+def _nms(with_threshold: bool, center: int):
+    """NonMaxSuppression on computed scores (a Sigmoid), the selection then used by a Gather of the box indices."""
+    inputs = ["boxes", "scores", "limit", "iou"] + (["floor"] if with_threshold else [])
+    nodes = [N("Sigmoid", ["logits"], ["scores"]), N("NonMaxSuppression", inputs, ["sel"], center_point_box=center),
+             N("Gather", ["sel", "two"], ["box"], axis=1)]
+    inits = [("limit", np.array([3], np.int64)), ("iou", np.array([0.4], np.float32)),
+             ("floor", np.array([0.6], np.float32)), ("two", np.array(2, np.int64))]
+    return model(nodes, [("boxes", F32, [2, 8, 4]), ("logits", F32, [2, 3, 8])],
+                 [("sel", I64, None), ("box", I64, None)], inits, opset=13)
+
+
+@pytest.mark.parametrize("with_threshold", [False, True], ids=["no-threshold", "threshold"])
+@pytest.mark.parametrize("center", [0, 1])
+def test_non_max_suppression_matches_ort(with_threshold, center):
+    rng = np.random.default_rng(2)
+    feeds = [{"boxes": rng.uniform(0, 4, (2, 8, 4)).astype(np.float32),
+              "logits": rng.standard_normal((2, 3, 8)).astype(np.float32) * s} for s in (1, 3)]
+    feeds += [{"boxes": np.tile(np.float32([0, 0, 1, 1]), (2, 8, 1)), "logits": np.zeros((2, 3, 8), np.float32)},
+              {"boxes": np.ones((2, 8, 4), np.float32), "logits": -9 * np.ones((2, 3, 8), np.float32)}]
+    _check(_nms(with_threshold, center), feeds)

@@ -77,13 +77,6 @@ def test_shape_mismatch_inside_the_graph_names_the_node():
         cuvil.load_onnx(proto)
 
 
-def test_data_dependent_shapes_are_refused_clearly():
-    proto = model([N("NonMaxSuppression", ["b", "s"], ["y"], name="nms")],
-                  [("b", F32, [1, 4, 4]), ("s", F32, [1, 1, 4])], [("y", onnx.TensorProto.INT64, None)])
-    with pytest.raises(cuvil.UnsupportedError, match="NonMaxSuppression node 'nms'.*data-dependent shape"):
-        cuvil.load_onnx(proto)
-
-
 def test_unsupported_input_types():
     proto = model([N("Identity", ["x"], ["y"])], [("x", onnx.TensorProto.STRING, [2])],
                   [("y", onnx.TensorProto.STRING, [2])])
