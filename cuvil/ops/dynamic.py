@@ -134,3 +134,42 @@ register_op("non_max_suppression", operands=5, shape=_nms_shape, reference=_ref_
             sizes=lambda types, a: {a["size"]: types[1].numel},
             doc="ONNX NonMaxSuppression: (boxes, scores, max_output_boxes_per_class, iou_threshold, score_threshold) "
                 "-> i64[size, 3] of (batch, class, box); score_threshold filters only when that attribute is set")
+
+
+def _dynamic_slice_shape(ctx, types, a):
+    start, end, *xs = types
+    if any(t.numel != 1 or t.dtype is not DType.i64 for t in (start, end)) or not a["size"]:
+        raise ctx.error(f"'dynamic_slice' takes one i64 start and one i64 end and a 'size' attribute, got {start} "
+                        f"and {end}")
+    axis, d = a["axis"], xs[0].shape[a["axis"]] if xs[0].rank > a["axis"] >= 0 else None
+    if d is None or any(x.rank <= axis for x in xs):
+        raise ctx.error(f"'dynamic_slice' axis {axis} is out of range for {', '.join(map(str, xs))}")
+    for x in xs[1:]:
+        ctx.require_equal(x.shape[axis], d, f"'dynamic_slice' operands' sizes along axis {axis}")
+    return [x.with_shape(x.shape[:axis] + (sym(a["size"]),) + x.shape[axis + 1:]) for x in xs]
+
+
+def slice_range(start: int, end: int, d: int, exact: bool, axis: int) -> tuple:
+    """[start, end) of an axis of d: ONNX Slice's (negative from the end, clamped), or with `exact` both required in
+    [0, d] (IndexError naming the first that is not)."""
+    if exact:
+        bad = next((i for i in (start, end) if not 0 <= i <= d), None)
+        if bad is not None:
+            raise IndexError(f"index {bad} is out of bounds for axis {axis} with size {d}")
+        return start, max(start, end)
+    start, end = (min(max(i + d if i < 0 else i, 0), d) for i in (start, end))
+    return start, max(start, end)
+
+
+def _ref_dynamic_slice(xs, a):
+    start, end, *arrays = xs
+    d = arrays[0].shape[a["axis"]]
+    lo, hi = slice_range(int(start.reshape(-1)[0]), int(end.reshape(-1)[0]), d, a["exact"], a["axis"])
+    return [np.take(x, np.arange(lo, hi), axis=a["axis"]) for x in arrays]
+
+
+register_op("dynamic_slice", operands=(3, None), results=-1, shape=_dynamic_slice_shape, reference=_ref_dynamic_slice,
+            attrs={"size": Attr("str", ""), "axis": Attr("int", 0), "exact": Attr("bool", False)},
+            sizes=lambda types, a: {a["size"]: types[2].shape[a["axis"]]},
+            doc="(start, end, x...) -> each x[start:end] along axis, bounds read at run time (ONNX Slice's "
+                "clamping, or with exact both must lie in [0, d]); every result has the same size")

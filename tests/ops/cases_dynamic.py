@@ -64,3 +64,19 @@ CASES += [
     nms_case(CORNERS, SCORES, 9, 1.0, 9.0, "all-below-threshold", score_threshold=True),
     nms_case(CORNERS, SCORES, 9, 1.0, 0.0, "all-kept"),
 ]
+
+
+def dynamic_slice_case(xs, start, end, id, axis=0, exact=False, dims=None):
+    bounds = [np.array([start], np.int64), np.array([end], np.int64)]
+    return Case("dynamic_slice", bounds + xs, {"axis": axis, "exact": exact}, id=id, dims=dims,
+                expected=lambda v: [onnx_node("Slice", [x, *bounds, np.array([axis], np.int64)])[0] for x in xs])
+
+
+GRID = rand(3, 6, 2, seed=5)
+CASES += [
+    dynamic_slice_case([GRID], 1, 4, "middle", axis=1),
+    dynamic_slice_case([GRID, GRID * 2], -4, 100, "negative-and-past-the-end", axis=1),
+    dynamic_slice_case([GRID], 5, 2, "empty", axis=1),
+    dynamic_slice_case([GRID], 0, 6, "exact-whole", axis=1, exact=True),
+    dynamic_slice_case([GRID], 0, 2, "symbolic", axis=0, dims={2: {0: "n"}}),
+]

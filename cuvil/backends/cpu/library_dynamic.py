@@ -4,7 +4,7 @@ their run-time size, row-major and packed, inside buffers the memory plan sized 
 from __future__ import annotations
 
 from ...ir.dtypes import DType
-from .c_exprs import load
+from .c_exprs import c_string, load
 from .library_util import axis_split, c_dim, storage, tag
 
 
@@ -185,4 +185,38 @@ def _nms(gen, op, depth: int) -> None:
                     f"{gen.args_of(op.results)[0]}, {work});")
 
 
-EMITTERS = {"nonzero": _nonzero, "unique": _unique, "non_max_suppression": _nms}
+RANGE_HELPER = """/* [lo, hi) of an axis of d as ONNX Slice reads it (negative from the end, clamped), or with `exact`
+ * both required in [0, d]: the first that is not stops the call as an index error. */
+static int cuvil_dynamic_range(int64_t *lo, int64_t *hi, int64_t d, int exact, const char *loc, int64_t axis)
+{
+    int64_t *ends[2] = {lo, hi};
+    for (int k = 0; k < 2; k++) {
+        int64_t v = *ends[k];
+        if (exact && (v < 0 || v > d)) return cuvil_index_error("dynamic_slice", loc, v, axis, d);
+        v = v < 0 ? v + d : v;
+        *ends[k] = v < 0 ? 0 : (v > d ? d : v);
+    }
+    if (*hi < *lo) *hi = *lo;
+    return 0;
+}
+"""
+
+
+def _dynamic_slice(gen, op, depth: int) -> None:
+    start, end, *xs = op.operands
+    axis, u = op.attrs["axis"], f"s_{op.attrs['size']}"
+    outer, d, inner = axis_split(xs[0].type.shape, axis)
+    gen.helpers["cuvil_dynamic_range"] = RANGE_HELPER
+    lo, hi = gen.args_of([start, end])
+    gen.line(depth, "{")
+    gen.line(depth + 1, f"int64_t lo_ = {lo}[0], hi_ = {hi}[0];")
+    gen.line(depth + 1, f"CUVIL_TRY(cuvil_dynamic_range(&lo_, &hi_, {d}, {int(op.attrs['exact'])}, "
+                        f"{c_string(str(op.loc))}, {axis}));")
+    gen.line(depth + 1, f"{u} = hi_ - lo_;")
+    for x, y in zip(gen.args_of(xs), gen.args_of(op.results)):
+        gen.line(depth + 1, f"for (int64_t o = 0; o < {outer}; o++) memcpy({y} + o * {u} * {inner}, "
+                            f"{x} + (o * {d} + lo_) * {inner}, (size_t)({u} * {inner}) * sizeof(*{x}));")
+    gen.line(depth, "}")
+
+
+EMITTERS = {"nonzero": _nonzero, "unique": _unique, "non_max_suppression": _nms, "dynamic_slice": _dynamic_slice}

@@ -99,3 +99,31 @@ def test_non_max_suppression_matches_ort(with_threshold, center):
     feeds += [{"boxes": np.tile(np.float32([0, 0, 1, 1]), (2, 8, 1)), "logits": np.zeros((2, 3, 8), np.float32)},
               {"boxes": np.ones((2, 8, 4), np.float32), "logits": -9 * np.ones((2, 3, 8), np.float32)}]
     _check(_nms(with_threshold, center), feeds)
+
+
+def _topk_computed_k():
+    """TopK whose k is computed from the data (the count of positive entries of the first row), both outputs."""
+    nodes = [N("Slice", ["x", "z", "one", "z"], ["row"]), N("Greater", ["row", "zf"], ["pos"]),
+             N("Cast", ["pos"], ["pos_i"], to=7), N("ReduceSum", ["pos_i"], ["k"], keepdims=0),
+             N("Reshape", ["k", "shape1"], ["k1"]), N("TopK", ["x", "k1"], ["v", "i"], axis=1),
+             N("Add", ["v", "v"], ["v2"])]
+    inits = [("z", np.array([0], np.int64)), ("one", np.array([1], np.int64)), ("zf", np.array(0, np.float32)),
+             ("shape1", np.array([1], np.int64))]
+    return model(nodes, [("x", F32, [3, 5])], [("v2", F32, None), ("i", I64, None)], inits, opset=13)
+
+
+def test_topk_with_a_computed_k_matches_ort():
+    rng = np.random.default_rng(3)
+    feeds = [{"x": rng.standard_normal((3, 5)).astype(np.float32)}, {"x": np.ones((3, 5), np.float32)},
+             {"x": -np.ones((3, 5), np.float32)}]
+    _check(_topk_computed_k(), feeds)
+
+
+def test_topk_with_k_past_the_axis_is_an_index_error():
+    nodes = [N("TopK", ["x", "k"], ["v", "i"], axis=0)]
+    proto = model(nodes, [("x", F32, [4]), ("k", I64, [1])], [("v", F32, None), ("i", I64, None)], opset=13)
+    loaded = cuvil.load_onnx(proto)
+    for run in (loaded, loaded.optimize()):
+        np.testing.assert_array_equal(run(x=np.float32([3, 1, 4, 1]), k=np.int64([2]))[1], [2, 0])
+        with pytest.raises(cuvil.IndexRangeError, match="index 5 is out of bounds for axis 0 with size 4"):
+            run(x=np.float32([3, 1, 4, 1]), k=np.int64([5]))
