@@ -182,10 +182,14 @@ class CpuFunction:
         bound = {**env, **{s: evaluate(b, env) for s, b in self.program.data_sizes.items()}}
         outs = [np.empty(evaluate(t.numel, bound), dt) for t, dt in zip(self.out_types, self._out_dtypes)]
         self._invoke(arrays, outs, dims)
-        written = self._thread_state().dims
-        env.update((s, int(written[len(dims) + k])) for k, s in enumerate(self._data))
+        env.update(self.found_sizes())
         shapes = [tuple(evaluate(d, env) for d in t.shape) for t in self.out_types]
         return [o[:int(np.prod(s))].reshape(s) for o, s in zip(outs, shapes)]
+
+    def found_sizes(self) -> dict:
+        """The data-dependent sizes (symbol -> value) that this thread's last call computed."""
+        written, base = self._thread_state().dims, len(self.program.symbols)
+        return {s: int(written[base + k]) for k, s in enumerate(self._data)}
 
     def call_into(self, inputs: list, outs: list, workspace=None) -> list:
         """The call with the caller's output arrays (C-contiguous, writable, of the output dtypes and sizes, apart

@@ -82,3 +82,31 @@ def test_a_buffer_that_shrinks_as_the_size_grows_is_refused():
     with pytest.raises(UnsupportedError, match="can shrink as the data-dependent sizes u grow"):
         buffer_bytes(Value(TensorType("f32", (n - u,)), None, 0), {"u": n})
     assert buffer_bytes(Value(TensorType("f32", (u + 1, 2)), None, 0), {"u": 3 * n}) == (24 * n + 71) // 64 * 64
+
+
+def selected_images() -> Module:
+    """A convolution (and the layout passes' blocked form) on the images of a batch that the data selects."""
+    m = Module()
+    n = sym("n")
+    b = Builder.new_function(m, "main", [TensorType("f32", (n, 3, 8, 8))], ["x"])
+    x = b.args[0]
+    keep = b.reduce_sum(b.reshape(x, shape=(n, 192)), axes=(1,), keepdims=False)
+    rows = b.reshape(b.nonzero(b.gt(keep, b.full(0.0, (n,), "f32"))), shape=(sym("u0"),))
+    w = b.constant(np.random.default_rng(0).standard_normal((16, 3, 3, 3)).astype(np.float32))
+    b.ret(b.relu(b.conv(b.gather(x, rows, axis=0), w, strides=(1, 1), pads=(1, 1, 1, 1))))
+    return m
+
+
+def test_a_convolution_on_selected_images_and_its_profile():
+    import cuvil
+
+    m = selected_images()
+    exe = compile_module(m)
+    rng = np.random.default_rng(1)
+    for n in (6, 1, 0):
+        x = rng.standard_normal((n, 3, 8, 8)).astype(np.float32)
+        (got,), (want,) = exe(x), interpret(m, [x])
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    report = cuvil.profile(exe, rng.standard_normal((6, 3, 8, 8)).astype(np.float32), repeat=2)
+    assert any("conv" in " ".join(row.ops) for row in report.rows)
