@@ -127,3 +127,17 @@ def test_topk_with_k_past_the_axis_is_an_index_error():
         np.testing.assert_array_equal(run(x=np.float32([3, 1, 4, 1]), k=np.int64([2]))[1], [2, 0])
         with pytest.raises(cuvil.IndexRangeError, match="index 5 is out of bounds for axis 0 with size 4"):
             run(x=np.float32([3, 1, 4, 1]), k=np.int64([5]))
+
+
+def test_slice_with_computed_bounds_matches_ort():
+    """x[:, argmax(x[0]) : argmax(x[0]) + 3] and x[ReduceSum(positive) :] (past the end clamps), then a Relu."""
+    nodes = [N("Gather", ["x", "zero"], ["row"], axis=0), N("ArgMax", ["row"], ["at"], keepdims=1),
+             N("Add", ["at", "three"], ["stop"]), N("Slice", ["x", "at", "stop", "one"], ["cols"]),
+             N("Relu", ["cols"], ["y"]), N("Greater", ["row", "zf"], ["pos"]), N("Cast", ["pos"], ["pos_i"], to=7),
+             N("ReduceSum", ["pos_i", "axes0"], ["start"], keepdims=1), N("Slice", ["x", "start", "big"], ["tail"])]
+    inits = [("zero", np.array(0, np.int64)), ("three", np.array([3], np.int64)), ("one", np.array([1], np.int64)),
+             ("zf", np.array(0, np.float32)), ("axes0", np.array([0], np.int64)), ("big", np.array([99], np.int64))]
+    proto = model(nodes, [("x", F32, [6, 6])], [("y", F32, None), ("tail", F32, None)], inits, opset=13)
+    rng = np.random.default_rng(4)
+    _check(proto, [{"x": rng.standard_normal((6, 6)).astype(np.float32)} for _ in range(3)] +
+           [{"x": np.ones((6, 6), np.float32)}, {"x": -np.ones((6, 6), np.float32)}])
