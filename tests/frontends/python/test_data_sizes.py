@@ -63,3 +63,23 @@ def select(x, m):
 def test_a_mask_that_does_not_fit_is_refused():
     with pytest.raises(cuvil.ShapeError, match=r"mask of shape \[3\] does not match .* \[4, 2\]"):
         cuvil.jit(select, target="interpreter")(f32(4, 2), np.ones(3, bool))
+
+
+def numpy_unique(x):
+    r = np.round(x)
+    values, first, inverse, counts = np.unique(r, return_index=True, return_inverse=True, return_counts=True)
+    return values * 2, first, inverse, counts, np.unique(r, axis=0), np.unique(r[:, 0])
+
+
+def torch_unique(x):
+    r = torch.round(x)
+    values, inverse, counts = torch.unique(r, return_inverse=True, return_counts=True)
+    columns = torch.unique(r, dim=1) if r.shape[0] else r  # eager torch refuses unique over empty slices
+    return values, inverse, counts, columns, r.unique()
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("sample", SAMPLES)
+def test_unique(target, sample):
+    check(numpy_unique, SAMPLES[sample], target=target)
+    check(torch_unique, torch.from_numpy(SAMPLES[sample]), target=target)
