@@ -110,3 +110,10 @@ def test_a_convolution_on_selected_images_and_its_profile():
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
     report = cuvil.profile(exe, rng.standard_normal((6, 3, 8, 8)).astype(np.float32), repeat=2)
     assert any("conv" in " ".join(row.ops) for row in report.rows)
+
+
+def test_export_refuses_data_dependent_sizes_by_name(compiled, tmp_path):
+    from cuvil.backends.cpu import export
+
+    with pytest.raises(UnsupportedError, match=r"computes from the data \(u0, u1\) cannot be exported"):
+        export.write(tmp_path / "m.cuv", {"main": (compiled, {})})
