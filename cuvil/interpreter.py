@@ -12,7 +12,8 @@ import numpy as np
 
 from .errors import IndexRangeError, ShapeError
 from .ir.core import Function, Module, Op, Region
-from .ir.symbolic import SymExpr, evaluate
+from .ir.dynamic import data_sizes, defined_sizes
+from .ir.symbolic import evaluate, free_symbols, plain_symbol
 from .ir.types import TensorType
 from .ops import registry
 
@@ -29,12 +30,14 @@ def bind_symbols(fn: Function, inputs: Sequence[np.ndarray]) -> dict:
         if x.ndim != t.rank:
             raise ShapeError(f"input {i} of @{fn.name} must have rank {t.rank} ({t}), got shape {x.shape}")
         for d, n in zip(t.shape, x.shape):
-            if isinstance(d, SymExpr) and len(d.terms) == 1 and d.terms[0][1] == 1 and len(d.terms[0][0]) == 1 \
-                    and isinstance(d.terms[0][0][0], str):
-                env.setdefault(d.terms[0][0][0], n)
+            if plain_symbol(d) is not None:
+                env.setdefault(plain_symbol(d), n)
     for i, (arg, x) in enumerate(zip(fn.args, inputs)):
         _check_shape(arg.type, x.shape, env, f"input {i} of @{fn.name}")
+    data = data_sizes(fn)
     for relation in fn.constraints:
+        if reads_sizes(relation, data):
+            continue  # checked once the op that computes the size has run
         try:
             holds = relation.holds(env)
         except KeyError as e:
@@ -55,12 +58,19 @@ def interpret(module: Module, inputs: Sequence, function: str | None = None) -> 
     fn = module.functions[function] if function else module.main
     arrays = [np.asarray(x) for x in inputs]
     env = bind_symbols(fn, arrays)
-    return _Interpreter(module, env).region(fn.body, arrays)
+    data = data_sizes(fn)
+    return _Interpreter(module, env, [r for r in fn.constraints if reads_sizes(r, data)]).region(fn.body, arrays)
+
+
+def reads_sizes(relation, names) -> bool:
+    """Whether `relation` reads one of the sizes `names`."""
+    return bool((free_symbols(relation.lhs) | free_symbols(relation.rhs)) & set(names))
 
 
 class _Interpreter:
-    def __init__(self, module: Module, env: dict):
+    def __init__(self, module: Module, env: dict, deferred: list = ()):
         self.module, self.env = module, env
+        self.deferred = list(deferred)  # relations that read data-dependent sizes
         self.values: dict[int, np.ndarray] = {}
 
     def region(self, region: Region, args: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -70,8 +80,12 @@ class _Interpreter:
             if op.name in ("yield", "return"):
                 return [self.values[id(v)] for v in op.operands]
             rule = _RULES.get(op.name, _Interpreter.reference)
-            shapes = [self.result_shape(op, r.type) for r in op.results]
+            defined = defined_sizes(op)
+            shapes = [] if defined else [self.result_shape(op, r.type) for r in op.results]
             outs = rule(self, op, [self.values[id(v)] for v in op.operands])
+            if defined:
+                self.bind_sizes(op, outs, defined)
+                shapes = [self.result_shape(op, r.type) for r in op.results]
             for r, x, want in zip(op.results, outs, shapes):
                 if want != tuple(x.shape):
                     raise ShapeError(f"result of '{op.name}' ({op.loc}) must have shape {r.type} = {want}, "
@@ -80,6 +94,18 @@ class _Interpreter:
                     raise ShapeError(f"'{op.name}' reference gave {x.dtype}, its type says {r.type}", op.loc)
                 self.values[id(r)] = x
         raise ShapeError("region has no terminator")
+
+    def bind_sizes(self, op: Op, outs: list, defined: dict) -> None:
+        """Bind the sizes `op` computed from its results' shapes, then check the relations that read them (once all
+        their sizes are bound)."""
+        for r, x in zip(op.results, outs):
+            for d, n in zip(r.type.shape, np.shape(x)):
+                if plain_symbol(d) in defined:
+                    self.env[plain_symbol(d)] = n
+        for relation in self.deferred:
+            names = free_symbols(relation.lhs) | free_symbols(relation.rhs)
+            if names & set(defined) and names <= set(self.env) and not relation.holds(self.env):
+                raise relation.failure(self.env)
 
     def result_shape(self, op: Op, t: TensorType) -> tuple:
         """The sizes of a result at this call; a negative one (a relation no shape rule recorded) is refused

@@ -147,10 +147,12 @@ class InstrumentedFunction:
     def costs(self, inputs: list) -> list:
         """(FLOPs, bytes) per timed region for these inputs' sizes (per run of the region)."""
         dims = tuple(np.shape(inputs[i])[ax] for i, ax in self.function._binders)
-        if dims not in self._costs:
-            env = dict(zip(self.program.symbols, dims))
-            self._costs[dims] = [(op_flops(t.op, env), op_bytes(t.op, env)) for t in self.program.timed]
-        return self._costs[dims]
+        found = self.function.found_sizes()  # the sizes the call computed from the data, if any
+        key = dims + tuple(found.values())
+        if key not in self._costs:
+            env = {**dict(zip(self.program.symbols, dims)), **found}
+            self._costs[key] = [(op_flops(t.op, env), op_bytes(t.op, env)) for t in self.program.timed]
+        return self._costs[key]
 
 
 # -- the profiler and its report --------------------------------------------------------------------------------

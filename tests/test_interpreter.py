@@ -74,3 +74,13 @@ def test_an_index_out_of_range_names_the_op_and_its_location():
         interpret(m, [x, np.array([5])])
     assert isinstance(info.value, IndexError)
     assert interpret(m, [x, np.array([-3])])[0].shape == (1, 2)
+
+
+def test_a_relation_on_computed_sizes_is_checked_once_both_are_bound():
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", (4,)), TensorType("f32", (4,))], ["x", "y"])
+    a, c = (b.reshape(b.nonzero(v), shape=(s,)) for v, s in zip(b.args, (sym("u0"), sym("u1"))))
+    b.ret(b.add(a, c))
+    np.testing.assert_array_equal(interpret(m, [np.ones(4, np.float32), np.ones(4, np.float32)])[0], [0, 2, 4, 6])
+    with pytest.raises(ShapeError, match=r"u0=4, u1=2"):
+        interpret(m, [np.ones(4, np.float32), np.array([0, 1, 0, 1], np.float32)])

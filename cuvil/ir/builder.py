@@ -16,6 +16,7 @@ from ..errors import ShapeError
 from ..ops import registry
 from .core import UNKNOWN_LOC, Function, Location, Module, Op, Region, ShapeContext, Value
 from .dtypes import DType
+from .dynamic import fresh_size
 from .types import TensorType
 
 
@@ -51,6 +52,8 @@ class Builder:
         for v in operands:
             if not isinstance(v, Value):
                 raise ShapeError(f"'{name}' operand must be an IR value, got {type(v).__name__}", loc)
+        if opdef.sizes is not None and not attrs.get("size"):  # a data-dependent size gets a fresh symbol
+            attrs = {**attrs, "size": fresh_size(self.function)}
         try:
             attrs = opdef.complete_attrs(attrs)
         except ValueError as e:

@@ -186,12 +186,51 @@ def is_static(d: Dim) -> bool:
     return isinstance(d, int)
 
 
+def plain_symbol(d: Dim):
+    """The name of `d` when it is one symbol alone (`n`, not `2*n`), else None."""
+    if isinstance(d, SymExpr) and len(d.terms) == 1 and d.terms[0][1] == 1 and len(d.terms[0][0]) == 1 \
+            and isinstance(d.terms[0][0][0], str):
+        return d.terms[0][0][0]
+    return None
+
+
 def free_symbols(d: Dim) -> frozenset:
     return d.free_symbols if isinstance(d, SymExpr) else frozenset()
 
 
 def evaluate(d: Dim, env: dict) -> int:
     return d.evaluate(env) if isinstance(d, SymExpr) else d
+
+
+def substitute(d: Dim, values: dict) -> Dim:
+    """`d` with each symbol named in `values` replaced by its value there (an int or another dimension)."""
+    if isinstance(d, int):
+        return d
+    total: Dim = 0
+    for m, c in d.terms:
+        v: Dim = c
+        for a in m:
+            if isinstance(a, str):
+                v = v * values.get(a, SymExpr.symbol(a))
+            else:
+                inner = substitute(a[1], values)
+                v = v * (inner // a[2] if a[0] == "//" else inner % a[2])
+        total = total + v
+    return total
+
+
+def grows_with(d: Dim, names) -> bool:
+    """Whether `d` never shrinks as the symbols `names` grow (so their upper bounds bound `d`): every term that reads
+    one has a positive coefficient and reads it through products and floor divisions only."""
+    if isinstance(d, int):
+        return True
+    names = frozenset(names)
+    for m, c in d.terms:
+        reads = [a for a in m if (a in names if isinstance(a, str) else a[1].free_symbols & names)]
+        if reads and (c < 0 or any(not isinstance(a, str) and (a[0] == "%" or not grows_with(a[1], names))
+                                   for a in reads)):
+            return False
+    return True
 
 
 def dim_str(d: Dim) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from ..errors import CuvilError, VerificationError
 from ..ops import registry
 from .core import Function, Module, Op, Region, ShapeContext, Value
+from .dynamic import defined_sizes
 
 
 def verify(module: Module) -> None:
@@ -43,6 +44,19 @@ class _Verifier:
         if not body.ops or body.ops[-1].name != "return":
             raise VerificationError(f"function @{self.fn.name} must end with 'return'")
         self.region(body, "return")
+        self.data_sizes()
+
+    def data_sizes(self) -> None:
+        """A data-dependent size is defined by one op, and no input's shape names it (a call would bind it too)."""
+        inputs = set().union(*(a.type.free_symbols for a in self.fn.args))
+        definer: dict = {}
+        for op in self.fn.walk():
+            for name in defined_sizes(op):
+                if name in inputs:
+                    raise self.fail(op, f"defines the size {name}, which an input's shape already names")
+                if name in definer:
+                    raise self.fail(op, f"defines the size {name}, which an earlier '{definer[name].name}' defines")
+                definer[name] = op
 
     def region(self, region: Region, terminator: str) -> None:
         self.visible.append({id(a) for a in region.args})

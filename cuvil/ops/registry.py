@@ -49,6 +49,9 @@ class OpDef:
     c_expr: Optional[str] = None  # elementwise user ops: C for one element, operands as {0}, {1}, ...
     torch_op: Optional[str] = None  # "mylib::add_relu": the torch.library op that frontends translate to this op
     onnx_op: Optional[str] = None  # "com.example::AddRelu": the ONNX node (domain::op_type) likewise
+    # ops whose result size depends on the data: (operand_types, attrs) -> {symbol: upper bound} of the sizes they
+    # define (named by their `size` attribute); the bound sizes the buffers, the run-time value the loops
+    sizes: Optional[Callable] = None
 
     @property
     def is_composite(self) -> bool:
@@ -87,7 +90,7 @@ _REGISTRY: dict[str, OpDef] = {}
 
 def register_op(name: str, *, operands=1, results=1, attrs=None, shape=None, reference=None, decompose=None,
                 normalize=None, regions=0, traits=(), doc="", c_expr=None, torch_op=None, onnx_op=None,
-                replace=False) -> OpDef:
+                sizes=None, replace=False) -> OpDef:
     """Declare an op. Users add custom ops the same way; an elementwise op with a `c_expr` (C for one
     element, operands as `{0}`, `{1}`, computed in float for float types) joins the CPU backend's fused
     loop kernels. `torch_op="ns::name"` (a `torch.library` op) and `onnx_op="domain::OpType"` (a node of a
@@ -108,7 +111,7 @@ def register_op(name: str, *, operands=1, results=1, attrs=None, shape=None, ref
                                    not all(bridge.split("::"))):
             raise ValueError(f"op '{name}': {what} must read 'namespace::name', got {bridge!r}")
     op = OpDef(name, operands, results, dict(attrs or {}), shape, reference, decompose, normalize, regions,
-               frozenset(traits), doc, c_expr, torch_op, onnx_op)
+               frozenset(traits), doc, c_expr, torch_op, onnx_op, sizes)
     _REGISTRY[name] = op
     return op
 

@@ -4,23 +4,37 @@ Liveness runs over the function in program order with nested regions inlined; a 
 `while` lives to the end of the loop, since the body runs again. Buffers go into slots greedily (the
 "shared objects" strategy): a slot holds buffers whose lifetimes do not overlap, and its size is the
 largest of them. Sizes may be symbolic; a slot's size is then the maximum of its buffers' sizes, worked
-out when a call binds the dimensions, so one plan serves every size.
+out when a call binds the dimensions, so one plan serves every size. A size computed from the data (NonZero's
+count) is planned at its upper bound (cuvil/ir/dynamic.py); the buffer then holds the run-time size packed at its
+front.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+from ..errors import UnsupportedError
 from ..ir.core import Function, Op, Region, Value
-from ..ir.symbolic import Dim, evaluate
+from ..ir.dynamic import bounded, data_sizes
+from ..ir.symbolic import Dim, evaluate, grows_with
 from .manager import Pass
 
 ALIGN = 64
 
 
-def buffer_bytes(v: Value) -> Dim:
-    """Bytes of `v`'s buffer, rounded up to the arena alignment."""
-    return (v.type.numel * v.type.dtype.itemsize + (ALIGN - 1)) // ALIGN * ALIGN
+def buffer_bytes(v: Value, bounds: Optional[dict] = None) -> Dim:
+    """Bytes of `v`'s buffer, rounded up to the arena alignment, at the upper `bounds` of the data-dependent sizes
+    it reads (a size that would not stay under its bound is refused)."""
+    numel = v.type.numel
+    if bounds and not grows_with(numel, bounds):
+        raise UnsupportedError(f"the size {numel} of a buffer of {_what(v)} can shrink as the data-dependent sizes "
+                               f"{', '.join(sorted(bounds))} grow, so their upper bounds do not bound it",
+                               getattr(v.owner, "loc", None))
+    return (bounded(numel, bounds) * v.type.dtype.itemsize + (ALIGN - 1)) // ALIGN * ALIGN
+
+
+def _what(v: Value) -> str:
+    return f"'{v.owner.name}' ({v.type})" if isinstance(v.owner, Op) else f"a region argument ({v.type})"
 
 
 @dataclass
@@ -84,7 +98,7 @@ def plan_memory(fn: Function, needs_buffer: Callable[[Value], bool], alias_of: C
             if op.name == "while":
                 _extend_loop_uses(op, use, clock[0])
     walk(fn.body)
-    _assign_slots(plan, order, start, end)
+    _assign_slots(plan, order, start, end, data_sizes(fn))
     return plan
 
 
@@ -96,10 +110,10 @@ def _extend_loop_uses(loop: Op, use, until: int) -> None:
                 use(v, until)
 
 
-def _assign_slots(plan: MemoryPlan, order: list, start: dict, end: dict) -> None:
+def _assign_slots(plan: MemoryPlan, order: list, start: dict, end: dict, bounds: dict) -> None:
     busy_until: list = []  # per slot: the clock at which its last buffer dies
     for v in order:
-        size = buffer_bytes(v)
+        size = buffer_bytes(v, bounds)
         free = [k for k in range(len(plan.slots)) if busy_until[k] < start[id(v)]]
         k = _best_slot(plan, free, size)
         if k is None:

@@ -151,6 +151,7 @@ class Program:
 
     def __init__(self, function, symbols: list, constants: list, plan=None):
         self.function, self.symbols, self.constants, self.plan = function, list(symbols), constants, plan
+        self.data_sizes: dict = {}  # an exported library computes no size from the data (export refuses those)
 
 
 class Signature:

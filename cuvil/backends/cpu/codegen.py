@@ -5,7 +5,8 @@
     int64_t cuvil_arena_bytes(const int64_t *dims);
     const char *cuvil_last_error(void);
 
-`dims` holds the values of the symbolic sizes (in `CProgram.symbols` order); `arena` is the workspace of
+`dims` holds the values of the symbolic sizes (in `CProgram.symbols` order), then one slot per data-dependent size
+(`CProgram.data_sizes`, NonZero's count) that the call writes; `arena` is the workspace of
 `cuvil_arena_bytes(dims)` bytes, 64-byte aligned; `consts` the module constants in `CProgram.constants`
 order, used in place. Kernels are static functions named after the ops they fuse, each with its source
 location in a comment. `cond` and `while` become C branches and loops, so the whole function is one call.
@@ -19,6 +20,8 @@ from dataclasses import dataclass, field
 
 from ...errors import UnsupportedError
 from ...ir.core import Function, Module, Op, Region, Value
+from ...ir.dynamic import data_sizes
+from ...ir.symbolic import free_symbols
 from ...passes.memory import MemoryPlan, plan_memory
 from . import instrument, library
 from ..common.buffers import defines_buffer as _defines_buffer, is_alias, nbytes as _nbytes
@@ -48,6 +51,7 @@ class CProgram:
     prepared_saved: list = field(default_factory=list)
     prepared_from: list = field(default_factory=list)  # per prepared buffer: the constant slot it is made from
     direct_consts: frozenset = frozenset()  # constant slots the entry reads itself (the others only prepare reads)
+    data_sizes: dict = field(default_factory=dict)  # symbol -> upper bound of each size the call computes
 
 
 class CodeGen:
@@ -55,8 +59,10 @@ class CodeGen:
         self.module, self.fn = module, fn
         self.instrument = instrument  # time each op (cuvil.profile); the default build has no timers
         self.timed: list = []
-        self.symbols = sorted(set().union(*(a.type.free_symbols for a in fn.args), *(
-            t.free_symbols for t in fn.result_types)) | _all_symbols(fn))
+        self.data_sizes = data_sizes(fn)
+        self.symbols = sorted((set().union(*(a.type.free_symbols for a in fn.args), *(
+            t.free_symbols for t in fn.result_types)) | _all_symbols(fn)) - set(self.data_sizes))
+        _refuse_data_relations(fn, self.data_sizes)
         self.constants: list = []
         self.ptr: dict = {}
         self.kernels: list = []
@@ -100,17 +106,21 @@ class CodeGen:
         source += self._entry()
         return CProgram(source, self.fn, self.symbols, self.constants, self.plan, dict(self.direct), self.timed,
                         [saved for _, _, _, saved in self.prepares], [slot for slot, _, _, _ in self.prepares],
-                        direct)
+                        direct, dict(self.data_sizes))
 
     def _entry(self) -> str:
         sym = "".join(f"    const int64_t s_{s} = dims[{i}];\n" for i, s in enumerate(self.symbols))
+        # a data-dependent size starts at its bound (the arena's offsets are planned for it); its op sets it
+        sym += "".join(f"    int64_t s_{s} = {c_dim(bound)}; (void)s_{s};\n" for s, bound in self.data_sizes.items())
         unused = "    (void)dims; (void)arena; (void)consts; (void)args; (void)outs;\n"
+        found = "".join(f"    ((int64_t *)dims)[{len(self.symbols) + k}] = s_{s};\n"
+                        for k, s in enumerate(self.data_sizes))
         offsets = self._offsets()
         size_fn = (f"int64_t cuvil_arena_bytes(const int64_t *dims)\n{{\n    (void)dims;\n{sym}{offsets}"
                    f"    return off_scratch + scratch_bytes;\n}}\n\n")
         entry = ("int cuvil_main(void *const *args, void *const *outs, const int64_t *dims, uint8_t *arena,\n"
                  "               const void *const *consts)\n{\n" + unused + sym + offsets +
-                 "\n".join(self.body) + "\n    return 0;\n}\n")
+                 "\n".join(self.body) + "\n" + found + "    return 0;\n}\n")
         last_error = "__attribute__((weak)) const char *cuvil_last_error(void) { return cuvil_error_text; }\n\n"
         return self._prepare() + size_fn + last_error + entry
 
@@ -327,6 +337,15 @@ def _cond_yield_aliases(fn: Function) -> dict:
                         and not (owner.name == "fused" and is_alias(owner)):
                     out[id(y)] = r
     return out
+
+
+def _refuse_data_relations(fn: Function, sizes: dict) -> None:
+    """Relations are checked before the call, when a data-dependent size has no value yet."""
+    for r in fn.constraints:
+        names = sorted((free_symbols(r.lhs) | free_symbols(r.rhs)) & set(sizes))
+        if names:
+            raise UnsupportedError(f"the CPU backend cannot check {r} ({r.what or 'a relation between sizes'}): it "
+                                   f"reads the data-dependent size {', '.join(names)}, which the call computes", r.loc)
 
 
 def _all_symbols(fn: Function) -> set:

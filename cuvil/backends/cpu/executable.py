@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ...errors import CuvilError, IndexRangeError, ShapeError
+from ...errors import CuvilError, IndexRangeError, ShapeError, UnsupportedError
 from ...ir.core import Location
-from ...ir.symbolic import SymExpr, evaluate
+from ...ir.symbolic import evaluate, plain_symbol
 from . import fastcall
 from .kernels import aligned_empty
 
@@ -53,13 +53,6 @@ def call_failure(last_error, rc: int) -> CuvilError:
     return IndexRangeError(message, Location(node=loc[:-1]))
 
 
-def _plain_symbol(d):
-    if isinstance(d, SymExpr) and len(d.terms) == 1 and d.terms[0][1] == 1 and len(d.terms[0][0]) == 1 \
-            and isinstance(d.terms[0][0][0], str):
-        return d.terms[0][0][0]
-    return None
-
-
 def _swap_threads(lib: ctypes.CDLL):
     """The pool's cuvil_swap_call_threads that `lib`'s kernels use: an exported library's own copy, else the loaded
     kernel library's (in the process's global scope, where the model library found it); None if neither has it."""
@@ -76,7 +69,7 @@ def binding_table(symbols, arg_types) -> list:
     table = []
     for name in symbols:
         site = next(((i, ax) for i, t in enumerate(arg_types) for ax, d in enumerate(t.shape)
-                     if _plain_symbol(d) == name), None)
+                     if plain_symbol(d) == name), None)
         if site is None:
             raise CuvilError(f"symbolic size {name} is not a dimension of any input, so a call cannot bind it")
         table.append(site)
@@ -122,14 +115,15 @@ class CpuFunction:
         for j in range(len(self.prepared)):
             if j not in saved:
                 prepare(self._const_ptrs, j)
-        self._static = not program.symbols
+        self._data = list(program.data_sizes)  # the sizes the call computes, written after the input sizes in dims
+        self._static = not program.symbols and not self._data
         self._fast_path_tables()
         self._local = threading.local()
         self._sizes: dict = {}
         # The C path alone: exactly-matching NumPy arrays in, the outputs out; None where they do not match.
-        self.call_exact = fastcall.caller(lib, self._const_ptrs, self.arg_types, self.out_types,
-                                          self.program.symbols, self._binders, self._constraints, self._failure,
-                                          prefix)
+        self.call_exact = None if self._data else fastcall.caller(
+            lib, self._const_ptrs, self.arg_types, self.out_types, self.program.symbols, self._binders,
+            self._constraints, self._failure, prefix)
         self._swap_threads = _swap_threads(lib)
         self.num_threads = 0  # this function's thread count; 0: the process's (CUVIL_NUM_THREADS, the cores)
 
@@ -175,14 +169,35 @@ class CpuFunction:
     def call_ctypes(self, inputs: list) -> list:
         """The call without the C path: converts inputs where it can, raises on the rest."""
         arrays, dims, shapes = self._bind(inputs)
+        if self._data:
+            return self._call_sized(arrays, dims)
         outs = [np.empty(s, dt) for s, dt in zip(shapes, self._out_dtypes)]
         self._invoke(arrays, outs, dims)
         return outs
+
+    def _call_sized(self, arrays: list, dims: tuple) -> list:
+        """A call that computes sizes: each output is allocated at its upper bound, and returned at the size the call
+        wrote into dims (a view of the bound buffer's front, where the kernel packed it)."""
+        env = dict(zip(self.program.symbols, dims))
+        bound = {**env, **{s: evaluate(b, env) for s, b in self.program.data_sizes.items()}}
+        outs = [np.empty(evaluate(t.numel, bound), dt) for t, dt in zip(self.out_types, self._out_dtypes)]
+        self._invoke(arrays, outs, dims)
+        env.update(self.found_sizes())
+        shapes = [tuple(evaluate(d, env) for d in t.shape) for t in self.out_types]
+        return [o[:int(np.prod(s))].reshape(s) for o, s in zip(outs, shapes)]
+
+    def found_sizes(self) -> dict:
+        """The data-dependent sizes (symbol -> value) that this thread's last call computed."""
+        written, base = self._thread_state().dims, len(self.program.symbols)
+        return {s: int(written[base + k]) for k, s in enumerate(self._data)}
 
     def call_into(self, inputs: list, outs: list, workspace=None) -> list:
         """The call with the caller's output arrays (C-contiguous, writable, of the output dtypes and sizes, apart
         from every input): written in place, nothing allocated for them. `workspace(nbytes)`, if given, returns the
         call's scratch (a 64-byte aligned uint8 array; a Runtime's memory pool) instead of the thread's own."""
+        if self._data:
+            raise UnsupportedError("call_into needs output buffers of known sizes, but this function computes the "
+                                   f"sizes {', '.join(self._data)} from the data; call it instead")
         arrays, dims, shapes = self._bind(inputs)
         if len(outs) != len(shapes):
             raise ShapeError(f"the compiled function has {len(shapes)} outputs, got {len(outs)} output buffers")
@@ -214,6 +229,8 @@ class CpuFunction:
             return arrays, dims, self._out_static
         env = dict(zip(self.program.symbols, dims))
         self._check_sizes(arrays, env)
+        if self._data:
+            return arrays, dims, None  # known after the call
         return arrays, dims, [s if s is not None else tuple(evaluate(d, env) for d in t.shape)
                               for s, t in zip(self._out_static, self.out_types)]
 
@@ -272,7 +289,7 @@ class CpuFunction:
         if not hasattr(state, "args"):
             state.args = (ctypes.c_void_p * max(len(self.arg_types), 1))()
             state.outs = (ctypes.c_void_p * max(len(self.out_types), 1))()
-            state.dims = (ctypes.c_int64 * max(len(self.program.symbols), 1))()
+            state.dims = (ctypes.c_int64 * max(len(self.program.symbols) + len(self._data), 1))()
             state.arena, state.arena_ptr, state.arena_dims = None, None, None
         return state
 

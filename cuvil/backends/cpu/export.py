@@ -12,6 +12,7 @@ import zlib
 
 import numpy as np
 
+from ...errors import UnsupportedError
 from ...ir.fingerprint import fingerprint
 from ...ir.printer import format_relation, print_module
 from ...ir.core import Module
@@ -69,6 +70,9 @@ class _Entry:
 
     def meta(self, prefix: str, layout: dict) -> dict:
         program = self.program
+        if program.data_sizes:  # the C runtime sizes outputs before the call
+            raise UnsupportedError(f"a library with outputs whose sizes the call computes from the data "
+                                   f"({', '.join(program.data_sizes)}) cannot be exported yet")
         names = self.route.get("names") or [a.name for a in program.function.args]
         out_names = self.route.get("output_names") or [f"output_{j}" for j in range(len(self.out_types))]
         checks = fastcall.check_program(self.arg_types, self.out_types, program.symbols,

@@ -194,3 +194,6 @@ EMITTERS.update(library_trees.EMITTERS)
 
 from . import library_quant  # noqa: E402
 EMITTERS.update(library_quant.EMITTERS)
+
+from . import library_dynamic  # noqa: E402
+EMITTERS.update(library_dynamic.EMITTERS)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ...errors import UnsupportedError
 from ...ir.core import Function, Module, Op, Value
+from ...ir.dynamic import defined_sizes
 from ...passes.memory import plan_memory
 from ..common.buffers import defines_buffer, is_alias, nbytes
 from .kernels import CudaKernel, KernelLaunch
@@ -19,9 +20,18 @@ from .program import Buf, Copy, CudaProgram, Launch
 PRELUDE = '#include "cuvil_cuda.h"\n\n'
 
 
+def _refuse_data_sizes(fn: Function) -> None:
+    """The host sizes every buffer and captures one CUDA Graph per shape before a kernel runs."""
+    for op in fn.walk():
+        for name in defined_sizes(op):
+            raise UnsupportedError(f"the CUDA backend (target='cuda') cannot compile '{op.name}': the size {name} of "
+                                   "its result is computed from the data at run time (compile for the CPU)", op.loc)
+
+
 class CudaCodeGen:
     def __init__(self, module: Module, fn: Function):
         self.module, self.fn = module, fn
+        _refuse_data_sizes(fn)
         self.symbols = sorted(set().union(*(a.type.free_symbols for a in fn.args),
                                           *(t.free_symbols for t in fn.result_types)))
         self.constants: list = []

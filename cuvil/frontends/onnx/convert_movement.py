@@ -1,6 +1,6 @@
 """Data movement: Transpose, Split, Tile, Pad, the gathers and scatters (ND forms through flattened indices),
 EyeLike, OneHot, Trilu, DepthToSpace/SpaceToDepth, ReverseSequence, and the data-dependent ops (Compress,
-NonZero, Unique) that Cuvil converts only when their input is known at conversion time."""
+NonZero, Unique, NonMaxSuppression) through the IR's data-dependent sizes."""
 from __future__ import annotations
 
 import math
@@ -235,12 +235,18 @@ def reverse_sequence(ctx):
 # -- data-dependent shapes: only with known inputs -------------------------------------------------------------
 @converter("Compress")
 def compress(ctx):
-    cond = ctx.known(1)
-    if cond is None:
-        raise ctx.needs_value(1, "the condition (the result's size depends on its values)")
+    """The slices where the condition holds: picked at conversion time when it is known, else by a run-time
+    NonZero (a data-dependent size), whose indices the gather checks against the axis."""
     x, axis = ctx.x(0), ctx.attr("axis")
     if axis is None:
         x, axis = ctx.b.reshape(x, shape=(x.type.numel,)), 0
+    cond = ctx.known(1)
+    if cond is None:
+        flags, d = ctx.b.reshape(ctx.x(1), shape=(ctx.x(1).type.numel,)), x.type.shape[axis]
+        if isinstance(d, int) and isinstance(flags.type.shape[0], int) and flags.type.shape[0] > d:
+            flags = ctx.b.slice(flags, starts=(0,), ends=(d,), axes=(0,), steps=(1,))  # entries past the axis: none
+        where = ctx.b.nonzero(flags)
+        return [ctx.b.gather(x, ctx.b.reshape(where, shape=(where.type.shape[1],)), axis=axis)]
     picked = np.nonzero(np.asarray(cond).reshape(-1))[0]
     picked = picked[picked < x.type.shape[axis]] if isinstance(x.type.shape[axis], int) else picked
     return [ctx.b.gather(x, ctx.const(picked.astype(np.int64)), axis=axis)]
@@ -254,13 +260,30 @@ def fold_nonzero(ctx):
     return [Tensor.of_array(np.array(np.nonzero(k), dtype=np.int64).reshape(k.ndim, -1))]
 
 
-def _data_dependent(ctx):
-    raise ctx.unsupported("the result's shape depends on the input's values (data-dependent shape), which Cuvil's "
-                          "static shapes cannot express")
+@converter("NonZero")
+def nonzero(ctx):
+    """A run-time count (the IR's data-dependent size, at most the element count); a scalar counts as [1]."""
+    x = ctx.x(0)
+    return [ctx.b.nonzero(x if x.type.rank else ctx.b.reshape(x, shape=(1,)))]
 
 
-for _op in ("NonZero", "Unique", "NonMaxSuppression", "StringSplit"):
-    converter(_op)(_data_dependent)
+@converter("Unique")
+def unique(ctx):
+    """All four outputs; without an axis, over the flattened input."""
+    x, axis = ctx.x(0), ctx.attr("axis")
+    if axis is None:
+        x, axis = ctx.b.reshape(x, shape=(x.type.numel,)), 0
+    return list(ctx.b.unique(x, axis=axis, sorted=bool(ctx.attr("sorted", 1))))
+
+
+@converter("NonMaxSuppression")
+def non_max_suppression(ctx):
+    """Omitted limits are ONNX's defaults: no boxes per class, an IoU threshold of 0, no score filter."""
+    limit = ctx.x(2) if ctx.has(2) else ctx.scalar(0, DType.i64)
+    iou = ctx.x(3) if ctx.has(3) else ctx.scalar(0.0, DType.f32)
+    floor = ctx.x(4) if ctx.has(4) else ctx.scalar(0.0, DType.f32)
+    return [ctx.b.non_max_suppression(ctx.x(0), ctx.x(1), limit, iou, floor, score_threshold=ctx.has(4),
+                                      center_point_box=bool(ctx.attr("center_point_box", 0)))]
 
 
 # -- scattering into fresh or cached tensors -----------------------------------------------------------------

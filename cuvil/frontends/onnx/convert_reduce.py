@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ...ir.dtypes import DType
 from .registry import converter
 
@@ -123,10 +125,24 @@ def cumprod(ctx):
 
 @converter("TopK")
 def topk(ctx):
+    if ctx.opset >= 10 and ctx.known(1) is None:
+        return _topk_computed_k(ctx)
     k = ctx.attr("k") if ctx.opset < 10 else ctx.known_scalar(1, "k")
     values, indices = ctx.b.topk(ctx.x(0), k=k, axis=ctx.attr("axis", -1), largest=bool(ctx.attr("largest", 1)),
                                  sorted=bool(ctx.attr("sorted", 1)))
     return [values, indices]
+
+
+def _topk_computed_k(ctx):
+    """k known only at run time: the whole axis sorted, then its first k (a data-dependent size; k outside [0, the
+    axis length] is an index error, as in ONNX Runtime)."""
+    x = ctx.x(0)
+    axis = ctx.attr("axis", -1) % max(x.type.rank, 1)
+    if not isinstance(x.type.shape[axis], int):
+        raise ctx.unsupported(f"TopK with a computed k needs a static length of axis {axis}, got {x.type}")
+    ranked = ctx.b.topk(x, k=x.type.shape[axis], axis=axis, largest=bool(ctx.attr("largest", 1)), sorted=True)
+    k = ctx.b.reshape(ctx.cast(ctx.x(1), DType.i64), shape=(1,))
+    return list(ctx.b.dynamic_slice(ctx.const(np.zeros(1, np.int64)), k, *ranked, axis=axis, exact=True))
 
 
 def coerce_2d(ctx, x, default_axis_before_13: int = 1):

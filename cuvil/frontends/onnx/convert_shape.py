@@ -207,10 +207,26 @@ def slice_params(ctx, rank: int) -> tuple:
 @converter("Slice")
 def slice_(ctx):
     x = ctx.x(0)
+    if ctx.opset >= 10 and (ctx.known(1) is None or ctx.known(2) is None):
+        computed = _computed_slice(ctx, x)
+        if computed is not None:
+            return [computed]
     starts, ends, axes, steps = slice_params(ctx, x.type.rank)
     if not starts:
         return [x]
     return [ctx.b.slice(x, starts=starts, ends=ends, axes=axes, steps=steps)]
+
+
+def _computed_slice(ctx, x):
+    """One axis, unit step, bounds known only at run time: a `dynamic_slice` (its length is a data-dependent size);
+    None for any other slice (refused as before, naming the input that must be known)."""
+    if ctx.type(1).numel != 1 or ctx.type(2).numel != 1 or (ctx.has(4) and ctx.known(4) is None):
+        return None
+    axes = ctx.dims(3, "axes") if ctx.has(3) else (0,)
+    if len(axes) != 1 or (ctx.has(4) and tuple(ctx.dims(4, "steps")) != (1,)):
+        return None
+    start, end = (ctx.b.reshape(ctx.cast(ctx.x(i), DType.i64), shape=(1,)) for i in (1, 2))
+    return ctx.b.dynamic_slice(start, end, x, axis=axes[0] % max(x.type.rank, 1))
 
 
 @folder("Slice")

@@ -265,9 +265,9 @@ NUMPY_FUNCS = {
         ("bitwise_and", "bitwise_and"), ("bitwise_or", "bitwise_or"), ("bitwise_xor", "bitwise_xor"),
         ("left_shift", "shift_left"), ("right_shift", "shift_right"), ("bitwise_left_shift", "shift_left"),
         ("bitwise_right_shift", "shift_right")]},
-    "sort": M.np_sort, "argsort": M.np_argsort, "unique": M.data_dependent("np.unique", M.UNIQUE_INSTEAD),
+    "sort": M.np_sort, "argsort": M.np_argsort, "unique": M.np_unique,
     "cumprod": lambda cx, a, axis=None, dtype=None: M.cumprod(cx, a, axis, dtype_arg(dtype) if dtype else None),
-    **{n: M.data_dependent(f"np.{n}", M.NONZERO_INSTEAD) for n in ("nonzero", "argwhere", "flatnonzero")},
+    "nonzero": M.np_nonzero, "argwhere": M.argwhere, "flatnonzero": M.flatnonzero,
     "invert": lambda cx, x: E.invert(cx, x), "bitwise_not": lambda cx, x: E.invert(cx, x),
     "bitwise_invert": lambda cx, x: E.invert(cx, x),
 }
@@ -309,7 +309,7 @@ NUMPY_METHODS = {
     "item": lambda cx, x: item(cx, x), "argsort": M.np_argsort,
     "cumprod": lambda cx, x, axis=None, dtype=None: M.cumprod(cx, x, axis, dtype_arg(dtype) if dtype else None),
     "sort": M.in_place("x.sort()", "x = np.sort(x)"),
-    "nonzero": M.data_dependent("x.nonzero()", M.NONZERO_INSTEAD),
+    "nonzero": M.np_nonzero,
 }
 
 

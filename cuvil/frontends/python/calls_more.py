@@ -10,6 +10,7 @@ import numpy as np
 
 from ...errors import UnsupportedError
 from ...ir.dtypes import DType
+from ...ops.common import broadcast_shapes
 from . import emit as E
 from .emit import tensor
 from .indexing import getitem
@@ -268,12 +269,56 @@ def cumulative_extreme(cx, x, dim, largest: bool) -> SortResult:
     return SortResult(values, indices)
 
 
-def data_dependent(name: str, instead: str):
-    """Functions whose result size depends on the values: an error that says what to write instead."""
-    def conv(cx, *args, **kwargs):
-        raise UnsupportedError(f"{name} gives a result whose size depends on the data, which compiled code cannot "
-                               f"produce; {instead}")
-    return conv
+def nonzero_rows(cx, a) -> TV:
+    """i64[rank, u]: the coordinates of a's nonzero elements, one row per axis (u is computed at run time)."""
+    t = tensor(cx, a)
+    return TV(cx.b.nonzero(t.value if t.rank else E.reshape(cx, t, (1,)).value))
+
+
+def np_nonzero(cx, a) -> tuple:
+    """np.nonzero: a tuple of one index array per axis."""
+    rows = nonzero_rows(cx, a)
+    return tuple(getitem(cx, rows, k) for k in range(rows.shape[0]))
+
+
+def argwhere(cx, a) -> TV:
+    """np.argwhere / torch.nonzero: i64[u, rank]."""
+    return E.transpose(cx, nonzero_rows(cx, a), (1, 0))
+
+
+def flatnonzero(cx, a) -> TV:
+    return getitem(cx, nonzero_rows(cx, E.reshape(cx, a, (-1,))), 0)
+
+
+def masked_select(cx, x, mask) -> TV:
+    """torch.masked_select: x and mask broadcast together, the selected elements flattened."""
+    x, mask = tensor(cx, x), tensor(cx, mask)
+    shape = broadcast_shapes(x.shape, mask.shape)
+    flat = E.reshape(cx, E.to(cx, x, shape=shape), (-1,))
+    return getitem(cx, flat, E.reshape(cx, E.to(cx, mask, shape=shape), (-1,)))
+
+
+def unique(cx, x, axis=None, index=False, inverse=False, counts=False):
+    """np.unique / torch.unique through the `unique` op: the sorted distinct values (or slices along `axis`), then
+    the asked-for first indices, inverse (shaped like x when flattened) and counts, in NumPy's order."""
+    t = tensor(cx, x)
+    flat = E.reshape(cx, t, (-1,)) if axis is None else t
+    values, first, where, sizes = (TV(v) for v in cx.b.unique(flat.value, axis=0 if axis is None else axis))
+    if axis is None and inverse:
+        where = E.reshape(cx, where, t.shape)
+    extra = [v for v, asked in ((first, index), (where, inverse), (sizes, counts)) if asked]
+    return tuple([values, *extra]) if extra else values
+
+
+def np_unique(cx, ar, return_index=False, return_inverse=False, return_counts=False, axis=None, *, equal_nan=True):
+    if not equal_nan:
+        raise UnsupportedError("np.unique(equal_nan=False) is not supported (NaNs are one value)")
+    return unique(cx, ar, axis, return_index, return_inverse, return_counts)
+
+
+def torch_unique(cx, input, sorted=True, return_inverse=False, return_counts=False, dim=None):
+    """torch.unique sorts whatever `sorted` says (on CPU)."""
+    return unique(cx, input, dim, False, return_inverse, return_counts)
 
 
 def in_place(name: str, instead: str):
@@ -283,6 +328,3 @@ def in_place(name: str, instead: str):
     return conv
 
 
-UNIQUE_INSTEAD = ("sort instead and mark first occurrences (s = np.sort(x); first = np.concatenate([[True], "
-                  "s[1:] != s[:-1]])), or call it on the compiled function's result")
-NONZERO_INSTEAD = "use a mask with np.where / torch.where, or call it on the compiled function's result"

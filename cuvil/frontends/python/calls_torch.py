@@ -183,12 +183,9 @@ _SORTING = {
     "cumprod": lambda cx, input, dim, *, dtype=None: M.cumprod(cx, input, dim, dtype_arg(dtype) if dtype else None),
     "cummax": lambda cx, input, dim: M.cumulative_extreme(cx, input, dim, True),
     "cummin": lambda cx, input, dim: M.cumulative_extreme(cx, input, dim, False),
-    "unique": M.data_dependent("torch.unique", "sort instead and mark first occurrences (s = torch.sort(x).values; "
-                               "first = torch.cat([s[:1] == s[:1], s[1:] != s[:-1]])), or call it on the compiled "
-                               "function's result"),
-    "nonzero": M.data_dependent("torch.nonzero", M.NONZERO_INSTEAD),
-    "argwhere": M.data_dependent("torch.argwhere", M.NONZERO_INSTEAD),
-    "masked_select": M.data_dependent("torch.masked_select", M.NONZERO_INSTEAD),
+    "unique": M.torch_unique,
+    "nonzero": lambda cx, input, *, as_tuple=False: M.np_nonzero(cx, input) if as_tuple else M.argwhere(cx, input),
+    "argwhere": lambda cx, input: M.argwhere(cx, input), "masked_select": M.masked_select,
 }
 TORCH_FUNCS = {
     **_ELEMENTWISE, **_REDUCTIONS,

@@ -1,8 +1,8 @@
 """`x[...]`: basic indexing becomes one `slice` plus a `reshape`; tensor indices become `gather`.
 
 Ints, slices (any step, negative bounds, symbolic bounds), `None`, `...` and integer tensors (or lists)
-are supported, following NumPy (and torch, which agrees on these). Boolean masks are not: their result
-size depends on the data.
+are supported, following NumPy (and torch, which agrees on these). A boolean mask alone, over the leading axes,
+selects through the `nonzero` op: the result's first size is computed at run time (a data-dependent size).
 """
 from __future__ import annotations
 
@@ -18,6 +18,9 @@ BIG = 2 ** 31 - 1  # the slice op's "past the end"
 
 
 def getitem(cx: Context, x: TV, index) -> TV:
+    mask = mask_of(cx, index)
+    if mask is not None:
+        return masked_select(cx, x, mask)
     items = expand_index(cx, x, index if isinstance(index, tuple) else (index,))
     _check_advanced(items)
     cuts, plan, gathers = [], [], []
@@ -54,6 +57,32 @@ def getitem(cx: Context, x: TV, index) -> TV:
     return reshape(cx, out, shape) if tuple(shape) != out.shape else out
 
 
+def mask_of(cx: Context, index):
+    """The boolean mask tensor an index is, else None (a mask among other indices is refused)."""
+    items = index if isinstance(index, tuple) else (index,)
+    if len(items) != 1:
+        if any(isinstance(i, TV) and i.dtype is DType.bool for i in items):
+            raise UnsupportedError("a boolean mask mixed with other indices is not supported; index with the mask "
+                                   "alone (x[mask]), or use np.where / torch.where")
+        return None
+    m = items[0]
+    if isinstance(m, (list, np.ndarray)) and np.asarray(m).dtype == np.bool_:
+        m = tensor(cx, np.asarray(m))
+    return m if isinstance(m, TV) and m.dtype is DType.bool else None
+
+
+def masked_select(cx: Context, x: TV, mask: TV) -> TV:
+    """x[mask], the mask covering x's leading axes: the selected rows, as many as the mask holds at run time."""
+    k = mask.rank
+    if k == 0 or k > x.rank or tuple(mask.shape) != tuple(x.shape[:k]):
+        raise ShapeError(f"a boolean mask of shape {list(mask.shape)} does not match the leading axes of a tensor "
+                         f"of shape {list(x.shape)}")
+    rows = reshape(cx, x, (mask.type.numel,) + tuple(x.shape[k:]))
+    where = cx.b.nonzero(reshape(cx, mask, (mask.type.numel,)).value)
+    picked = cx.b.reshape(where, shape=(where.type.shape[1],))
+    return TV(cx.b.gather(rows.value, picked, axis=0))
+
+
 def expand_index(cx: Context, x: TV, items) -> list:
     """Replace `...` by full slices, lists and arrays by index tensors; check the count."""
     items = [_index_tensor(cx, i) for i in items]
@@ -76,9 +105,6 @@ def _index_tensor(cx: Context, item):
             raise UnsupportedError(f"index lists must hold integers, got {arr.dtype}")
         item = tensor(cx, arr.astype(np.int64))
     if isinstance(item, TV):
-        if item.dtype is DType.bool:
-            raise UnsupportedError("boolean mask indexing gives a data-dependent shape; use np.where(mask, x, 0) "
-                                   "or torch.where(mask, x, 0) instead")
         if not item.dtype.is_int:
             raise UnsupportedError(f"tensors used as indices must be integers, got {item.type}")
         return to(cx, item, DType.i64) if item.dtype is not DType.i32 else item

@@ -8,14 +8,13 @@ dtype and broadcast to the shape of `x[index]`, as NumPy does.
 """
 from __future__ import annotations
 
-import numpy as np
 
 from ...errors import UnsupportedError
 from ...ir.dtypes import DType
 from ...ops.registry import get_op
 from . import emit as E
 from .emit import Context, tensor
-from .indexing import BIG, expand_index, int_bounds, slice_bounds, getitem
+from .indexing import BIG, expand_index, getitem, int_bounds, mask_of, slice_bounds
 from .values import TV
 
 _FULL = slice(None)
@@ -46,20 +45,6 @@ def masked_update(cx: Context, x: TV, mask: TV, full_value) -> TV:
                                f"tensor of shape {list(x.shape)}")
     m = E.reshape(cx, mask, mask.shape + (1,) * (x.rank - mask.rank))
     return E.where(cx, m, E.to(cx, tensor(cx, full_value), x.dtype), x)
-
-
-def mask_of(cx: Context, index):
-    """The boolean mask tensor an index is, else None."""
-    items = index if isinstance(index, tuple) else (index,)
-    if len(items) != 1:
-        if any(isinstance(i, TV) and i.dtype is DType.bool for i in items):
-            raise UnsupportedError("a boolean mask mixed with other indices in an assignment is not supported; "
-                                   "use np.where / torch.where")
-        return None
-    m = items[0]
-    if isinstance(m, (list, np.ndarray)) and np.asarray(m).dtype == np.bool_:
-        m = tensor(cx, np.asarray(m))
-    return m if isinstance(m, TV) and m.dtype is DType.bool else None
 
 
 def _mask_value(cx: Context, x: TV, mask: TV, value):

@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from ...ir.dtypes import DType
-from ...ops.common import norm_axis
+from ...ops.common import broadcast_shapes, norm_axis
 from .context import INT_MAX, aten
 
 _BIG = 2 ** 31 - 1  # the IR's "to the end" slice bound
@@ -190,15 +190,42 @@ def gather(cx, x, dim, index, sparse_grad=False):
 
 def _index(cx, idx):
     if idx.type.dtype is DType.bool:
-        raise cx.error("boolean mask indexing gives a data-dependent shape, which is not supported")
+        raise cx.error("a boolean mask together with other indices is not supported; index with the mask alone")
     return idx if idx.type.dtype in (DType.i32, DType.i64) else cx.b.cast(idx, dtype=DType.i64)
+
+
+def _masked(cx, x, axis: int, mask):
+    """x[..., mask, ...] with the mask over axes axis.. of x: those axes flattened into one, gathered at the mask's
+    nonzero positions (a size computed at run time)."""
+    k, shape = mask.type.rank, x.type.shape
+    if tuple(mask.type.shape) != tuple(shape[axis:axis + k]):
+        raise cx.error(f"a boolean mask of shape {mask.type} does not match axes {axis}.. of {x.type}")
+    n = mask.type.numel
+    rows = cx.b.reshape(x, shape=shape[:axis] + (n,) + shape[axis + k:])
+    where = cx.b.nonzero(cx.b.reshape(mask, shape=(n,)))
+    return cx.b.gather(rows, cx.b.reshape(where, shape=(where.type.shape[1],)), axis=axis)
+
+
+@aten("nonzero", "argwhere")
+def nonzero(cx, x):
+    return cx.b.transpose(cx.b.nonzero(x if x.type.rank else cx.b.reshape(x, shape=(1,))), perm=(1, 0))
+
+
+@aten("masked_select")
+def masked_select(cx, x, mask):
+    shape = broadcast_shapes(x.type.shape, mask.type.shape)
+    flat = cx.b.reshape(cx.broadcast(x, shape), shape=(math.prod(shape, start=1),))
+    return _masked(cx, flat, 0, cx.b.reshape(cx.broadcast(mask, shape), shape=flat.type.shape))
 
 
 @aten("index")
 def index(cx, x, indices):
     """Advanced indexing: the index tensors broadcast to one shape B; the indexed axes are flattened into one
-    and gathered with the combined flat index. B replaces them in place when they are adjacent, else leads."""
+    and gathered with the combined flat index. B replaces them in place when they are adjacent, else leads.
+    A boolean mask alone selects through a run-time nonzero."""
     axes = [i for i, v in enumerate(indices) if v is not None]
+    if len(axes) == 1 and indices[axes[0]].type.dtype is DType.bool:
+        return _masked(cx, x, axes[0], indices[axes[0]])
     if len(axes) == 1:
         return cx.b.gather(x, _index(cx, indices[axes[0]]), axis=axes[0])
     merged, flat, lead = _flattened(cx, x, indices)

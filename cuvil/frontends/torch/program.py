@@ -15,14 +15,15 @@ from torch.export.graph_signature import InputKind, OutputKind
 
 from ...errors import UnsupportedError
 from ...ir.builder import Builder
-from ...ir.core import Location, Module
-from ...ir.symbolic import sym
+from ...ir.core import Location, Module, Value
+from ...ir.dynamic import data_sizes
+from ...ir.symbolic import plain_symbol, sym
 from ...ir.types import TensorType
 from . import convert_control, convert_elementwise, convert_movement, convert_nn, convert_reduce  # noqa: F401
 from . import convert_search  # noqa: F401
 from .context import Ctx, lookup, source_text, to_dtype
 from .signature import Signature, tensor_to_numpy  # noqa: F401 (tensor_to_numpy: also for importers)
-from .symbols import Multiple, to_dim
+from .symbols import Multiple, implied_by_bounds, to_dim
 
 # Frames inside PyTorch or Cuvil are not the user's source.
 _LIBRARY_DIRS = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
@@ -143,13 +144,15 @@ class ProgramWalker:
         name = str(node.target)
         if name.startswith(_SKIP):
             return None
+        if isinstance(val, torch.SymBool):
+            return self._size_check(node, val, b)
         fn = lookup(node.target)
         if fn is None:
             raise UnsupportedError(f"ATen op {name} (FX node {node.name}{source_text(node)}) has no Cuvil converter",
                                    b.loc)
         args = self._bind(node)
         try:
-            return fn(Ctx(self, b, node), *args)
+            return self._name_data_sizes(val, fn(Ctx(self, b, node), *args))
         except UnsupportedError as e:
             if e.loc is not None:
                 raise
@@ -157,6 +160,22 @@ class ProgramWalker:
         except Exception as e:
             e.add_note(f"while converting FX node {node.format_node()} at {b.loc}")
             raise
+
+    def _size_check(self, node, val, b) -> None:
+        """A check on sizes that export left for run time: those the data-dependent sizes' bounds imply (a count
+        between 0 and the element count) hold already; any other is refused rather than dropped."""
+        if not implied_by_bounds(val.node.expr, self.symbols, data_sizes(b.function)):
+            raise UnsupportedError(f"the run-time size check {val.node.expr} (FX node {node.name}{source_text(node)}) "
+                                   "is not supported", b.loc)
+
+    def _name_data_sizes(self, val, out):
+        """A size PyTorch left unbacked (`u0`: the count of a nonzero) is the one the IR op computed: rename it."""
+        if isinstance(val, torch.Tensor) and isinstance(out, Value):
+            for d, ours in zip(val.shape, out.type.shape):
+                expr = d.node.expr if isinstance(d, torch.SymInt) else None
+                if expr is not None and expr.is_Symbol and expr.name.startswith("u") and plain_symbol(ours):
+                    self.symbols.setdefault(expr.name, plain_symbol(ours))
+        return out
 
     def _bind(self, node) -> list:
         """The node's arguments in schema order with defaults filled (plain args for non-ATen targets)."""

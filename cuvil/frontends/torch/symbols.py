@@ -16,7 +16,7 @@ import torch
 from torch.utils._sympy.functions import CleanDiv, FloorDiv, Mod, PythonMod
 
 from ...errors import UnsupportedError
-from ...ir.symbolic import Dim, sym
+from ...ir.symbolic import Dim, grows_with, is_nonnegative, substitute, sym
 
 
 def to_dim(value, names: dict) -> Dim:
@@ -32,9 +32,10 @@ def _convert(e, names: dict) -> Dim:
     if e.is_Integer:
         return int(e)
     if e.is_Symbol:
-        if e.name.startswith("u"):
-            raise UnsupportedError(f"the size {e.name} depends on tensor values (data-dependent shapes such as "
-                                   f"nonzero or .item() sizes are not supported)")
+        if e.name.startswith("u") and e.name not in names:
+            raise UnsupportedError(f"the size {e.name} depends on tensor values in a way Cuvil does not follow "
+                                   f"(data-dependent sizes from .item() are not supported; those of nonzero, "
+                                   f"masked_select and boolean masks are)")
         target = names.get(e.name, e.name)
         return sym(target.name) // target.factor if isinstance(target, Multiple) else sym(target)
     multiple = _multiple_of(e, names)
@@ -58,6 +59,20 @@ def _convert(e, names: dict) -> Dim:
     if isinstance(e, (Mod, PythonMod)) and isinstance(args[1], int):
         return args[0] % args[1]
     raise UnsupportedError(f"the symbolic size {e} ({type(e).__name__}) has no Cuvil equivalent")
+
+
+def implied_by_bounds(expr, names: dict, bounds: dict) -> bool:
+    """Whether the size check `expr` (a sympy relation PyTorch asserts at run time, such as `u0 <= 15` for a
+    nonzero's count) holds for every value of the data-dependent sizes from 0 up to their `bounds`."""
+    kinds = {sympy.GreaterThan: (0, 1, 0), sympy.StrictGreaterThan: (0, 1, 1), sympy.LessThan: (1, 0, 0),
+             sympy.StrictLessThan: (1, 0, 1)}
+    if type(expr) not in kinds:
+        return False
+    big, small, strict = kinds[type(expr)]
+    gap = _convert(expr.args[big], names) - _convert(expr.args[small], names) - strict  # must be >= 0
+    if is_nonnegative(gap):
+        return True
+    return grows_with(-gap, bounds) and is_nonnegative(substitute(gap, bounds))  # smallest at the bounds
 
 
 class Multiple(NamedTuple):

@@ -2,7 +2,9 @@
 
 Each is run at several sizes, including 0 and 1 where the signature allows, and with out-of-range gather
 indices, which the generated code must report (IndexRangeError, on the C call path and on the ctypes one) without
-reading out of bounds, in its vectorised kernel and in the in-order copy that finds the first bad index."""
+reading out of bounds, in its vectorised kernel and in the in-order copy that finds the first bad index. A program
+with data-dependent sizes runs with none, some and all elements selected (its outputs are allocated at their bound).
+"""
 import sys
 
 import numpy as np
@@ -11,6 +13,9 @@ from cuvil.compiler import compile_module
 from cuvil.errors import IndexRangeError
 from cuvil.interpreter import interpret
 from cuvil.ir import Builder, Module, TensorType, sym
+from tests.backends.cpu.test_dynamic_sizes import selected_rows
+from tests.ops import cases_dynamic
+from tests.ops.test_registry_sweep import build_case
 from tests.ir.programs import control_flow_program
 
 
@@ -74,6 +79,14 @@ def main() -> int:
         for bad in (np.full(n, 10 ** 9, np.int64), np.full(n, -10 ** 9, np.int64), np.arange(n) - 2 * n):
             expect_index_error(exe, x, bad)
             expect_index_error(exe, x, bad.astype(np.int32))  # converted: the ctypes path
+    sel = selected_rows()  # data-dependent sizes: buffers at the bound, nothing written past it when all are selected
+    exe = compile_module(sel)
+    for x in (np.zeros((0, 3)), np.ones((1, 3)), np.ones((40, 3)), -np.ones((3, 3)), rng.standard_normal((40, 3))):
+        x = x.astype(np.float32)
+        for got, want in zip(exe(x), interpret(sel, [x])):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    for case in cases_dynamic.CASES:  # nonzero, unique, non_max_suppression: all, some and none selected
+        check(build_case(case), case.inputs)
     print("asan programs ok")
     return 0
 

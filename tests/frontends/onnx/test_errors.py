@@ -77,12 +77,6 @@ def test_shape_mismatch_inside_the_graph_names_the_node():
         cuvil.load_onnx(proto)
 
 
-def test_data_dependent_shapes_are_refused_clearly():
-    proto = model([N("NonZero", ["x"], ["y"], name="nz")], [("x", F32, [4])], [("y", onnx.TensorProto.INT64, None)])
-    with pytest.raises(cuvil.UnsupportedError, match="NonZero node 'nz'.*data-dependent shape"):
-        cuvil.load_onnx(proto)
-
-
 def test_unsupported_input_types():
     proto = model([N("Identity", ["x"], ["y"])], [("x", onnx.TensorProto.STRING, [2])],
                   [("y", onnx.TensorProto.STRING, [2])])

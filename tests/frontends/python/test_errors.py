@@ -88,7 +88,7 @@ def bad_shapes(x, y):
 
 
 def bool_mask(x):
-    return x[x > 0]
+    return x[x[:, 0] > 0, 0]
 
 
 def ambiguous(x):
@@ -109,7 +109,7 @@ def bad_kwarg(x):
     (try_except, (X,), UnsupportedError, "try/except is not supported", "try:"),
     (printing, (X,), UnsupportedError, "print() is not supported", "print(x)"),
     (bad_shapes, (X, f32(2, 4)), ShapeError, "do not broadcast", "x + y"),
-    (bool_mask, (X,), UnsupportedError, "np.where(mask, x, 0)", "x[x > 0]"),
+    (bool_mask, (X,), UnsupportedError, "a boolean mask mixed with other indices", "x[x[:, 0] > 0, 0]"),
     (ambiguous, (X,), UnsupportedError, "reduce it with .any() or .all()", "if x > 0"),
     (bad_method, (X,), UnsupportedError, "'.tobytes' is not supported; supported:", "x.tobytes()"),
     (bad_kwarg, (X,), UnsupportedError, "np.sum(): got an unexpected keyword argument 'initial'", "np.sum"),
