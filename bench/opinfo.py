@@ -27,6 +27,7 @@ import torch.utils._pytree as pytree  # noqa: E402
 import cuvil  # noqa: E402
 
 # Ops whose values are random or uninitialised: nothing to compare, counted with those that do not export.
+DETAIL_CHARS = 240  # of a message in the per-op listing (grouping reads the whole message)
 RANDOM = ("bernoulli", "normal", "uniform", "rand", "multinomial", "dropout", "poisson", "randint", "empty")
 
 
@@ -87,9 +88,9 @@ def run_sample(opinfo, template, target: str) -> tuple[str, str]:
     except cuvil.CuvilError as e:
         if "torch.export could not capture" in str(e):
             return "export", str(e)[:160]
-        return "refused", f"{type(e).__name__}: {str(e)[:200]}"
+        return "refused", f"{type(e).__name__}: {e}"  # whole: refusals() groups on the part that names the op
     except Exception as e:  # noqa: BLE001
-        return "internal", f"{type(e).__name__}: {str(e)[:200]}"
+        return "internal", f"{type(e).__name__}: {e}"
     return ("pass", "") if close(got, want) else ("wrong", _difference(got, want))
 
 
@@ -142,7 +143,8 @@ def refusals(per_op: dict) -> dict:
     groups = collections.defaultdict(list)
     for name, (kind, detail) in sorted(per_op.items()):
         if kind == "refused":
-            missing = re.search(r"ATen op ([\w.]+?)(?:\.default|\.\w+)? \(FX node .*has no Cuvil converter", detail)
+            missing = re.search(r"ATen op ([\w.]+?)(?:\.default|\.\w+)? \(FX node .*?has no Cuvil converter", detail,
+                                re.S)
             reason = f"no converter: {missing.group(1)}" if missing else re.sub(r" \(FX node [^)]*\)+", "", detail)[:60]
             groups[reason].append(name)
     return groups
@@ -163,7 +165,7 @@ def main(argv=None) -> int:
     for kind in ("wrong", "internal", "refused"):
         for name, (k, detail) in sorted(per_op.items()):
             if k == kind:
-                print(f"{kind:9s} {name:40s} {detail}")
+                print(f"{kind:9s} {name:40s} {' '.join(detail.split())[:DETAIL_CHARS]}")
     print("\nrefused, by reason:")
     for reason, names in sorted(refusals(per_op).items(), key=lambda kv: -len(kv[1])):
         print(f"{len(names):4d}  {reason:60s} {' '.join(names[:6])}{' ...' if len(names) > 6 else ''}")

@@ -194,3 +194,6 @@ EMITTERS.update(library_trees.EMITTERS)
 
 from . import library_quant  # noqa: E402
 EMITTERS.update(library_quant.EMITTERS)
+
+from . import library_linalg  # noqa: E402
+EMITTERS.update(library_linalg.EMITTERS)
