@@ -3,6 +3,7 @@
     python -m bench.opinfo                         # every op, float32 on the CPU, compiled; prints the summary
     python -m bench.opinfo --target interpreter    # the frontend alone (faster)
     python -m bench.opinfo -k norm --verbose       # ops whose name contains "norm", one line per sample
+    python -m bench.opinfo -k det,inverse,cholesky # ops whose name contains any of these
 
 Each op's first `--samples` sample inputs are wrapped in a small module (the sample's tensors as inputs, its
 other arguments fixed) and exported; the ops that torch.export cannot capture are counted apart. The rest are
@@ -123,10 +124,12 @@ def op_outcome(opinfo, n: int, target: str, verbose: bool = False) -> tuple[str,
 
 
 def float32_ops(contains: str = "") -> list:
-    """The OpInfos of `op_db` that take float32 on the CPU (and whose name contains `contains`)."""
+    """The OpInfos of `op_db` that take float32 on the CPU (and whose name contains one of the comma-separated
+    words of `contains`)."""
     from torch.testing._internal.common_methods_invocations import op_db
 
-    return [o for o in op_db if contains in o.name and torch.float32 in o.supported_dtypes("cpu")]
+    words = contains.split(",")
+    return [o for o in op_db if any(w in o.name for w in words) and torch.float32 in o.supported_dtypes("cpu")]
 
 
 def sweep(ops, n: int, target: str, verbose: bool) -> dict:
@@ -152,7 +155,7 @@ def refusals(per_op: dict) -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("-k", default="", help="only ops whose name contains this")
+    p.add_argument("-k", default="", help="only ops whose name contains this (or one of these, comma-separated)")
     p.add_argument("--samples", type=int, default=2)
     p.add_argument("--target", default="cpu", choices=("cpu", "interpreter"))
     p.add_argument("--verbose", action="store_true")

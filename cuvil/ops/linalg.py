@@ -44,9 +44,15 @@ def _factor_shape(name: str):
 
 
 def _lu_shape(ctx, types, attrs):
+    """Any [..., m, n]: pivots for the first min(m, n) rows."""
     t = types[0]
-    _square(ctx, t, "lu_factor")
-    return [t, TensorType(DType.i32, t.shape[:-1]), _info(t)]
+    require_dtype(ctx, t, lambda d: d.is_float, "lu_factor")
+    if t.rank < 2:
+        raise ctx.error(f"'lu_factor' needs a matrix or a batch of them ([..., m, n]), got {t}")
+    m, n = t.shape[-2:]
+    if not (isinstance(m, int) and isinstance(n, int)) and m != n:
+        raise ctx.error(f"'lu_factor' of {t}: a non-square matrix needs static sizes")
+    return [t, TensorType(DType.i32, t.shape[:-2] + (min(m, n) if m != n else m,)), _info(t)]
 
 
 def _solve_shape(ctx, types, attrs):
@@ -61,10 +67,10 @@ def _solve_shape(ctx, types, attrs):
 
 
 def _lu(m):
-    """LAPACK getf2 in NumPy: (packed LU, 0-based pivot rows, info, permutation sign) of one float64 matrix."""
-    a, n = m.copy(), m.shape[0]
-    piv, info, sign = np.arange(n), 0, 1.0
-    for j in range(n):
+    """LAPACK getf2 in NumPy: (packed LU, 0-based pivot rows, info, permutation sign) of one float64 m x n matrix."""
+    a = m.copy()
+    piv, info, sign = np.arange(min(m.shape)), 0, 1.0
+    for j in range(min(m.shape)):
         p = j + int(np.argmax(np.abs(a[j:, j])))
         piv[j] = p
         if a[p, j] == 0:
@@ -116,7 +122,7 @@ def _ref_lu_factor(xs, a):
     x = xs[0]
     parts = list(map(_lu, _matrices(x)))
     lu = np.asarray([p[0] for p in parts], np.float64).reshape(x.shape).astype(x.dtype)
-    piv = np.asarray([p[1] + 1 for p in parts], np.int32).reshape(x.shape[:-1])
+    piv = np.asarray([p[1] + 1 for p in parts], np.int32).reshape(x.shape[:-2] + (min(x.shape[-2:]),))
     return [lu, piv, np.asarray([p[2] for p in parts], np.int32).reshape(x.shape[:-2])]
 
 

@@ -9,16 +9,16 @@ from __future__ import annotations
 from .c_exprs import load, store_value
 from .library_util import c_dim, open_block, prod, scratch_parts
 
-LINALG_C = """/* LU with partial pivoting of the n x n row-major matrix a, in place (LAPACK getf2's order): piv[j] is the row
- * swapped with row j, *sign the permutation's sign. Returns 0, or 1 + the first column whose pivot is exactly zero
- * (that column is left uneliminated, as getf2 does). */
-static int64_t cuvil_lu(double *a, int64_t n, int64_t *piv, double *sign)
+LINALG_C = """/* LU with partial pivoting of the m x n row-major matrix a, in place (LAPACK getf2's order): piv[j] is
+ * the row swapped with row j (j < min(m, n)), *sign the permutation's sign. Returns 0, or 1 + the first column whose
+ * pivot is exactly zero (that column is left uneliminated, as getf2 does). */
+static int64_t cuvil_lu(double *a, int64_t m, int64_t n, int64_t *piv, double *sign)
 {
     int64_t info = 0;
     *sign = 1.0;
-    for (int64_t j = 0; j < n; j++) {
+    for (int64_t j = 0; j < CUVIL_MIN(m, n); j++) {
         int64_t p = j;
-        for (int64_t i = j + 1; i < n; i++)
+        for (int64_t i = j + 1; i < m; i++)
             if (fabs(a[i * n + j]) > fabs(a[p * n + j])) p = i;
         piv[j] = p;
         if (a[p * n + j] == 0.0) {
@@ -31,7 +31,7 @@ static int64_t cuvil_lu(double *a, int64_t n, int64_t *piv, double *sign)
                 double t = a[j * n + c]; a[j * n + c] = a[p * n + c]; a[p * n + c] = t;
             }
         }
-        for (int64_t i = j + 1; i < n; i++) {
+        for (int64_t i = j + 1; i < m; i++) {
             double f = a[i * n + j] /= a[j * n + j];
             for (int64_t c = j + 1; c < n; c++) a[i * n + c] -= f * a[j * n + c];
         }
@@ -79,14 +79,16 @@ static int64_t cuvil_cholesky(const double *a, int64_t n, double *l)
 
 
 def _setup(gen, depth: int, op, pointers: dict, parts: list) -> tuple:
-    """Open the op's block with its buffers and scratch; returns (depth inside the loop over matrices, n as C)."""
+    """Open the op's block with its buffers and scratch, then the loop over matrices, each copied into `a`; returns
+    (depth inside that loop, n as C)."""
     gen.helpers["cuvil_linalg"] = LINALG_C
     x = op.operands[0]
-    n = c_dim(x.type.shape[-1])
+    m, n = (c_dim(s) for s in x.type.shape[-2:])
     d = open_block(gen, depth, op, pointers)
-    scratch_parts(gen, d, [("a", "double", f"{n} * {n}"), ("piv", "int64_t", n)] + parts)
+    scratch_parts(gen, d, [("a", "double", f"{m} * {n}"), ("piv", "int64_t", m)] + parts)
     gen.line(d, f"for (int64_t t = 0; t < {c_dim(prod(x.type.shape[:-2]))}; t++) {{")
-    gen.line(d + 1, f"for (int64_t e = 0; e < {n} * {n}; e++) a[e] = (double){load(x.type.dtype, 'x', f't * {n} * {n} + e')};")
+    element = load(x.type.dtype, "x", f"t * {m} * {n} + e")
+    gen.line(d + 1, f"for (int64_t e = 0; e < {m} * {n}; e++) a[e] = (double){element};")
     return d + 1, n
 
 
@@ -99,7 +101,7 @@ def _det(gen, op, depth: int) -> None:
     dt = op.results[0].type.dtype
     d, n = _setup(gen, depth, op, {"x": op.operands[0], "y": op.results[0]}, [])
     gen.line(d, "double sign, det;")
-    gen.line(d, f"det = cuvil_lu(a, {n}, piv, &sign) ? 0.0 : sign;")
+    gen.line(d, f"det = cuvil_lu(a, {n}, {n}, piv, &sign) ? 0.0 : sign;")
     gen.line(d, f"for (int64_t i = 0; i < {n}; i++) det *= a[i * {n} + i];")
     gen.line(d, f"y[t] = {store_value(dt, 'det')};")
     _close(gen, d)
@@ -109,7 +111,7 @@ def _slogdet(gen, op, depth: int) -> None:
     dt = op.results[0].type.dtype
     d, n = _setup(gen, depth, op, {"x": op.operands[0], "s": op.results[0], "y": op.results[1]}, [])
     gen.line(d, "double sign, log_abs = 0.0;")
-    gen.line(d, f"if (cuvil_lu(a, {n}, piv, &sign)) {{ sign = 0.0; log_abs = -INFINITY; }}")
+    gen.line(d, f"if (cuvil_lu(a, {n}, {n}, piv, &sign)) {{ sign = 0.0; log_abs = -INFINITY; }}")
     gen.line(d, f"else for (int64_t i = 0; i < {n}; i++) {{")
     gen.line(d + 1, f"double u = a[i * {n} + i];")
     gen.line(d + 1, "sign = u < 0 ? -sign : sign;")
@@ -123,18 +125,20 @@ def _slogdet(gen, op, depth: int) -> None:
 def _lu_factor(gen, op, depth: int) -> None:
     dt = op.results[0].type.dtype
     lu, piv, info = op.results
-    d, n = _setup(gen, depth, op, {"x": op.operands[0], "y": lu, "p": piv, "info": info}, [])
+    m, n = (c_dim(s) for s in lu.type.shape[-2:])
+    k = c_dim(piv.type.shape[-1])
+    d, _ = _setup(gen, depth, op, {"x": op.operands[0], "y": lu, "p": piv, "info": info}, [])
     gen.line(d, "double sign;")
-    gen.line(d, f"info[t] = (int32_t)cuvil_lu(a, {n}, piv, &sign);")
-    gen.line(d, f"for (int64_t e = 0; e < {n} * {n}; e++) y[t * {n} * {n} + e] = {store_value(dt, 'a[e]')};")
-    gen.line(d, f"for (int64_t i = 0; i < {n}; i++) p[t * {n} + i] = (int32_t)(piv[i] + 1);")
+    gen.line(d, f"info[t] = (int32_t)cuvil_lu(a, {m}, {n}, piv, &sign);")
+    gen.line(d, f"for (int64_t e = 0; e < {m} * {n}; e++) y[t * {m} * {n} + e] = {store_value(dt, 'a[e]')};")
+    gen.line(d, f"for (int64_t i = 0; i < {k}; i++) p[t * {k} + i] = (int32_t)(piv[i] + 1);")
     _close(gen, d)
 
 
 def _solve_into(gen, d: int, n: str, k: str, dt, fill_rhs: str) -> None:
     """Factor `a`, fill the n x k right-hand side `b` (C statement `fill_rhs`), solve, store into y and info."""
     gen.line(d, "double sign;")
-    gen.line(d, f"int64_t bad = cuvil_lu(a, {n}, piv, &sign);")
+    gen.line(d, f"int64_t bad = cuvil_lu(a, {n}, {n}, piv, &sign);")
     gen.line(d, f"for (int64_t e = 0; e < {n} * {k}; e++) {fill_rhs}")
     gen.line(d, f"if (!bad) cuvil_lu_solve(a, piv, {n}, b, {k});")
     gen.line(d, f"for (int64_t e = 0; e < {n} * {k}; e++) y[t * {n} * {k} + e] = bad ? {store_value(dt, 'NAN')} : "
