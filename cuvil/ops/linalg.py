@@ -1,4 +1,5 @@
-"""Linear algebra on batches of square matrices: `det`, `slogdet`, `lu_factor`, `inv`, `solve`, `cholesky`.
+"""Linear algebra on batches of square matrices: `det`, `slogdet`, `lu_factor`, `inv`, `solve`, `cholesky`, and
+`lu_permutation`, the row order that `lu_factor`'s pivots stand for.
 
 Each op takes [..., n, n] matrices (the leading axes are a batch) of a float type and computes in float64. The C
 kernels (backends/cpu/library_linalg.py) factor with partial pivoting in LAPACK getf2's order, so values and pivots
@@ -163,6 +164,27 @@ def _ref_cholesky(xs, a):
     return [out.astype(x.dtype), np.asarray([p[1] for p in parts], np.int32).reshape(x.shape[:-2])]
 
 
+def _permutation_shape(ctx, types, attrs):
+    t, rows = types[0], attrs["rows"]
+    require_dtype(ctx, t, lambda d: d in (DType.i32, DType.i64), "lu_permutation")
+    if t.rank < 1 or not isinstance(t.shape[-1], int) or t.shape[-1] > rows:
+        raise ctx.error(f"'lu_permutation' needs [..., k] pivots with a static k <= rows={rows}, got {t}")
+    return [TensorType(DType.i64, t.shape[:-1] + (rows,))]
+
+
+def _ref_permutation(xs, a):
+    """perm with A[perm] = L U: the identity order with row j swapped for row pivots[j] - 1, j = 0, 1, ..."""
+    piv = np.asarray(xs[0], np.int64)
+    flat = piv.reshape((int(np.prod(piv.shape[:-1])), piv.shape[-1]))
+    out = np.tile(np.arange(a["rows"], dtype=np.int64), (flat.shape[0], 1))
+    for perm, rows in zip(out, flat):
+        for j, p in enumerate(rows):
+            if not 1 <= p <= a["rows"]:
+                raise IndexError(f"index {p - 1} is out of bounds for axis -1 with size {a['rows']}")  # 1-based pivot
+            perm[[j, p - 1]] = perm[[p - 1, j]]
+    return out.reshape(piv.shape[:-1] + (a["rows"],))
+
+
 register_op("det", shape=_det_shape("det", 1), reference=_ref_det, doc="determinant of each [..., n, n] matrix")
 register_op("slogdet", results=2, shape=_det_shape("slogdet", 2), reference=_ref_slogdet,
             doc="sign and log |det| of each matrix: a determinant that would overflow or underflow stays exact")
@@ -175,3 +197,5 @@ register_op("cholesky", results=2, shape=_factor_shape("cholesky"), reference=_r
             attrs={"upper": Attr("bool", False)},
             doc="L with L L^T = A (upper: U = L^T) of each symmetric positive-definite matrix (its lower half), "
                 "and info")
+register_op("lu_permutation", shape=_permutation_shape, reference=_ref_permutation, attrs={"rows": Attr("int")},
+            doc="the row order perm (i64, A[perm] = L U) of 1-based LAPACK pivots, for matrices of `rows` rows")

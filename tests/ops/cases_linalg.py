@@ -30,7 +30,20 @@ def _singular_inv(xs):
     return [np.stack([np.full((2, 2), np.nan), good]), np.array([2, 0], np.int32)]
 
 
+def _perm_oracle(xs, rows):
+    import torch
+
+    piv = torch.from_numpy(xs[0])
+    lu = torch.zeros(piv.shape[:-1] + (rows, piv.shape[-1]))
+    p = torch.lu_unpack(lu, piv, unpack_data=False)[0]  # A = P L U; P[perm[c], c] = 1
+    return [p.argmax(-2).numpy().astype(np.int64)]
+
+
 CASES = [
+    Case("lu_permutation", [np.array([[2, 3, 3], [1, 2, 3]], np.int32)], {"rows": 3},
+         expected=lambda xs: _perm_oracle(xs, 3)),
+    Case("lu_permutation", [np.array([[3, 2]], np.int32)], {"rows": 4}, expected=lambda xs: _perm_oracle(xs, 4),
+         id="rectangular"),
     Case("det", [A], expected=lambda xs: [np.linalg.det(_f64(xs[0]))], rtol=1e-5, atol=1e-5),
     Case("det", [A64], expected=lambda xs: [np.linalg.det(xs[0])], id="f64", rtol=1e-11),
     Case("det", [SINGULAR], expected=lambda xs: [np.array([0.0, 5.0])], id="singular"),

@@ -6,7 +6,7 @@ run one after another: the sizes these ops see are small, and one copy of the sc
 """
 from __future__ import annotations
 
-from .c_exprs import load, store_value
+from .c_exprs import c_string, load, store_value
 from .library_util import c_dim, open_block, prod, scratch_parts
 
 LINALG_C = """/* LU with partial pivoting of the m x n row-major matrix a, in place (LAPACK getf2's order): piv[j] is
@@ -177,5 +177,23 @@ def _cholesky(gen, op, depth: int) -> None:
     _close(gen, d)
 
 
-EMITTERS = {"det": _det, "slogdet": _slogdet, "lu_factor": _lu_factor, "inv": _inv, "solve": _solve,
+def _lu_permutation(gen, op, depth: int) -> None:
+    """Pivots come from the caller (torch.lu_solve's argument): each is checked before it moves a row."""
+    piv, perm = op.operands[0], op.results[0]
+    k, rows = piv.type.shape[-1], op.attrs["rows"]
+    d = open_block(gen, depth, op, {"p": piv, "y": perm})
+    gen.line(d, f"for (int64_t t = 0; t < {c_dim(prod(piv.type.shape[:-1]))}; t++) {{")
+    gen.line(d + 1, f"int64_t *restrict row = y + t * {rows};")
+    gen.line(d + 1, f"for (int64_t i = 0; i < {rows}; i++) row[i] = i;")
+    gen.line(d + 1, f"for (int64_t j = 0; j < {k}; j++) {{")
+    gen.line(d + 2, f"int64_t q = (int64_t)p[t * {k} + j] - 1, kept;")
+    gen.line(d + 2, f"if ((uint64_t)q >= {rows}u) return cuvil_index_error({c_string(op.name)}, "
+                    f"{c_string(str(op.loc))}, q, -1, {rows});")
+    gen.line(d + 2, "kept = row[j]; row[j] = row[q]; row[q] = kept;")
+    gen.line(d + 1, "}")
+    gen.line(d, "}")
+    gen.line(depth, "}")
+
+
+EMITTERS = {"lu_permutation": _lu_permutation, "det": _det, "slogdet": _slogdet, "lu_factor": _lu_factor, "inv": _inv, "solve": _solve,
             "cholesky": _cholesky}

@@ -39,6 +39,54 @@ def lu_factor_ex(cx, a, pivot=True, check_errors=False):
     return cx.b.lu_factor(a)
 
 
+def _permutation_matrix(cx, piv, rows: int, dtype):
+    """P with A = P L U for `lu_factor`'s pivots: P[..., perm[c], c] = 1."""
+    perm = cx.b.lu_permutation(piv, rows=rows)
+    shape = perm.type.shape[:-1] + (rows, rows)
+    columns = cx.broadcast(cx.b.reshape(perm, shape=perm.type.shape[:-1] + (1, rows)), shape)
+    return cx.b.cast(cx.b.eq(columns, cx.b.iota(shape=shape, axis=len(shape) - 2)), dtype=dtype)
+
+
+def _unpack(cx, lu, piv):
+    """(P, L, U) of a packed [..., m, n] LU: L is m x k with a unit diagonal, U is k x n, k = min(m, n)."""
+    m, n = lu.type.shape[-2:]
+    k = min(m, n)
+    rank = lu.type.rank
+    low = _triangle(cx, cx.b.slice(lu, starts=(0,), ends=(k,), axes=(rank - 1,)), upper=False, unit=True)
+    up = _triangle(cx, cx.b.slice(lu, starts=(0,), ends=(k,), axes=(rank - 2,)), upper=True)
+    return _permutation_matrix(cx, piv, m, lu.type.dtype), low, up
+
+
+@aten("linalg_lu")
+def lu(cx, a, pivot=True):
+    if not pivot:
+        raise cx.error("LU without pivoting is not supported (pivot=True is)")
+    lu_, piv, _ = cx.b.lu_factor(a)
+    return _unpack(cx, lu_, piv)
+
+
+@aten("lu_unpack")
+def lu_unpack(cx, lu_, piv, unpack_data=True, unpack_pivots=True):
+    return _unpack(cx, lu_, piv)
+
+
+@aten("linalg_lu_solve")
+def lu_solve(cx, lu_, piv, b, left=True, adjoint=False):
+    """X of A X = B (or X A = B) for A = P L U, from the factors: two triangular solves and a permutation."""
+    if not left:  # X A = B is A^T X^T = B^T
+        return _mT(cx, lu_solve(cx, lu_, piv, _mT(cx, b), True, not adjoint))
+    p, low, up = _unpack(cx, lu_, piv)
+    if adjoint:  # A^T X = B: U^T L^T P^T X = B
+        return _matmul(cx, p, _solve(cx, _mT(cx, low), _solve(cx, _mT(cx, up), b)))
+    return _solve(cx, up, _solve(cx, low, _matmul(cx, _mT(cx, p), b)))
+
+
+def _matmul(cx, a, b):
+    """a @ b with the batch axes broadcast."""
+    batch = broadcast_shapes(a.type.shape[:-2], b.type.shape[:-2])
+    return cx.b.matmul(cx.broadcast(a, batch + a.type.shape[-2:]), cx.broadcast(b, batch + b.type.shape[-2:]))
+
+
 @aten("linalg_inv_ex")
 def inv_ex(cx, a, check_errors=False):
     return cx.b.inv(a)

@@ -49,6 +49,12 @@ CASES = {
                                             torch.triangular_solve(b, u), torch.triangular_solve(b, low, False, True)),
                          [(triangular(2, 4, 4, upper=True), triangular(2, 4, 4), r(2, 4, 3)),
                           (triangular(5, 5, upper=True), triangular(5, 5), r(5, 2))]),
+    "lu_unpack_solve": (lambda a, b: (torch.linalg.lu(a), torch.lu_unpack(*torch.linalg.lu_factor(a)),
+                                      torch.linalg.lu_solve(*torch.linalg.lu_factor(a), b),
+                                      torch.linalg.lu_solve(*torch.linalg.lu_factor(a), b, adjoint=True),
+                                      torch.linalg.lu_solve(*torch.linalg.lu_factor(a), b.mT, left=False)),
+                        [(r(2, 4, 4), r(2, 4, 3)), (r(5, 5), r(5, 5))]),
+    "lu_rectangular": (lambda a, b: (torch.linalg.lu(a), torch.linalg.lu(b)), [(r(3, 5), r(2, 5, 3)), (r(1, 4), r(4, 1))]),
     "triangle_of_a_full_matrix": (lambda a, b: (torch.triangular_solve(b, a), torch.linalg.solve_triangular(a, b,
                                                                                                           upper=False)),
                                   [(r(2, 4, 4) + 4 * torch.eye(4), r(2, 4, 3)), (r(3, 3) + 4 * torch.eye(3), r(3, 2))]),
@@ -96,3 +102,13 @@ def test_singular_matrix_gives_nan_not_an_exception_or_a_value():
     inv, det, (inv_ex, info) = compiled(a)
     assert torch.isnan(inv[0]).all() and torch.equal(inv[1], torch.eye(3) / 2)
     assert det.tolist() == [0.0, 8.0] and info.tolist() == [2, 0] and torch.isnan(inv_ex[0]).all()
+
+
+@pytest.mark.parametrize("target", ["interpreter", "cpu"])
+def test_lu_solve_refuses_pivots_out_of_range(target):
+    """Pivots are the caller's data: one outside [1, n] stops the call (it would move a row outside the matrix)."""
+    m = _module(lambda lu, piv, b: torch.linalg.lu_solve(lu, piv, b))
+    lu, piv = torch.linalg.lu_factor(r(3, 3))
+    compiled = cuvil.compile(m, (lu, piv, r(3, 2)), target=target, cache=False)
+    with pytest.raises(cuvil.IndexRangeError, match="index 6 is out of bounds for axis -1 with size 3"):
+        compiled(lu, torch.tensor([1, 7, 3], dtype=torch.int32), r(3, 2))
