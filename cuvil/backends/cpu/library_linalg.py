@@ -195,5 +195,5 @@ def _lu_permutation(gen, op, depth: int) -> None:
     gen.line(depth, "}")
 
 
-EMITTERS = {"lu_permutation": _lu_permutation, "det": _det, "slogdet": _slogdet, "lu_factor": _lu_factor, "inv": _inv, "solve": _solve,
-            "cholesky": _cholesky}
+EMITTERS = {"lu_permutation": _lu_permutation, "det": _det, "slogdet": _slogdet, "lu_factor": _lu_factor, "inv": _inv,
+            "solve": _solve, "cholesky": _cholesky}
