@@ -125,6 +125,13 @@ CASES = {
                                       torch.sort(x, 1), torch.sort(x, 0, descending=True), x.argsort(1),
                                       torch.sort(x, stable=True, dim=0)),
                      (r(4, 5), torch.tensor([[1, 3], [0, 2]]), r(3, 3))),
+    "scatter_reduce_modes": (lambda x, i, v, k: (*(x.scatter_reduce(1, i, v, mode, include_self=own)
+                                                   for mode in ("sum", "prod", "mean", "amax", "amin")
+                                                   for own in (True, False)),
+                                                 k.scatter_reduce(1, i, k[:, :3] * 3, "mean"),
+                                                 k.scatter_reduce(1, i, k[:, :3], "amin", include_self=False)),
+                             (r(3, 5), torch.tensor([[1, 1, 3], [0, 4, 0], [2, 2, 2]]), r(3, 3),
+                              ints(3, 5, hi=9) - 4)),
     "roll": (lambda x: (torch.roll(x, 1, 1), torch.roll(x, (2, -1), (0, 1))), (r(4, 5),)),
     "embedding": (lambda w, i: F.embedding(i, w), (r(10, 4), ints(2, 3, hi=10))),
     "creation": (lambda x: (torch.arange(5), torch.arange(2, 11, 3), torch.arange(0, 1, 0.25) + x[0, 0],
