@@ -140,6 +140,9 @@ CASES = {
                                           F.adaptive_max_pool1d(t, 1, return_indices=True)),
                          (r(2, 3, 6, 8), torch.tensor([[[1.0, 1.0, 3.0, 2.0, 5.0, 5.0, -float("inf"), -float("inf")]]]),
                           r(1, 2, 3, 4, 4))),  # ties: the first maximum
+    "max_pool_indices_nan": (lambda t: (F.max_pool1d(t, 2, return_indices=True)[1],
+                                        F.adaptive_max_pool1d(t, 1, return_indices=True)[1]),  # the last NaN
+                             (torch.tensor([[[1.0, 1.0, float("nan"), 2.0, float("nan"), float("nan"), 0.0, 0.0]]]),)),
     "roll": (lambda x: (torch.roll(x, 1, 1), torch.roll(x, (2, -1), (0, 1))), (r(4, 5),)),
     "embedding": (lambda w, i: F.embedding(i, w), (r(10, 4), ints(2, 3, hi=10))),
     "creation": (lambda x: (torch.arange(5), torch.arange(2, 11, 3), torch.arange(0, 1, 0.25) + x[0, 0],
