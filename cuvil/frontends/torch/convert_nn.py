@@ -277,11 +277,12 @@ def max_pool(cx, x, kernel, stride=(), padding=(0,), dilation=(1,), ceil_mode=Fa
 
 def _pool_indices(cx, x, y, kernel, strides, pads, dilations):
     """Where each window's maximum is, as a flat index over the input's spatial axes (i64), as PyTorch gives it: the
-    first maximum in scan order, the last NaN of a window that has one. One comparison per kernel offset."""
+    first maximum in scan order, the last NaN of a window that has one. One comparison per kernel offset. None for
+    symbolic spatial sizes (getitem then says the output is not computed); unused, the ops are dropped as dead code."""
     s, lead = len(kernel), x.type.rank - len(kernel)
     spatial, out = x.type.shape[lead:], y.type.shape[lead:]
     if not all(isinstance(d, int) for d in (*spatial, *out)):
-        raise cx.error("max-pool indices need static spatial sizes")
+        return None
     spans = [(o - 1) * st + 1 for o, st in zip(out, strides)]
     right = [max(0, (k - 1) * d + span - p - n) for k, d, span, p, n in zip(kernel, dilations, spans, pads, spatial)]
     padded = cx.b.pad(x, pads=[0] * lead + list(pads) + [0] * lead + right, value=-math.inf)
