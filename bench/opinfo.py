@@ -3,6 +3,7 @@
     python -m bench.opinfo                         # every op, float32 on the CPU, compiled; prints the summary
     python -m bench.opinfo --target interpreter    # the frontend alone (faster)
     python -m bench.opinfo -k norm --verbose       # ops whose name contains "norm", one line per sample
+    python -m bench.opinfo -k det,inverse,cholesky # ops whose name contains any of these
 
 Each op's first `--samples` sample inputs are wrapped in a small module (the sample's tensors as inputs, its
 other arguments fixed) and exported; the ops that torch.export cannot capture are counted apart. The rest are
@@ -27,6 +28,7 @@ import torch.utils._pytree as pytree  # noqa: E402
 import cuvil  # noqa: E402
 
 # Ops whose values are random or uninitialised: nothing to compare, counted with those that do not export.
+DETAIL_CHARS = 240  # of a message in the per-op listing (grouping reads the whole message)
 RANDOM = ("bernoulli", "normal", "uniform", "rand", "multinomial", "dropout", "poisson", "randint", "empty")
 
 
@@ -87,9 +89,9 @@ def run_sample(opinfo, template, target: str) -> tuple[str, str]:
     except cuvil.CuvilError as e:
         if "torch.export could not capture" in str(e):
             return "export", str(e)[:160]
-        return "refused", f"{type(e).__name__}: {str(e)[:200]}"
+        return "refused", f"{type(e).__name__}: {e}"  # whole: refusals() groups on the part that names the op
     except Exception as e:  # noqa: BLE001
-        return "internal", f"{type(e).__name__}: {str(e)[:200]}"
+        return "internal", f"{type(e).__name__}: {e}"
     return ("pass", "") if close(got, want) else ("wrong", _difference(got, want))
 
 
@@ -122,10 +124,12 @@ def op_outcome(opinfo, n: int, target: str, verbose: bool = False) -> tuple[str,
 
 
 def float32_ops(contains: str = "") -> list:
-    """The OpInfos of `op_db` that take float32 on the CPU (and whose name contains `contains`)."""
+    """The OpInfos of `op_db` that take float32 on the CPU (and whose name contains one of the comma-separated
+    words of `contains`)."""
     from torch.testing._internal.common_methods_invocations import op_db
 
-    return [o for o in op_db if contains in o.name and torch.float32 in o.supported_dtypes("cpu")]
+    words = contains.split(",")
+    return [o for o in op_db if any(w in o.name for w in words) and torch.float32 in o.supported_dtypes("cpu")]
 
 
 def sweep(ops, n: int, target: str, verbose: bool) -> dict:
@@ -142,7 +146,8 @@ def refusals(per_op: dict) -> dict:
     groups = collections.defaultdict(list)
     for name, (kind, detail) in sorted(per_op.items()):
         if kind == "refused":
-            missing = re.search(r"ATen op ([\w.]+?)(?:\.default|\.\w+)? \(FX node .*has no Cuvil converter", detail)
+            missing = re.search(r"ATen op ([\w.]+?)(?:\.default|\.\w+)? \(FX node .*?has no Cuvil converter", detail,
+                                re.S)
             reason = f"no converter: {missing.group(1)}" if missing else re.sub(r" \(FX node [^)]*\)+", "", detail)[:60]
             groups[reason].append(name)
     return groups
@@ -150,7 +155,7 @@ def refusals(per_op: dict) -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("-k", default="", help="only ops whose name contains this")
+    p.add_argument("-k", default="", help="only ops whose name contains this (or one of these, comma-separated)")
     p.add_argument("--samples", type=int, default=2)
     p.add_argument("--target", default="cpu", choices=("cpu", "interpreter"))
     p.add_argument("--verbose", action="store_true")
@@ -163,7 +168,7 @@ def main(argv=None) -> int:
     for kind in ("wrong", "internal", "refused"):
         for name, (k, detail) in sorted(per_op.items()):
             if k == kind:
-                print(f"{kind:9s} {name:40s} {detail}")
+                print(f"{kind:9s} {name:40s} {' '.join(detail.split())[:DETAIL_CHARS]}")
     print("\nrefused, by reason:")
     for reason, names in sorted(refusals(per_op).items(), key=lambda kv: -len(kv[1])):
         print(f"{len(names):4d}  {reason:60s} {' '.join(names[:6])}{' ...' if len(names) > 6 else ''}")

@@ -11,7 +11,8 @@ from bench import opinfo  # noqa: E402
 
 SUBSET = ("nn.functional.adaptive_avg_pool2d", "nn.functional.adaptive_avg_pool3d", "norm", "linalg.vector_norm",
           "bfloat16", "logsumexp", "amax", "nn.functional.batch_norm", "nn.functional.instance_norm",
-          "nn.functional.scaled_dot_product_attention", "add", "softmax", "cumsum", "where", "nn.functional.conv2d")
+          "nn.functional.scaled_dot_product_attention", "add", "softmax", "cumsum", "where", "nn.functional.conv2d",
+          "linalg.solve", "linalg.det", "linalg.lu", "nn.functional.max_pool2d", "scatter_reduce")
 
 
 def test_subset_has_no_wrong_values_or_internal_errors():

@@ -197,3 +197,6 @@ EMITTERS.update(library_quant.EMITTERS)
 
 from . import library_dynamic  # noqa: E402
 EMITTERS.update(library_dynamic.EMITTERS)
+
+from . import library_linalg  # noqa: E402
+EMITTERS.update(library_linalg.EMITTERS)

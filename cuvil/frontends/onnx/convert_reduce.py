@@ -162,3 +162,9 @@ def hardmax(ctx):
     best = ctx.b.argmax(flat, axis=axis, keepdims=True)
     hit = ctx.b.eq(ctx.expand(best, flat.type.shape), ctx.b.iota(shape=flat.type.shape, axis=axis, dtype=DType.i64))
     return [ctx.b.reshape(ctx.b.cast(hit, dtype=x.type.dtype), shape=x.type.shape)]
+
+
+@converter("Det")
+def det(ctx):
+    """The determinant of each [..., n, n] matrix: it reduces the last two axes (cuvil/ops/linalg.py's LU)."""
+    return [ctx.b.det(ctx.x(0))]

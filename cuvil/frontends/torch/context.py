@@ -29,6 +29,9 @@ TORCH_DTYPES = {v: k for k, v in DTYPES.items()}
 INT_MAX = 2 ** 63 - 1  # what torch writes for "to the end" in slices
 
 
+EFFECT_TOKEN = "effect token"  # what an effect-token input and `with_effects` stand for: orders effects, holds no value
+
+
 def aten(*names: str):
     """Register the decorated function as the converter of the named ATen ops (or higher-order ops)."""
     def register(fn):

@@ -321,16 +321,27 @@ _SCATTER_REDUCE = {None: "none", "add": "add", "sum": "add", "multiply": "mul", 
 @aten("scatter", "scatter_add", "scatter_reduce")
 def scatter(cx, x, dim, idx, src, reduce=None, include_self=True):
     """ONNX ScatterElements semantics, which PyTorch's scatter family shares; src beyond the index's extent
-    is unused, so it is sliced to the index's shape."""
+    is unused, so it is sliced to the index's shape. Without include_self the scattered-to places first hold the
+    sum's or product's identity (for max and min: one of the values scattered there); a mean divides by the number
+    of values each place received (itself included)."""
     reduce = "add" if cx.op_name == "scatter_add" else reduce
-    if reduce not in _SCATTER_REDUCE or not include_self:
-        raise cx.error(f"scatter reduction {reduce!r}" + ("" if include_self else " without include_self")
-                       + " is not supported")
-    shape = idx.type.shape
+    if reduce not in _SCATTER_REDUCE and reduce != "mean":
+        raise cx.error(f"scatter reduction {reduce!r} is not supported")
+    shape, dt = idx.type.shape, x.type.dtype
     if hasattr(src, "type") and src.type.shape != shape:
         src = cx.b.slice(src, starts=[0] * len(shape), ends=list(shape), axes=list(range(len(shape))))
-    src = cx.tensor(src, x.type.dtype, shape)
-    return cx.b.scatter_elements(x, _index(cx, idx), src, axis=dim, reduction=_SCATTER_REDUCE[reduce])
+    src, index = cx.tensor(src, dt, shape), _index(cx, idx)
+    reduction = "add" if reduce == "mean" else _SCATTER_REDUCE[reduce]
+    if not include_self and reduction != "none":
+        first = cx.tensor(int(reduction == "mul"), dt, shape) if reduction in ("add", "mul") else src
+        x = cx.b.scatter_elements(x, index, first, axis=dim, reduction="none")
+    out = cx.b.scatter_elements(x, index, src, axis=dim, reduction=reduction)
+    if reduce != "mean":
+        return out
+    count = cx.b.scatter_elements(cx.tensor(int(include_self), dt, x.type.shape), index, cx.tensor(1, dt, shape),
+                                  axis=dim, reduction="add")
+    count = cx.b.max(count, cx.tensor(1, dt, x.type.shape))  # a place nothing reached keeps its value
+    return cx.b.div(out, count) if dt.is_float else cx.b.floordiv(out, count)
 
 
 @aten("sort", "argsort")

@@ -4,6 +4,7 @@ upsampling, einsum and nn.Bilinear's _trilinear.
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 from ...ir.dtypes import DType
@@ -268,9 +269,47 @@ def _repeat_heads(cx, z, heads):
       "max_pool3d_with_indices")
 def max_pool(cx, x, kernel, stride=(), padding=(0,), dilation=(1,), ceil_mode=False):
     s = x.type.rank - 2
-    y = cx.b.max_pool(x, kernel=_per_dim(kernel, s), strides=_per_dim(stride or kernel, s),
-                      pads=_per_dim(padding, s) * 2, dilations=_per_dim(dilation, s), ceil_mode=bool(ceil_mode))
-    return (y, None) if cx.op_name.endswith("with_indices") else y
+    window = dict(kernel=_per_dim(kernel, s), strides=_per_dim(stride or kernel, s), pads=_per_dim(padding, s),
+                  dilations=_per_dim(dilation, s))
+    y = cx.b.max_pool(x, **{**window, "pads": window["pads"] * 2}, ceil_mode=bool(ceil_mode))
+    return (y, _pool_indices(cx, x, y, **window)) if cx.op_name.endswith("with_indices") else y
+
+
+def _pool_indices(cx, x, y, kernel, strides, pads, dilations):
+    """Where each window's maximum is, as a flat index over the input's spatial axes (i64), as PyTorch gives it: the
+    first maximum in scan order, the last NaN of a window that has one. One comparison per kernel offset. None for
+    symbolic spatial sizes (getitem then says the output is not computed); unused, the ops are dropped as dead code."""
+    s, lead = len(kernel), x.type.rank - len(kernel)
+    spatial, out = x.type.shape[lead:], y.type.shape[lead:]
+    if not all(isinstance(d, int) for d in (*spatial, *out)):
+        return None
+    spans = [(o - 1) * st + 1 for o, st in zip(out, strides)]
+    right = [max(0, (k - 1) * d + span - p - n) for k, d, span, p, n in zip(kernel, dilations, spans, pads, spatial)]
+    padded = cx.b.pad(x, pads=[0] * lead + list(pads) + [0] * lead + right, value=-math.inf)
+    starts = [cx.b.iota(shape=y.type.shape, axis=lead + i, dtype=DType.i64) for i in range(s)]
+    starts = [cx.b.mul(c, cx.tensor(st, DType.i64, y.type.shape)) for c, st in zip(starts, strides)]
+    best, nan_at = cx.tensor(0, DType.i64, y.type.shape), cx.tensor(0, DType.i64, y.type.shape)
+    hits = []
+    for offset in itertools.product(*(range(k) for k in kernel)):
+        at = [o * d for o, d in zip(offset, dilations)]
+        win = cx.b.slice(padded, starts=at, ends=[a + span for a, span in zip(at, spans)],
+                         axes=list(range(lead, lead + s)), steps=list(strides))
+        coords = [cx.b.add(c, cx.tensor(a - p, DType.i64, y.type.shape)) for c, a, p in zip(starts, at, pads)]
+        flat, inside = coords[0], _within(cx, coords[0], spatial[0])
+        for c, n in zip(coords[1:], spatial[1:]):
+            flat = cx.b.add(cx.b.mul(flat, cx.tensor(n, DType.i64, y.type.shape)), c)
+            inside = cx.b.emit("and", inside, _within(cx, c, n))
+        hits.append((cx.b.emit("and", inside, cx.b.eq(win, y)), flat))
+        nan_at = cx.b.where(cx.b.isnan(win), flat, nan_at)
+    for hit, flat in reversed(hits):
+        best = cx.b.where(hit, flat, best)
+    return cx.b.where(cx.b.isnan(y), nan_at, best)
+
+
+def _within(cx, c, n: int):
+    """0 <= c < n, elementwise: a window position inside the input, not in its padding."""
+    zero, size = cx.tensor(0, DType.i64, c.type.shape), cx.tensor(n, DType.i64, c.type.shape)
+    return cx.b.emit("and", cx.b.ge(c, zero), cx.b.lt(c, size))
 
 
 @aten("avg_pool1d", "avg_pool2d", "avg_pool3d")
@@ -293,16 +332,21 @@ def adaptive_pool(cx, x, output_size):
     s = int(cx.op_name[-2])  # adaptive_avg_pool2d: 2 spatial axes
     if x.type.rank == s + 1:  # an unbatched input: pooled as a batch of one
         y = adaptive_pool(_Batched(cx), cx.b.reshape(x, shape=(1, *x.type.shape)), output_size)
-        y = y[0] if is_max else y
-        y = cx.b.reshape(y, shape=y.type.shape[1:])
-        return (y, None) if is_max else y
+        drop = [cx.b.reshape(v, shape=v.type.shape[1:]) if v is not None else None
+                for v in (y if is_max else (y,))]
+        return tuple(drop) if is_max else drop[0]
     spatial, out = x.type.shape[2:], cx.out_shape(0 if is_max else None)[-s:]
     reduce = "reduce_max" if is_max else "reduce_mean"
+    if all(isinstance(n, int) and isinstance(o, int) and n % o == 0 for n, o in zip(spatial, out)):
+        kernel = [n // o for n, o in zip(spatial, out)]
+        if all(o == 1 for o in out):
+            y = cx.b.emit(reduce, x, axes=list(range(2, x.type.rank)), keepdims=True)
+        else:
+            y = cx.b.emit("max_pool" if is_max else "avg_pool", x, kernel=kernel, strides=kernel)
+        window = dict(kernel=kernel, strides=kernel, pads=[0] * s, dilations=[1] * s)
+        return (y, _pool_indices(cx, x, y, **window)) if is_max else y
     if all(o == 1 for o in out):
         y = cx.b.emit(reduce, x, axes=list(range(2, x.type.rank)), keepdims=True)
-    elif all(isinstance(n, int) and isinstance(o, int) and n % o == 0 for n, o in zip(spatial, out)):
-        kernel = [n // o for n, o in zip(spatial, out)]
-        y = cx.b.emit("max_pool" if is_max else "avg_pool", x, kernel=kernel, strides=kernel)
     elif all(isinstance(n, int) and isinstance(o, int) for n, o in zip(spatial, out)):
         y = x
         for axis, (n, o) in enumerate(zip(spatial, out), start=2):
@@ -317,7 +361,7 @@ class _Batched:
     """The context of an adaptive pool seen with a batch axis in front (for unbatched inputs)."""
 
     def __init__(self, cx):
-        self.b, self.op_name, self.error, self._cx = cx.b, cx.op_name, cx.error, cx
+        self.b, self.op_name, self.error, self.tensor, self._cx = cx.b, cx.op_name, cx.error, cx.tensor, cx
 
     def out_shape(self, i=None):
         return (1, *self._cx.out_shape(i))

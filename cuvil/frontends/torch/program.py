@@ -20,8 +20,8 @@ from ...ir.dynamic import data_sizes
 from ...ir.symbolic import plain_symbol, sym
 from ...ir.types import TensorType
 from . import convert_control, convert_elementwise, convert_movement, convert_nn, convert_reduce  # noqa: F401
-from . import convert_search  # noqa: F401
-from .context import Ctx, lookup, source_text, to_dtype
+from . import convert_linalg, convert_search  # noqa: F401
+from .context import EFFECT_TOKEN, Ctx, lookup, source_text, to_dtype
 from .signature import Signature, tensor_to_numpy  # noqa: F401 (tensor_to_numpy: also for importers)
 from .symbols import Multiple, implied_by_bounds, to_dim
 
@@ -86,6 +86,8 @@ class ProgramWalker:
     def _results(self, outs, kinds, sig: Signature) -> list:
         results = []
         for value, kind in zip(outs, kinds):
+            if kind == OutputKind.TOKEN:  # an effect token (see _placeholder): no value
+                continue
             if kind != OutputKind.USER_OUTPUT:
                 raise UnsupportedError(f"the exported program mutates state ({kind.name}); export the module in "
                                        f"eval mode without in-place updates of buffers or inputs")
@@ -106,6 +108,8 @@ class ProgramWalker:
                 tensor = self.program.constants[spec.target]
             b.loc = Location(node=f"fx:{node.name}")
             return b.constant(tensor_to_numpy(tensor), constant_name(spec.target))
+        if spec.kind == InputKind.TOKEN:  # orders side effects (with_effects) that converters drop
+            return EFFECT_TOKEN
         raise UnsupportedError(f"input {node.name} of kind {spec.kind.name} is not supported")
 
     # -- any graph (the program's or a cond/while subgraph) --------------------------------------------------

@@ -28,6 +28,12 @@ SUBSET = {
     "matmul": 2, "addmv": 1, "softmax": 1, "nn.functional.layer_norm": 2, "nn.functional.conv2d": 1,
     "nn.functional.adaptive_avg_pool2d": 3, "nn.functional.scaled_dot_product_attention": 2,
     "nn.functional.embedding": 1,
+    # linear algebra (effect tokens of the error checks among them)
+    "linalg.det": 2, "linalg.slogdet": 2, "logdet": 1, "linalg.inv": 2, "linalg.solve": 3, "linalg.solve_ex": 2,
+    "linalg.cholesky": 2, "linalg.lu_factor": 2, "linalg.solve_triangular": 2, "triangular_solve": 2,
+    "cholesky_solve": 2, "cholesky_inverse": 1, "linalg.tensorsolve": 1, "linalg.lu": 2, "lu_solve": 2,
+    "scatter_reduce.mean": 4, "scatter_reduce.amin": 4, "nn.functional.max_pool2d": 4,
+    "nn.functional.adaptive_max_pool3d": 2,
 }
 
 

@@ -125,6 +125,24 @@ CASES = {
                                       torch.sort(x, 1), torch.sort(x, 0, descending=True), x.argsort(1),
                                       torch.sort(x, stable=True, dim=0)),
                      (r(4, 5), torch.tensor([[1, 3], [0, 2]]), r(3, 3))),
+    "scatter_reduce_modes": (lambda x, i, v, k: (*(x.scatter_reduce(1, i, v, mode, include_self=own)
+                                                   for mode in ("sum", "prod", "mean", "amax", "amin")
+                                                   for own in (True, False)),
+                                                 k.scatter_reduce(1, i, k[:, :3] * 3, "mean"),
+                                                 k.scatter_reduce(1, i, k[:, :3], "amin", include_self=False)),
+                             (r(3, 5), torch.tensor([[1, 1, 3], [0, 4, 0], [2, 2, 2]]), r(3, 3),
+                              ints(3, 5, hi=9) - 4)),
+    "max_pool_indices": (lambda x, t, v: (F.max_pool2d(x, 3, 2, 1, return_indices=True),
+                                          F.max_pool2d(x, 2, 1, 0, 2, ceil_mode=True, return_indices=True),
+                                          F.max_pool1d(t, 2, return_indices=True),
+                                          F.max_pool3d(v, 2, 1, 1, return_indices=True),
+                                          F.adaptive_max_pool2d(x, (3, 2), return_indices=True),
+                                          F.adaptive_max_pool1d(t, 1, return_indices=True)),
+                         (r(2, 3, 6, 8), torch.tensor([[[1.0, 1.0, 3.0, 2.0, 5.0, 5.0, -float("inf"), -float("inf")]]]),
+                          r(1, 2, 3, 4, 4))),  # ties: the first maximum
+    "max_pool_indices_nan": (lambda t: (F.max_pool1d(t, 2, return_indices=True)[1],
+                                        F.adaptive_max_pool1d(t, 1, return_indices=True)[1]),  # the last NaN
+                             (torch.tensor([[[1.0, 1.0, float("nan"), 2.0, float("nan"), float("nan"), 0.0, 0.0]]]),)),
     "roll": (lambda x: (torch.roll(x, 1, 1), torch.roll(x, (2, -1), (0, 1))), (r(4, 5),)),
     "embedding": (lambda w, i: F.embedding(i, w), (r(10, 4), ints(2, 3, hi=10))),
     "creation": (lambda x: (torch.arange(5), torch.arange(2, 11, 3), torch.arange(0, 1, 0.25) + x[0, 0],
