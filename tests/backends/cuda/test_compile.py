@@ -92,8 +92,8 @@ def test_cuda_archs_narrows_the_cubins_built(cuda_compiler, monkeypatch):
 
 def test_every_op_the_cpu_backend_lowers_has_a_cuda_kernel():
     """The ops the CPU backend computes and the CUDA one does not: only data-dependent control flow (a graph
-    replays a fixed sequence), data-dependent sizes and linear algebra (NOT_YET) and the CPU's blocked conv layout (its pass runs on
-    the CPU pipeline only)."""
+    replays a fixed sequence), data-dependent sizes and linear algebra (NOT_YET) and the CPU's blocked conv layout
+    (its pass runs on the CPU pipeline only)."""
     from cuvil.backends.cpu import backend as cpu
     from cuvil.backends.cuda import backend as cuda
 
