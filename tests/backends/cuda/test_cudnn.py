@@ -183,3 +183,37 @@ def test_a_16_bit_conv_without_bias_is_a_cudnn_step():
     run_pipeline(m, default_pipeline("cuda"))
     (step,) = codegen.generate(m).steps
     assert isinstance(step, Conv) and (step.dtype, step.act, step.pads, step.after) == ("f16", "none", (1, 1), [])
+
+
+def test_a_symbolic_batch_gets_a_plan_per_shape(fake_cudnn, monkeypatch):
+    from cuvil.ir import sym
+
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", (sym("n"), 2, 5, 5)), TensorType("f32", (3, 2, 3, 3)),
+                                         TensorType("f32", (3,))])
+    b.ret(b.relu(b.conv(*b.args, pads=(1, 1, 1, 1))))
+    rng = np.random.default_rng(6)
+    w, bias = rng.standard_normal((3, 2, 3, 3)).astype(np.float32), rng.standard_normal(3).astype(np.float32)
+    lib = ctypes.CDLL(str(fake_cudnn))
+    lib.fake_cudnn_reset()
+    x1 = rng.standard_normal((1, 2, 5, 5)).astype(np.float32)
+    want = interpret(m, [x1, w, bias])
+    got, d, f = _run(m, [x1, w, bias], lib, monkeypatch)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+    x3 = rng.standard_normal((3, 2, 5, 5)).astype(np.float32)
+    np.testing.assert_allclose(f([x3, w, bias])[0], interpret(m, [x3, w, bias])[0], rtol=1e-5, atol=1e-5)
+    assert [line.split(" y ")[0].split(" x ")[1] for line in _log(lib)] == ["1x2x5x5 w 3x2x3x3", "3x2x5x5 w 3x2x3x3"]
+    assert len(f.dnn._plans) == 2 and _kernels(d) == []
+
+
+def test_the_c_runtimes_steps_carry_the_direct_conv_kernel():
+    """The standalone C runtime has no cuDNN: a Conv step is written to cuda_steps as its direct kernel's launch."""
+    from cuvil.backends.cuda import codegen, host_steps
+
+    m, _ = _conv_module((1, 3, 6, 6), (4, 3, 3, 3), True, "relu", pads=(1, 1, 1, 1))
+    run_pipeline(m, default_pipeline("cuda"))
+    program = codegen.generate(m)
+    (step,) = program.steps
+    launches = [line for line in host_steps.format_steps("main", program) if line.startswith("launch ")]
+    assert isinstance(step, Conv) and program.kernel_names == [step.direct.kernel.name]
+    assert len(launches) == 1 and launches[0].startswith("launch 0 ")
