@@ -14,6 +14,7 @@
 """
 from __future__ import annotations
 
+import hashlib
 from types import SimpleNamespace
 
 from ...ir.core import Op
@@ -68,8 +69,8 @@ def _elementwise_in_place(gen, out, name: str, attrs: dict) -> None:
     """Elementwise op `name` applied to `out` in place: an epilogue a library call (cuBLASLt, cuDNN) cannot fuse."""
     t = CType(out.type.dtype)
     expr = elementwise_expr(name, [load(out.type.dtype, "c", "i")], attrs, out.type.dtype)
-    tag = "_".join([name, *(f"{k}{v}" for k, v in sorted(attrs.items()))])
-    kname = "cuvil_" + "".join(c if c.isalnum() else "_" for c in tag) + f"_{out.type.dtype.value}_inplace"
+    tag = f"_{hashlib.sha256(repr(sorted(attrs.items())).encode()).hexdigest()[:8]}" if attrs else ""  # clip's bounds
+    kname = f"cuvil_{name}{tag}_{out.type.dtype.value}_inplace"
     s = CUDA_STORAGE[out.type.dtype]
     gen.helpers[kname] = (f'extern "C" __global__ void __launch_bounds__({BLOCK}) {kname}(int64_t n, {s} *c)\n{{\n'
                           f"    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; "
