@@ -7,7 +7,8 @@
 3. latency at batch 1 of those models: Cuvil (graph replay) vs PyTorch eager, torch.compile (default) and
    torch.compile(mode="reduce-overhead") (CUDA Graphs), all in this one run; plus the host time of one replay;
 4. extras (bench/gpu_extras.py, before the latency stage): masked attention, DLPack with torch CUDA, the Runtime's
-   stream priority, and the standalone C runtime running a cuda .cuv through the real driver.
+   stream priority, the standalone C runtime running a cuda .cuv through the real driver, and cuDNN against the
+   direct conv kernels (when libcudnn loads: pip install 'cuvil[cudnn]').
 
     python -m bench.gpu                  # on the GPU machine (tests/gpu/run.sh wraps it)
     python -m bench.gpu --dry-run        # anywhere: the same stages against the tests' fake driver, no timings

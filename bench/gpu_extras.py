@@ -10,7 +10,10 @@
   through the real driver, against the interpreter; then libcuvilrt's C API running the chain at shapes that repeat
   and change (its CUDA Graph per shape captured once and replayed, pinned staging), against the interpreter;
 - gather_elements and scatter_elements with an index outside the axis: the error word's atomics on real threads give
-  the interpreter's IndexRangeError.
+  the interpreter's IndexRangeError;
+- cuDNN against the direct conv kernels (`cudnn_vs_direct`, when libcudnn loads: pip install 'cuvil[cudnn]'):
+  ResNet-like convs with bias and relu, both results against the interpreter, and their graph replays timed
+  interleaved in this one process: `direct_over_cudnn` > 1 is cuDNN faster.
 
 In a dry run (the fake driver) only the attention and Runtime checks run; DLPack with torch and the C runtime need
 the GPU.
@@ -170,13 +173,74 @@ def _element_index_errors() -> dict:
     return out
 
 
+CONVS = {  # name -> x shape, w shape, conv attrs: batch 8, ResNet-18's layers and a depthwise one
+    "3x3-64-56": ((8, 64, 56, 56), (64, 64, 3, 3), {"pads": (1, 1, 1, 1)}),
+    "3x3s2-128-28": ((8, 64, 56, 56), (128, 64, 3, 3), {"pads": (1, 1, 1, 1), "strides": (2, 2)}),
+    "1x1-256-14": ((8, 128, 14, 14), (256, 128, 1, 1), {}),
+    "dw3x3-128-28": ((8, 128, 28, 28), (128, 1, 3, 3), {"pads": (1, 1, 1, 1), "groups": 128}),
+}
+
+
+def _conv_relu(x_shape, w_shape, attrs):
+    from cuvil.ir import Builder, Module, TensorType
+
+    shapes = (x_shape, w_shape, w_shape[:1])
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", s) for s in shapes])
+    b.ret(b.relu(b.conv(*b.args, **attrs)))
+    rng = np.random.default_rng(4)
+    return m, [rng.standard_normal(s).astype(np.float32) for s in shapes]
+
+
+def _replay_ms(fn, launches: int = 20) -> float:
+    """Milliseconds a graph replay of `fn`'s only shape takes on the device (`launches` queued, then one wait)."""
+    state = next(iter(fn.states.values()))
+    t = time.perf_counter()
+    for _ in range(launches):
+        fn.driver.cuGraphLaunch(state.graph_exec, fn.stream)
+    fn.driver.cuStreamSynchronize(fn.stream)
+    return (time.perf_counter() - t) / launches * 1e3
+
+
+def _cudnn_vs_direct(rounds: int = 15) -> dict:
+    from cuvil.backends.cuda import cudnn
+    from cuvil.compiler import clone_module, compile_module
+    from cuvil.interpreter import interpret
+
+    if cudnn.load() is None:
+        return {"skipped": "libcudnn did not load (pip install 'cuvil[cudnn]')"}
+    out = {}
+    for name, shapes in CONVS.items():
+        m, inputs = _conv_relu(*shapes)
+        want = interpret(m, inputs)[0]
+        fns, row = {}, {}
+        for mode in ("cudnn", "direct"):
+            os.environ["CUVIL_CUDA_CONV"] = mode  # read when the function is loaded, at its first call
+            exe = compile_module(clone_module(m), target="cuda")
+            got = exe(*inputs)
+            row[f"{mode}_matches"] = bool(np.allclose(got, want, rtol=1e-3, atol=1e-3))
+            fns[mode] = exe._run.function
+        os.environ.pop("CUVIL_CUDA_CONV")
+        row["cudnn_used"] = bool(next(iter(fns["cudnn"].states.values())).conv_plans)
+        times = {mode: [] for mode in fns}
+        for _ in range(rounds):  # interleaved: both see the same clocks and neighbours
+            for mode, fn in fns.items():
+                times[mode].append(_replay_ms(fn))
+        for mode in fns:
+            row[f"{mode}_ms"] = round(float(np.median(times[mode])), 4)
+        row["direct_over_cudnn"] = round(row["direct_ms"] / row["cudnn_ms"], 2)
+        out[name] = row
+    return out
+
+
 def stage_extras(dry_run: bool, results: dict) -> None:
     start, out = time.time(), {}
     folder = tempfile.mkdtemp(prefix="cuvil-gpu-extras-")
     checks = [("attention", lambda: _attention(dry_run)), ("runtime", lambda: _runtime(dry_run, folder))]
     if not dry_run:
         checks += [("dlpack_torch", _dlpack), ("element_index_errors", _element_index_errors),
-                   ("c_runtime", lambda: _c_runtime(folder, out.get("runtime", {}).get("path", "")))]
+                   ("c_runtime", lambda: _c_runtime(folder, out.get("runtime", {}).get("path", ""))),
+                   ("cudnn_vs_direct", _cudnn_vs_direct)]
     for name, check in checks:
         try:
             out[name] = check()
@@ -191,6 +255,6 @@ def failed(extras: dict) -> bool:
     """Whether any extra check failed (a False anywhere, or an error text)."""
     def bad(v):
         if isinstance(v, dict):
-            return any(bad(x) for k, x in v.items() if k not in ("path", "device", "stream_priority"))
+            return any(bad(x) for k, x in v.items() if k not in ("path", "device", "stream_priority", "skipped"))
         return v is False or isinstance(v, str)
     return any(bad(v) for k, v in extras.items() if k != "seconds")

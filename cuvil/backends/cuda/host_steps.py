@@ -22,7 +22,7 @@ from ...ir.symbolic import sym
 from ..cpu.executable import binding_table
 from ..cpu.fastcall import OP, _expr
 from .cublaslt import EPILOGUE
-from .program import Buf, Copy, CudaProgram, Gemm, Launch
+from .program import Buf, Conv, Copy, CudaProgram, Gemm, Launch
 
 
 class _Values:
@@ -69,6 +69,7 @@ def format_steps(name: str, program: CudaProgram) -> list:
     for slot in program.plan.slots:
         body.append(" ".join(["slot", *(str(value(d)) for d in slot)]))
     for step in program.steps:
+        step = step.direct if isinstance(step, Conv) else step  # the C runtime runs the direct conv kernel
         if isinstance(step, Launch):
             k = step.kernel
             args = [_arg(a, value) for a in step.args]

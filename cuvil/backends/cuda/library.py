@@ -4,7 +4,8 @@
   step for cuBLASLt, bias and relu/gelu(tanh) in its epilogue; any other activation runs as a kernel after it.
 - softmax, log_softmax, layer_norm over trailing f32 rows: one block a row, block reductions (rows.py).
 - conv, max_pool, avg_pool (N-d, NCHW): one thread per output element, padding read as absent; a fused conv's clamp
-  is applied on the way out. cuDNN would be faster; these are what runs everywhere first.
+  is applied on the way out. A 2-D conv is a Conv step holding that kernel: cuDNN runs it when it loads (cudnn.py),
+  bias and relu fused, any other epilogue as an in-place kernel after it.
 - cumsum, cumprod: a thread a line along the axis; shape_of: one thread writes the dims.
 - conv_bf16: the conv kernel, x rounded to bf16 on the way in, relu as its clamp.
 - the rest, a thread per output element or line (elements.py): conv_transpose, einsum and the integer/f64 matmul
@@ -13,12 +14,13 @@
 """
 from __future__ import annotations
 
+import hashlib
 from types import SimpleNamespace
 
 from ...ir.core import Op
 from ...ir.dtypes import DType
 from ..common.c_exprs import CType, c_dim, elementwise_expr, load
-from .program import Buf, Gemm
+from .program import Buf, Conv, Gemm
 from .kernels import BLOCK, CUDA_STORAGE, KernelLaunch
 from .attention import emit_attention
 from .elements import grid_loop, load_as, prod, store_as
@@ -60,10 +62,15 @@ def _gemm(gen, a_op, b_op, out, bias, act, op: Op) -> None:
 
 def _activation_in_place(gen, out, act: str) -> None:
     """An activation cuBLASLt's epilogue lacks (sigmoid, tanh, exact gelu), applied to C after the GEMM."""
-    name, attrs = (("gelu", {"approximate": "none"}) if act.startswith("gelu") else (act, {}))
+    _elementwise_in_place(gen, out, *(("gelu", {"approximate": "none"}) if act.startswith("gelu") else (act, {})))
+
+
+def _elementwise_in_place(gen, out, name: str, attrs: dict) -> None:
+    """Elementwise op `name` applied to `out` in place: an epilogue a library call (cuBLASLt, cuDNN) cannot fuse."""
     t = CType(out.type.dtype)
     expr = elementwise_expr(name, [load(out.type.dtype, "c", "i")], attrs, out.type.dtype)
-    kname = f"cuvil_{act.replace('-', '_')}_{out.type.dtype.value}_inplace"
+    tag = f"_{hashlib.sha256(repr(sorted(attrs.items())).encode()).hexdigest()[:8]}" if attrs else ""  # clip's bounds
+    kname = f"cuvil_{name}{tag}_{out.type.dtype.value}_inplace"
     s = CUDA_STORAGE[out.type.dtype]
     gen.helpers[kname] = (f'extern "C" __global__ void __launch_bounds__({BLOCK}) {kname}(int64_t n, {s} *c)\n{{\n'
                           f"    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; "
@@ -146,6 +153,41 @@ def _conv(gen, op: Op, epilogue=None) -> None:
     params += [f"int64_t s_{n}" for n in syms]
     kinds = ["in"] * len(op.operands) + ["out"] + [("sym", n) for n in syms]
     _pointwise_kernel(gen, op, f"k{len(gen.kernels)}_conv", params, body, op.operands, kinds)
+    if _cudnn_takes(op):
+        _conv_step(gen, op, epilogue)
+
+
+def _cudnn_takes(op) -> bool:
+    """2-D convs with the same padding on both sides and one float type; with a bias, f32 only (cuDNN's fused bias
+    and activation are f32 here: f16/bf16 with a bias keep the direct kernel)."""
+    x, w, y = op.operands[0].type, op.operands[1].type, op.results[0].type
+    pads = op.attrs["pads"]
+    return (x.rank == 4 and tuple(pads[:2]) == tuple(pads[2:]) and x.dtype is w.dtype is y.dtype
+            and y.dtype in CUBLASLT_DTYPES and (len(op.operands) == 2 or y.dtype is DType.f32))
+
+
+def _is_relu(name: str, attrs: dict) -> bool:
+    """relu, or the clip to [0, inf) the pipeline makes of it."""
+    return name == "relu" or (name == "clip" and attrs.get("min") == 0 and attrs.get("max") == float("inf"))
+
+
+def _conv_step(gen, op, epilogue) -> None:
+    """Replace the direct kernel's launch just made with a Conv step that holds it (cuDNN runs when it loads)."""
+    direct = gen.steps.pop()
+    x, w = op.operands[:2]
+    bias = op.operands[2] if len(op.operands) > 2 else None
+    y = op.results[0]
+    act = "relu" if bias is not None and epilogue is not None and _is_relu(*epilogue) else "none"
+    mark = len(gen.steps)
+    if epilogue is not None and act == "none":
+        _elementwise_in_place(gen, y, *epilogue)
+    after = gen.steps[mark:]
+    del gen.steps[mark:]
+    a = op.attrs
+    gen.steps.append(Conv(*gen.bufs([x, w]), gen.bufs([bias])[0] if bias is not None else None, gen.bufs([y])[0],
+                          tuple(x.type.shape), tuple(w.type.shape), tuple(y.type.shape), tuple(a["pads"][:2]),
+                          tuple(a["strides"]), tuple(a["dilations"]), int(a.get("groups", 1)),
+                          CUBLASLT_DTYPES[y.type.dtype], act, direct, after))
 
 
 def _pool(gen, op: Op) -> None:

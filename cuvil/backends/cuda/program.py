@@ -47,6 +47,29 @@ class Gemm:
 
 
 @dataclass
+class Conv:
+    """A 2-D NCHW convolution, y = act(conv(x, w) + bias), through cuDNN when it loads (cudnn.py); `direct` is the
+    Launch of Cuvil's conv kernel (the whole epilogue on its way out) that runs otherwise. `act` is what cuDNN fuses
+    ("none", "relu"); `after`: the launches of an epilogue it cannot fuse, run on y after it."""
+
+    x: Buf
+    w: Buf
+    bias: Optional[Buf]
+    y: Buf
+    x_shape: tuple  # [N, C, H, W] (dims may be symbolic)
+    w_shape: tuple  # [K, C / groups, R, S]
+    y_shape: tuple
+    pads: tuple  # (top, left): cuDNN pads both sides alike
+    strides: tuple
+    dilations: tuple
+    groups: int
+    dtype: str
+    act: str
+    direct: Launch
+    after: list = field(default_factory=list)
+
+
+@dataclass
 class Copy:
     dst: Buf
     src: Buf
@@ -65,4 +88,11 @@ class CudaProgram:
 
     @property
     def kernel_names(self) -> list:
-        return list(dict.fromkeys(s.kernel.name for s in self.steps if isinstance(s, Launch)))
+        return list(dict.fromkeys(s.kernel.name for s in self.launches()))
+
+    def launches(self) -> list:
+        """Every kernel launch a step may make, a Conv's direct kernel and its epilogue included."""
+        out = []
+        for s in self.steps:
+            out += [s] if isinstance(s, Launch) else [s.direct, *s.after] if isinstance(s, Conv) else []
+        return out

@@ -1,13 +1,13 @@
 """Running a `CudaProgram` through the driver API: one device arena from the memory plan, constants uploaded once,
 and the whole function captured once per input shape into a CUDA Graph, then replayed.
 
-Per shape (`ShapeState`): the arena (every slot of the plan, then the error word, then cuBLASLt's workspace), device
-buffers for the inputs and outputs, pinned host buffers for them, and the instantiated graph: copies in, every
-kernel and GEMM, copies out. A call copies NumPy inputs into the pinned buffers, launches the graph on the runtime's
-stream (created with the priority asked for) and waits; `run_device` takes and returns device arrays (DLPack or
-`__cuda_array_interface__`: torch CUDA tensors, CuPy arrays) and copies device to device instead. The error word is
-cleared in the graph and read after it: a gather's index outside its axis raises IndexRangeError naming the op, as on
-the CPU.
+Per shape (`ShapeState`): the arena (every slot of the plan, then the error word, then the workspace cuBLASLt and
+cuDNN share: the larger of what they ask), device buffers for the inputs and outputs, pinned host buffers for them,
+and the instantiated graph: copies in, every kernel, GEMM and cuDNN convolution, copies out. A call copies NumPy
+inputs into the pinned buffers, launches the graph on the runtime's stream (created with the priority asked for)
+and waits; `run_device` takes and returns device arrays (DLPack or `__cuda_array_interface__`: torch CUDA tensors,
+CuPy arrays) and copies device to device instead. The error word is cleared in the graph and read after it: a
+gather's index outside its axis raises IndexRangeError naming the op, as on the CPU.
 """
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ import numpy as np
 
 from ...errors import IndexRangeError, ShapeError
 from ...ir.symbolic import SymExpr, evaluate
-from . import cublaslt, dlpack
-from .program import Buf, Copy, CudaProgram, Gemm, Launch
+from . import cublaslt, cudnn, dlpack
+from .program import Buf, Conv, Copy, CudaProgram, Gemm, Launch
 from .driver import CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, \
     CU_STREAM_NON_BLOCKING
 
@@ -59,6 +59,7 @@ class ShapeState:
     graph: int = 0
     device_graph: int = 0  # the graph without host copies (run_device)
     replays: int = field(default=0)
+    conv_plans: dict = field(default_factory=dict)  # step index -> cudnn.ConvPlan (absent: the direct kernel)
 
 
 class CudaFunction:
@@ -82,6 +83,7 @@ class CudaFunction:
         self.constants = [self._upload(np.ascontiguousarray(constants[name])) for name in program.constants]
         self._blas_factory = blas
         self._blas = None
+        self.dnn = cudnn.load() if any(isinstance(s, Conv) for s in program.steps) else None
         self.states: dict = {}
 
     def _upload(self, array: np.ndarray) -> int:
@@ -128,14 +130,24 @@ class CudaFunction:
         plan = self.program.plan
         slots = plan.arena_bytes(env)
         gemm = any(isinstance(s, Gemm) for s in self.program.steps)
-        arena_bytes = _align(slots) + ERROR_BYTES + (cublaslt.WORKSPACE_BYTES if gemm else 0)
+        plans = self._conv_plans(env)
+        workspace = max([cublaslt.WORKSPACE_BYTES if gemm else 0, *(p.workspace for p in plans.values())])
+        arena_bytes = _align(slots) + ERROR_BYTES + _align(workspace)
         in_bytes = [_nbytes(t, env) for t in self.arg_types]
         out_bytes = [_nbytes(t, env) for t in self.out_types]
         state = ShapeState(env, d.cuMemAlloc(arena_bytes), arena_bytes, [d.cuMemAlloc(n) for n in in_bytes],
                            [d.cuMemAlloc(n) for n in out_bytes], [d.cuMemHostAlloc(n) for n in in_bytes],
                            [d.cuMemHostAlloc(n) for n in out_bytes], in_bytes, out_bytes,
-                           [tuple(evaluate(x, env) for x in t.shape) for t in self.out_types])
+                           [tuple(evaluate(x, env) for x in t.shape) for t in self.out_types], conv_plans=plans)
         return state
+
+    def _conv_plans(self, env: dict) -> dict:
+        """cuDNN's plan of each Conv step at this shape (made before capture: it sizes the workspace)."""
+        if self.dnn is None:
+            return {}
+        plans = {k: self.dnn.plan(s, lambda x: evaluate(x, env)) for k, s in enumerate(self.program.steps)
+                 if isinstance(s, Conv)}
+        return {k: p for k, p in plans.items() if p is not None}
 
     def _capture(self, state: ShapeState) -> None:
         """Record the whole function on the stream into a graph, once: the replays launch it whole."""
@@ -154,9 +166,11 @@ class CudaFunction:
 
     def enqueue(self, state: ShapeState) -> None:
         """Every step of the program on the stream, for the buffers of `state`."""
-        for step in self.program.steps:
+        for k, step in enumerate(self.program.steps):
             if isinstance(step, Launch):
                 self._launch(step, state)
+            elif isinstance(step, Conv):
+                self._conv(k, step, state)
             elif isinstance(step, Gemm):
                 g = cublaslt.gemm_layouts(step, lambda x: evaluate(x, state.env))
                 bias = self.address(step.bias, state) if step.bias is not None else 0
@@ -167,6 +181,18 @@ class CudaFunction:
                 if n:
                     self.driver.cuMemcpyDtoDAsync(self.address(step.dst, state), self.address(step.src, state), n,
                                                   self.stream)
+
+    def _conv(self, k: int, step: Conv, state: ShapeState) -> None:
+        """cuDNN with its plan, then the epilogue it cannot fuse; the direct kernel where there is no plan."""
+        plan = state.conv_plans.get(k)
+        if plan is None:
+            self._launch(step.direct, state)
+            return
+        bias = self.address(step.bias, state) if step.bias is not None else 0
+        self.dnn.forward(plan, self.address(step.x, state), self.address(step.w, state), bias,
+                         self.address(step.y, state), self._workspace(state), self.stream)
+        for launch in step.after:
+            self._launch(launch, state)
 
     def _launch(self, step: Launch, state: ShapeState) -> None:
         work = evaluate(step.kernel.work, state.env)
