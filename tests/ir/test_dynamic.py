@@ -62,3 +62,27 @@ def test_substitute_and_monotonicity():
     assert substitute((u + 1) // 2, {"u": 4}) == 2
     assert grows_with(2 * u - 1, {"u"}) and grows_with(n - 1, {"u"}) and grows_with((u * n) // 2, {"u"})
     assert not grows_with(n - u, {"u"}) and not grows_with(u % 4, {"u"})
+
+
+ESCAPING = """module {
+  func @main(%x: f32[n]) -> (i64[1,u1]) {
+    %0:i64[1,u1] = full {value = 0.0, shape = [1, u1], dtype = i64}
+    %1:i64[1,u1] = while %0 {
+    ^(%2: i64[1,u1]):
+      %3:bool[] = full {value = 1.0, shape = [], dtype = bool}
+      yield %3
+    } {
+    ^(%4: i64[1,u1]):
+      %5:i64[1,u1] = nonzero %x {size = "u1"}
+      yield %5
+    }
+    return %1
+  }
+}
+"""
+
+
+def test_verifier_refuses_a_size_that_leaves_the_region_computing_it():
+    """The loop's results would have a size known only inside one iteration (the interpreter met it unbound)."""
+    with pytest.raises(VerificationError, match="u1, which its region computes from the data"):
+        verify(parse_module(ESCAPING))

@@ -13,6 +13,8 @@ from ...errors import ShapeError
 from ...ir.builder import Builder
 from ...ir.core import Region
 from ...ir.dtypes import DType
+from ...ir.dynamic import defined_sizes
+from ...ir.symbolic import free_symbols
 from ...ir.types import TensorType
 from .context import NeedsValue
 from .fold import has_symbols
@@ -159,8 +161,14 @@ def while_loop(ctx) -> list:
     scratch = Region([i64, bool_] + [v.type for v in init])
     outs = _run_body(ctx, body, Builder(ctx.b.module, ctx.b.function, scratch, ctx.b.loc), scratch.args, grown)
     types = [t.type for t in outs]
+    local = {name for op in scratch.walk() for name in defined_sizes(op)}
+    if any(free_symbols(d) & local for t in types for d in t.shape):
+        # a size the body computes from the data (a Slice by the counter) would leave the loop: unroll it instead
+        raise NeedsValue(f"{ctx.where}: the Loop body gives values whose size it computes from the data", ctx.b.loc)
     if n_rows and ctx.has(0) and ctx.known(0) is None:
         raise ctx.needs_value(0, "the trip count of a Loop with scan outputs")
+    if n_rows and ctx.has(1) and ctx.known(1) is None:  # a small graph input: the model is specialised on it
+        raise ctx.needs_value(1, "the initial condition of a Loop with scan outputs")
     if n_rows and not (ctx.has(0) and (not ctx.has(1) or _always_true(ctx.tensor(1), None))
                        and _always_true(outs[0], scratch.args[1])):
         raise ctx.unsupported("scan outputs of Loop (and sequences it grows) need a trip count known when the model "

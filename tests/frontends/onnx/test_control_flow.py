@@ -105,3 +105,22 @@ def test_scan_running_sum(reverse):
                   opset=16)
     for t in (1, 4):
         check_against_ort(proto, {"init": np.float32([0, 1, 2]), "xs": rand(t, 3, seed=t)})
+
+
+def test_loop_slicing_by_its_counter_into_scan_outputs_is_unrolled():
+    """ONNX's test_loop11: the body's Slice by the counter has a size computed from the data inside one iteration,
+    which cannot leave a `while`; the Loop is unrolled on its trip count and condition (graph inputs it is
+    specialised on), interpreted and compiled."""
+    import warnings
+
+    from onnx.backend.test.case import node
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        case = next(c for c in node.collect_testcases(None) if c.name == "test_loop11")
+    inputs, expected = case.data_sets[0]
+    inputs = [onnx.numpy_helper.to_array(t) if isinstance(t, onnx.TensorProto) else t for t in inputs]
+    loaded = cuvil.load_onnx(case.model)
+    for run in (loaded, loaded.optimize()):
+        for got, want in zip(run(*inputs), expected):
+            np.testing.assert_allclose(got, want, rtol=1e-6)
