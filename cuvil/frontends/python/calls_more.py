@@ -282,8 +282,11 @@ def np_nonzero(cx, a) -> tuple:
 
 
 def argwhere(cx, a) -> TV:
-    """np.argwhere / torch.nonzero: i64[u, rank]."""
-    return E.transpose(cx, nonzero_rows(cx, a), (1, 0))
+    """np.argwhere / torch.nonzero: i64[u, rank] (a 0-d a: [u, 0], one empty position when it is nonzero)."""
+    positions = E.transpose(cx, nonzero_rows(cx, a), (1, 0))
+    if tensor(cx, a).rank:
+        return positions
+    return TV(cx.b.slice(positions.value, starts=(0,), ends=(0,), axes=(1,)))
 
 
 def flatnonzero(cx, a) -> TV:

@@ -208,7 +208,10 @@ def _masked(cx, x, axis: int, mask):
 
 @aten("nonzero", "argwhere")
 def nonzero(cx, x):
-    return cx.b.transpose(cx.b.nonzero(x if x.type.rank else cx.b.reshape(x, shape=(1,))), perm=(1, 0))
+    if not x.type.rank:  # a 0-d tensor: one (empty) position when it is nonzero, [count, 0] as PyTorch gives
+        flat = cx.b.transpose(cx.b.nonzero(cx.b.reshape(x, shape=(1,))), perm=(1, 0))
+        return cx.b.slice(flat, starts=(0,), ends=(0,), axes=(1,))
+    return cx.b.transpose(cx.b.nonzero(x), perm=(1, 0))
 
 
 @aten("masked_select")

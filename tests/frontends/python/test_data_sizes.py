@@ -83,3 +83,16 @@ def torch_unique(x):
 def test_unique(target, sample):
     check(numpy_unique, SAMPLES[sample], target=target)
     check(torch_unique, torch.from_numpy(SAMPLES[sample]), target=target)
+
+
+def argwhere_of(x):
+    return np.argwhere(x)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("value", [0.0, 2.5])
+def test_argwhere_of_a_0d_array_has_no_coordinates(target, value):
+    """NumPy (and torch.nonzero) give [count, 0] for a 0-d array: one empty position when it is nonzero."""
+    x = np.array(value, np.float32)
+    got = cuvil.jit(argwhere_of, target=target)(x)
+    assert got.shape == np.argwhere(x).shape and got.dtype == np.int64

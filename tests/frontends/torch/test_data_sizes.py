@@ -36,3 +36,16 @@ def test_a_size_check_the_bounds_do_not_imply_is_refused():
 
     with pytest.raises(cuvil.UnsupportedError, match="run-time size check"):
         cuvil.compile(fn, (torch.randn(6),))
+
+
+class Positions(torch.nn.Module):
+    def forward(self, x):
+        return torch.nonzero(x), torch.argwhere(x)
+
+
+@pytest.mark.parametrize("value", [0.0, 2.5])
+def test_nonzero_of_a_0d_tensor_has_no_coordinates(value):
+    """OpInfo's nonzero sample: a 0-d tensor gives [count, 0] (the converter once gave [count, 1])."""
+    x = torch.tensor(value)
+    for got, want in zip(cuvil.compile(Positions(), (x,))(x), Positions()(x)):
+        assert got.shape == want.shape and got.dtype == want.dtype
