@@ -126,17 +126,6 @@ __attribute__((target("amx-tile,amx-bf16"))) static void cl_tile_amx(int nv, con
     if (nv > 2) _tile_stored(2, acc->f[0] + 2 * QC_LANES, QC_PIX * 4);
 }
 
-__attribute__((target("amx-tile"))) static int cl_amx_blocks(void *ctx, int64_t lo, int64_t hi)
-{
-    struct lp_tilecfg cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int t = 0; t < 7; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;
-    _tile_loadconfig(&cfg);
-    qc_blocks_run(ctx, lo, hi);
-    _tile_release();
-    return 0;
-}
 #endif
 
 static qc_tile_fn cl_tile_for(int path)
@@ -158,7 +147,7 @@ void cuvil_conv_bf16(const float *x, const void *packed, const float *bias, cons
     int64_t image = g.c * g.h * g.w, out_plane = g.o * g.oh * g.ow;
     int path = cuvil_lowp_path();
 #if LP_HAVE_X86_BF16
-    cuvil_range_fn run = path == LP_AMX ? cl_amx_blocks : qc_blocks_run; /* AMX: a tile config per thread */
+    cuvil_range_fn run = path == LP_AMX ? qc_amx_blocks : qc_blocks_run; /* AMX: conv_int8.c's tile config */
 #else
     cuvil_range_fn run = qc_blocks_run;
 #endif
