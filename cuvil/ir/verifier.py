@@ -58,7 +58,7 @@ class _Verifier:
                     raise self.fail(op, f"defines the size {name}, which an earlier '{definer[name].name}' defines")
                 definer[name] = op
             inner = {name for r in op.regions for nested in r.walk() for name in defined_sizes(nested)}
-            leaving = inner & set().union(*(r.type.free_symbols for r in op.results))
+            leaving = inner and inner & set().union(*(r.type.free_symbols for r in op.results))
             if leaving:
                 raise self.fail(op, f"gives results of the size {', '.join(sorted(leaving))}, which its region "
                                     f"computes from the data: such a size cannot leave the region")
