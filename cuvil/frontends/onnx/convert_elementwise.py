@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 from onnx import TensorProto as T
 
 from ...ir.dtypes import DType
@@ -226,65 +225,37 @@ def bit_cast(ctx):
     return [Tensor(value=ctx.cast(wrap(ctx, ctx.cast(bits, DType.i64), dst), CARRIERS[dst].ir), elem=dst)]
 
 
-# -- bits: shifts and bitwise ops through integer arithmetic --------------------------------------------------
+# -- bits: the IR's bitwise ops, with uint16/32 carried non-negative and uint64's bits carried in i64 --------
 @converter("BitShift")
 def bit_shift(ctx):
-    """x * 2^y or floor(x / 2^y) (floor division shifts arithmetically), in i64 for narrower types. Shifts
-    below 0 or past the width give 0, or the sign for a right shift of a negative value."""
-    elem = ctx.tensor(0).elem
-    width = (CARRIERS[elem].numpy if elem in CARRIERS else ir_dtype(elem).numpy).itemsize * 8
-    x0, y0 = ctx.broadcast(ctx.x(0), ctx.x(1))
-    x, y = (ctx.cast(v, DType.i64) for v in (x0, y0))
-    b, left = ctx.b, ctx.attr("direction") == "LEFT"
-    limit = width if left or not x.type.dtype.is_signed or not x0.type.dtype.is_signed else width - 1
-    out_of_range = b.emit("or", b.lt(y, ctx.scalar_like(0, y)), b.ge(y, ctx.scalar_like(limit, y)))
-    safe = b.where(out_of_range, ctx.scalar_like(0, y), y)
-    factor = b.pow(ctx.scalar_like(2, safe), safe)
-    if left:
-        shifted, fill = b.mul(x, factor), ctx.scalar_like(0, x)
-    else:
-        shifted = b.floordiv(x, factor)
-        fill = b.where(b.lt(x, ctx.scalar_like(0, x)), ctx.scalar_like(-1, x), ctx.scalar_like(0, x))
-    return [ctx.cast(b.where(out_of_range, fill, shifted), x0.type.dtype)]
+    """ONNX shifts unsigned integers only. A left shift wraps back into the narrow type; uint64's right shift
+    in its i64 carrier is made logical by masking off the sign fill (shifts by 64 or more give 0)."""
+    elem, b = ctx.tensor(0).elem, ctx.b
+    x, y = ctx.broadcast(ctx.x(0), ctx.x(1))
+    if ctx.attr("direction") == "LEFT":
+        return [wrap(ctx, b.emit("shift_left", x, y), elem)]
+    shifted = b.emit("shift_right", x, y)
+    if elem != T.UINT64:
+        return [shifted]
+    kept = b.emit("bitwise_not", b.emit("shift_left", ctx.scalar_like(-1, x), b.sub(ctx.scalar_like(64, y), y)))
+    in_range = b.emit("and", b.ge(y, ctx.scalar_like(0, y)), b.lt(y, ctx.scalar_like(64, y)))
+    return [b.where(in_range, b.emit("bitwise_and", shifted, kept), ctx.scalar_like(0, x))]
 
 
-def _bits(ctx, v):
-    """The bits of an integer tensor, low first: floor division is an arithmetic shift, so two's complement
-    bits of negative values come out right."""
-    width = v.type.dtype.itemsize * 8
-    bits = []
-    for k in range(width):
-        if k == width - 1 and v.type.dtype.is_signed:
-            bits.append(ctx.b.lt(v, ctx.scalar_like(0, v)))
-            continue
-        shifted = v if k == 0 else ctx.b.floordiv(v, ctx.scalar_like(2 ** k, v))
-        bits.append(ctx.b.ne(ctx.b.mod(shifted, ctx.scalar_like(2, v)), ctx.scalar_like(0, v)))
-    return bits
-
-
-def _from_bits(ctx, bits, like):
-    dtype = like.type.dtype
-    total = ctx.scalar_like(0, like)
-    for k, bit in enumerate(bits):
-        weight = np.array(1, dtype.numpy) << np.array(k, dtype.numpy)
-        total = ctx.b.add(total, ctx.b.where(bit, ctx.scalar_like(weight, like), ctx.scalar_like(0, like)))
-    return total
-
-
-def _bitwise(logic):
+def _bitwise(op):
     def convert(ctx):
-        x, y = ctx.broadcast(ctx.x(0), ctx.x(1))
-        return [_from_bits(ctx, [ctx.b.emit(logic, p, q) for p, q in zip(_bits(ctx, x), _bits(ctx, y))], x)]
+        return [ctx.b.emit(op, *ctx.broadcast(ctx.x(0), ctx.x(1)))]
     return convert
 
 
-for _onnx, _logic in {"BitwiseAnd": "and", "BitwiseOr": "or", "BitwiseXor": "xor"}.items():
-    converter(_onnx)(_bitwise(_logic))
+for _onnx, _op in {"BitwiseAnd": "bitwise_and", "BitwiseOr": "bitwise_or", "BitwiseXor": "bitwise_xor"}.items():
+    converter(_onnx)(_bitwise(_op))
 
 
 @converter("BitwiseNot")
 def bitwise_not(ctx):
-    x = ctx.x(0)
-    if x.type.dtype.is_signed:
-        return [ctx.b.sub(ctx.b.neg(x), ctx.scalar_like(1, x))]
-    return [ctx.b.sub(ctx.scalar_like(np.iinfo(x.type.dtype.numpy).max, x), x)]
+    """uint16/32 values sit in a wider carrier, where flipping every bit would leave their range."""
+    x, carrier = ctx.x(0), CARRIERS.get(ctx.tensor(0).elem)
+    if carrier is not None and carrier.bits:
+        return [ctx.b.sub(ctx.scalar_like(2 ** carrier.bits - 1, x), x)]
+    return [ctx.b.emit("bitwise_not", x)]

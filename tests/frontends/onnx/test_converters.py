@@ -9,7 +9,7 @@ from onnx.reference import ReferenceEvaluator
 
 import cuvil
 
-from .helpers import F32, check_against_ort, helper, model, rand
+from .helpers import F32, check_against_ort, helper, model, rand, run_ort
 
 N = helper.make_node
 
@@ -61,6 +61,24 @@ def test_bitwise_and_shifts_on_signed_and_unsigned():
     feeds = {"a": np.int32([-7, 12, 2 ** 30, -1]), "b": np.int32([5, -3, 7, 0]),
              "u": np.uint16([1, 40000, 3, 65535]), "s": np.uint16([3, 1, 15, 4])}
     check_against_ort(proto, feeds)
+
+
+def test_uint64_right_shift_is_logical_and_uint32_not_stays_in_range_interpreted_and_compiled():
+    """uint64 is carried in i64 by its bits: its right shift must not fill with the sign. uint32 is carried in
+    i64: its BitwiseNot must stay below 2**32 for the Div that follows it, not only at the model's output."""
+    T = onnx.TensorProto
+    nodes = [N("BitShift", ["u", "s"], ["right"], direction="RIGHT"), N("BitShift", ["u", "s"], ["left"],
+             direction="LEFT"), N("BitwiseNot", ["w"], ["not"]), N("Div", ["not", "two"], ["half"])]
+    outputs = [("right", T.UINT64, None), ("left", T.UINT64, None), ("half", T.UINT32, None)]
+    proto = model(nodes, [("u", T.UINT64, [6]), ("s", T.UINT64, [6]), ("w", T.UINT32, [3])], outputs,
+                  [("two", np.uint32(2))], opset=18)
+    feeds = {"u": np.uint64([2 ** 64 - 1, 2 ** 63 + 5, 12, 2 ** 63, 7, 2 ** 64 - 2]),
+             "s": np.uint64([1, 63, 2, 0, 64, 2 ** 63 + 1]), "w": np.uint32([0, 5, 2 ** 32 - 1])}
+    want = run_ort(proto, feeds)
+    for run in (cuvil.load_onnx(proto), cuvil.load_onnx(proto).optimize()):
+        for got, expected in zip(run(**feeds), want):
+            assert got.dtype == expected.dtype
+            np.testing.assert_array_equal(got, expected)
 
 
 @pytest.mark.parametrize("op,ref", [("Asinh", np.arcsinh), ("Sign", np.sign)])
