@@ -48,6 +48,7 @@ class Result:
     status: str  # pass, fail, skip
     reason: str = ""
     compiled: str = ""  # pass, fail or "" (not run)
+    compiled_reason: str = ""
     seconds: float = 0.0
     specialized: bool = False  # converted per value of small inputs (shape tensors fed as graph inputs)
 
@@ -178,11 +179,12 @@ def run_model(name: str, op: str, source, data: list, rtol: float, atol: float, 
         loaded.append(cuvil.load_onnx(source))
         check(loaded[0])
     status, reason = _outcome(interpret)
-    done = ""
+    done, done_reason = "", ""
     if compiled:
-        done = _outcome(lambda: check(loaded[0].optimize(target="cpu")))[0] if status == "pass" else "fail"
+        done, done_reason = (_outcome(lambda: check(loaded[0].optimize(target="cpu"))) if status == "pass"
+                             else ("fail", "the interpreter failed"))
     specialized = bool(loaded) and hasattr(loaded[0], "value_inputs")
-    return Result(name, op, status, reason, done, time.perf_counter() - start, specialized)
+    return Result(name, op, status, reason, done, done_reason, time.perf_counter() - start, specialized)
 
 
 def light_inputs(model) -> list:
@@ -278,10 +280,13 @@ def main(argv=None) -> int:
         results.append(run_case(case, ops[case.name], args.compiled))
         if results[-1].status == "fail" and args.k:
             print(f"  FAIL {case.name}: {results[-1].reason}")
+        elif results[-1].compiled == "fail" and args.k:
+            print(f"  FAIL compiled {case.name}: {results[-1].compiled_reason}")
         if (i + 1) % 200 == 0:
             print(f"  {i + 1}/{len(picked)}: {summary_line(results)}", flush=True)
     light = [] if args.no_models or args.k else run_light(args.compiled)
-    print(f"node cases: {summary_line(results)}")
+    print(f"node cases: {summary_line(results)}"
+          + (f"; compiled {_count(results, 'compiled')['pass']} of {len(results)}" if args.compiled else ""))
     worst = sorted(collections.Counter(r.op for r in results if r.status == "fail").items(), key=lambda kv: -kv[1])
     print("most failures: " + ", ".join(f"{op} {n}" for op, n in worst[:15]))
     if light:
