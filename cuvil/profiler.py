@@ -72,7 +72,9 @@ def _flops_pool(op, env):
 
 
 FLOPS = {"matmul": _flops_matmul, "conv": _flops_conv, "conv_transpose": _flops_conv_transpose,
-         "conv_nchwc": _flops_conv_nchwc, "max_pool": _flops_pool, "avg_pool": _flops_pool}
+         "conv_nchwc": _flops_conv_nchwc, "max_pool": _flops_pool, "avg_pool": _flops_pool,
+         # reduced precision: x [..., K] against w [N, K], and convolutions with w [O, C, KH, KW]
+         "qlinear_i8": _flops_matmul, "linear_i4": _flops_matmul, "qconv_i8": _flops_conv, "conv_bf16": _flops_conv}
 
 
 def op_flops(op: Op, env: dict) -> int:

@@ -9,6 +9,7 @@ import pytest
 import cuvil
 from cuvil.backends.cpu import codegen
 from cuvil.ir import Builder, Module, TensorType, sym
+from cuvil.ir.dtypes import DType
 
 os.environ.setdefault("CUVIL_OPT_LEVEL", "1")
 HERE = os.path.basename(__file__)
@@ -156,3 +157,23 @@ def test_blocked_conv_counts_the_plain_convs_flops_when_channels_fill_the_blocks
     blocked = b.conv_nchwc(to_blocked(b, x, 16), b.constant(np.ones((1, 2, 3, 3, 16, 16), np.float32), "wb"),
                            b.constant(np.zeros((1, 16), np.float32), "bb"), pads=(1, 1, 1, 1), channels=16)
     assert op_flops(blocked.owner, {"n": 2}) == op_flops(plain.owner, {"n": 2}) == 2 * 2 * 16 * 81 * 32 * 9
+
+
+def test_reduced_precision_ops_count_the_flops_of_their_fp32_forms():
+    """Int8 and bf16 kernels were reported at ~0 GFLOP/s: the profiler counted one operation per output."""
+    from cuvil.profiler import op_flops
+
+    b = Builder.new_function(Module(), "main", [TensorType("f32", (sym("n"), 32, 9, 9)),
+                                                TensorType("f32", (sym("n"), 64))], ["x", "v"])
+    x, v = b.args
+    w = b.constant(np.ones((16, 32, 3, 3), np.float32), "w")
+    plain = b.conv(x, w, b.constant(np.zeros(16, np.float32), "b"), pads=(1, 1, 1, 1))
+    qconv = b.emit("qconv_i8", x, b.constant(np.ones((16, 32, 3, 3), np.int8), "wq"),
+                   b.constant(np.ones(16, np.float32), "ws"), pads=(1, 1, 1, 1))
+    bf16 = b.emit("conv_bf16", x, b.constant(np.ones((16, 32, 3, 3), DType.bf16.numpy), "wh"), pads=(1, 1, 1, 1))
+    qlinear = b.emit("qlinear_i8", v, b.constant(np.ones((8, 64), np.int8), "lq"), b.constant(np.ones(8, np.float32),
+                                                                                                "ls"))
+    env = {"n": 2}
+    assert op_flops(qconv.owner, env) == op_flops(plain.owner, env) == 2 * 2 * 16 * 81 * 32 * 9
+    assert op_flops(bf16.owner, env) == op_flops(plain.owner, env)
+    assert op_flops(qlinear.owner, env) == 2 * 2 * 8 * 64
