@@ -13,6 +13,7 @@ vectorises a step across lanes (gathers on AVX-512 and AVX2). Per row the trees'
 from __future__ import annotations
 
 from ...errors import UnsupportedError
+from ...ir.dtypes import DType
 from .c_exprs import STORAGE
 from .library_util import c_dim
 
@@ -56,14 +57,16 @@ static void {pack}(int64_t n, int64_t leaves, int64_t features, const int64_t *r
 static inline void {walk}(const {node} *restrict table, const {x} *restrict x, const int32_t *restrict off,
                           int32_t *restrict j, int64_t depth)
 {{
+    /* the fields through flat arrays, which the vectoriser gathers from (it gives up on struct members) */
+    const uint32_t *restrict words = (const uint32_t *)table;
+    const {x} *restrict thresholds = (const {x} *)table;
     for (int64_t d = 0; d < depth; d++) {{
         #pragma omp simd
         for (int l = 0; l < {lanes}; l++) {{
-            const {node} nd = table[j[l]];
-            const {x} v = x[off[l] + (int32_t)(nd.code >> 3)];
-            const uint32_t go = ((v < nd.threshold) & nd.code) | ((v == nd.threshold) & (nd.code >> 1)) |
-                                ((v != v) & (nd.code >> 2));
-            j[l] = nd.next[go & 1];
+            const uint32_t code = words[{words} * j[l] + {code_at}];
+            const {x} v = x[off[l] + (int32_t)(code >> 3)], th = thresholds[{th_stride} * j[l]];
+            const uint32_t go = ((v < th) & code) | ((v == th) & (code >> 1)) | ((v != v) & (code >> 2));
+            j[l] = (int32_t)words[{words} * j[l] + {code_at} + 1 + (go & 1)];
         }}
     }}
 }}
@@ -163,7 +166,9 @@ def _tree_ensemble(gen, op, depth: int) -> None:
     xt, wt = STORAGE[x.type.dtype], STORAGE[weights.type.dtype]
     name = f"cuvil_tree_ensemble_{x.type.dtype.value}_{weights.type.dtype.value}"
     parts = {p: f"{name}_{p}" for p in ("node", "entry", "pack", "walk", "root", "add", "rows")}
-    fields = dict(name=name, x=xt, w=wt, block=ROW_BLOCK, lanes=LANES, max_features=MAX_FEATURES, **parts)
+    wide = x.type.dtype is DType.f64  # a node of 24 bytes: (f64, u32, i32, i32)
+    fields = dict(name=name, x=xt, w=wt, block=ROW_BLOCK, lanes=LANES, max_features=MAX_FEATURES, words=6 if wide else 4,
+                  code_at=2 if wide else 1, th_stride=3 if wide else 4, **parts)
     gen.helpers[f"{name}_parts"] = _KERNEL.format(**fields)
     gen.helpers[name] = _ENTRY.format(**fields)
     table = _table(gen, op, name, depth)
