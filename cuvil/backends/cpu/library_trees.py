@@ -19,7 +19,8 @@ from .library_util import c_dim
 
 ROW_BLOCK = 64
 LANES = 16  # walks side by side: independent load chains, one vector of int32 node indices
-MAX_FEATURES = 1 << 24  # a lane's offset (lane * features + feature) stays an int32
+MAX_FEATURES = 1 << 24  # rows walk as lanes below it: a lane's offset (lane * features + feature) stays an int32
+FEATURE_LIMIT = 1 << 29  # a packed node holds its feature in 29 bits
 MAX_ENTRIES = 1 << 30  # packed node indices are int32
 
 _KERNEL = """typedef struct {{ {x} threshold; uint32_t code; int32_t next[2]; }} {node};
@@ -90,8 +91,8 @@ static inline void {add}(const {w} *restrict weights, int64_t n, int32_t j, int6
 
 /* Rows [r0, r1): {lanes} rows side by side through each tree, a row left over through {lanes} trees at a time. */
 static void {rows}(int64_t r0, int64_t r1, int64_t features, int64_t trees, int64_t targets, int64_t n,
-                   int64_t last, int64_t cap, const {x} *restrict x, const {node} *restrict table, const int64_t *restrict roots,
-                   const {w} *restrict weights, {w} *restrict y)
+                   int64_t last, int64_t cap, const {x} *restrict x, const {node} *restrict table,
+                   const int64_t *restrict roots, const {w} *restrict weights, {w} *restrict y)
 {{
     int32_t off[{lanes}], j[{lanes}];
     int64_t depth, most;
@@ -122,13 +123,13 @@ static void {rows}(int64_t r0, int64_t r1, int64_t features, int64_t trees, int6
 """
 
 # its own helper, starting at its signature, so that its loop over row blocks runs on Cuvil's pool (pooled_helper)
-_ENTRY = """static void {name}(int64_t rows, int64_t features, int64_t trees, int64_t targets, int64_t n, int64_t leaves,
-                   const {x} *restrict x, const {node} *restrict table, const int64_t *restrict roots,
+_ENTRY = """static void {name}(int64_t rows, int64_t features, int64_t trees, int64_t targets, int64_t n,
+                   int64_t leaves, const {x} *restrict x, const {node} *restrict table, const int64_t *restrict roots,
                    const {w} *restrict weights, {w} *restrict y)
 {{
     /* tree_ensemble: per row, the sum over trees of the weights of the leaf reached (table: {pack}) */
     const int64_t blocks = (rows + {block} - 1) / {block}, last = n + leaves - 1, cap = features > 0 ? n : 0;
-    if (leaves == 0) trees = 0;  /* no walk can end in a leaf */
+    if (leaves == 0 || n + leaves > {max_entries}) trees = 0;  /* no walk can end in a leaf; or int32 indices wrap */
     #pragma omp parallel for if((rows * trees * 16) >= 4096) num_threads(cuvil_get_num_threads()) schedule(static)
     for (int64_t b = 0; b < blocks; b++) {{
         const int64_t r0 = b * {block}, r1 = r0 + {block} < rows ? r0 + {block} : rows;
@@ -161,14 +162,15 @@ def _tree_ensemble(gen, op, depth: int) -> None:
     x, nodes, _, roots, weights = op.operands
     y = op.results[0]
     features = x.type.shape[1]
-    if isinstance(features, int) and features >= MAX_FEATURES:
-        raise UnsupportedError(f"tree_ensemble at {op.loc}: x has {features} features, over {MAX_FEATURES - 1}")
+    if isinstance(features, int) and features > FEATURE_LIMIT:
+        raise UnsupportedError(f"tree_ensemble at {op.loc}: x has {features} features, over {FEATURE_LIMIT}")
     xt, wt = STORAGE[x.type.dtype], STORAGE[weights.type.dtype]
     name = f"cuvil_tree_ensemble_{x.type.dtype.value}_{weights.type.dtype.value}"
     parts = {p: f"{name}_{p}" for p in ("node", "entry", "pack", "walk", "root", "add", "rows")}
     wide = x.type.dtype is DType.f64  # a node of 24 bytes: (f64, u32, i32, i32)
-    fields = dict(name=name, x=xt, w=wt, block=ROW_BLOCK, lanes=LANES, max_features=MAX_FEATURES, words=6 if wide else 4,
-                  code_at=2 if wide else 1, th_stride=3 if wide else 4, **parts)
+    fields = dict(name=name, x=xt, w=wt, block=ROW_BLOCK, lanes=LANES, max_features=MAX_FEATURES,
+                  max_entries=MAX_ENTRIES, words=6 if wide else 4, code_at=2 if wide else 1,
+                  th_stride=3 if wide else 4, **parts)
     gen.helpers[f"{name}_parts"] = _KERNEL.format(**fields)
     gen.helpers[name] = _ENTRY.format(**fields)
     table = _table(gen, op, name, depth)
