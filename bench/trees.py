@@ -1,14 +1,15 @@
-"""Tree ensembles against ONNX Runtime: `python -m bench.trees [--trees 100] [--depth 8] [--rounds 30]`.
+"""Tree ensembles against ONNX Runtime: `python -m bench.trees [--trees 100] [--depth 8] [--rounds 30] [--threads 1,2]`.
 
-A scikit-learn random forest regressor and gradient-boosting classifier (100 trees by default) converted by
-skl2onnx, compiled by Cuvil and run by ONNX Runtime (every optimisation, `CUVIL_NUM_THREADS` or 1 thread each),
-at batch 1 and 1,000, interleaved round by round in one process after checking that the outputs agree. Prints
-each median and Cuvil's latency as a multiple of ONNX Runtime's (below 1.0 is faster).
+scikit-learn random forests and gradient boosting, regressor and classifier (100 trees by default: a 3-class
+gradient-boosting classifier has a third of the estimators, one tree per class each), converted by skl2onnx, compiled
+by Cuvil and run by ONNX Runtime (every optimisation, the same thread count each), at batch 1 and 1,000, interleaved
+round by round in one process after checking that the outputs agree. Prints each median and Cuvil's latency as a
+multiple of ONNX Runtime's (below 1.0 is faster), through the model's call and through its compiled executable
+alone (`exe`: without the ONNX wrapper's per-call input checks).
 """
 from __future__ import annotations
 
 import argparse
-import os
 import time
 import warnings
 
@@ -22,11 +23,15 @@ def models(trees: int, depth: int) -> dict:
     """name -> ModelProto of the fitted estimators (probabilities as a tensor, no ZipMap)."""
     from skl2onnx import to_onnx
     from sklearn.datasets import make_classification
-    from sklearn.ensemble import GradientBoostingClassifier, RandomForestRegressor
+    from sklearn.ensemble import (GradientBoostingClassifier, GradientBoostingRegressor, RandomForestClassifier,
+                                  RandomForestRegressor)
 
     x, y = make_classification(2000, FEATURES, n_informative=10, n_classes=3, random_state=0)
     x = x.astype(np.float32)
     estimators = {"random forest regressor": RandomForestRegressor(trees, max_depth=depth, random_state=0),
+                  "random forest classifier": RandomForestClassifier(trees, max_depth=depth, random_state=0),
+                  "gradient boosting regressor": GradientBoostingRegressor(n_estimators=trees, max_depth=depth // 2,
+                                                                           random_state=0),
                   "gradient boosting classifier": GradientBoostingClassifier(n_estimators=trees // 3 or 1,
                                                                              max_depth=depth // 2, random_state=0)}
     out = {}
@@ -49,7 +54,9 @@ def runners(proto, threads: int, x: np.ndarray) -> dict:
     session = ort.InferenceSession(proto.SerializeToString(), so, providers=["CPUExecutionProvider"])
     name = session.get_inputs()[0].name
     compiled = cuvil.load_onnx(proto).optimize()
-    out = {"cuvil": lambda: compiled(x), "onnxruntime": lambda: session.run(None, {name: x})}
+    exe = compiled.executable
+    exe.set_num_threads(threads)
+    out = {"cuvil": lambda: compiled(x), "exe": lambda: exe(x), "onnxruntime": lambda: session.run(None, {name: x})}
     got, want = out["cuvil"](), out["onnxruntime"]()
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
@@ -80,17 +87,19 @@ def main() -> None:
     parser.add_argument("--trees", type=int, default=100)
     parser.add_argument("--depth", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--threads", default="1,2", help="comma-separated thread counts")
     args = parser.parse_args()
-    threads = int(os.environ.get("CUVIL_NUM_THREADS", "1"))
-    os.environ["CUVIL_NUM_THREADS"] = str(threads)
     rng = np.random.default_rng(0)
-    print(f"{args.trees} trees, depth {args.depth}, {FEATURES} features, {threads} thread(s)")
+    print(f"{args.trees} trees, depth {args.depth}, {FEATURES} features")
     for name, proto in models(args.trees, args.depth).items():
-        for batch in BATCHES:
-            x = rng.standard_normal((batch, FEATURES)).astype(np.float32)
-            med = interleaved(runners(proto, threads, x), args.rounds)
-            print(f"{name:30s} batch {batch:5d}: cuvil {med['cuvil']:.4f} ms, onnxruntime {med['onnxruntime']:.4f} ms,"
-                  f" ratio {med['cuvil'] / med['onnxruntime']:.2f}x")
+        for threads in map(int, args.threads.split(",")):
+            for batch in BATCHES:
+                x = rng.standard_normal((batch, FEATURES)).astype(np.float32)
+                med = interleaved(runners(proto, threads, x), args.rounds)
+                ort = med["onnxruntime"]
+                print(f"{name:30s} {threads} thread(s) batch {batch:5d}: cuvil {med['cuvil']:.4f} ms "
+                      f"(exe {med['exe']:.4f}), onnxruntime {ort:.4f} ms, ratio {med['cuvil'] / ort:.2f}x "
+                      f"(exe {med['exe'] / ort:.2f}x)")
 
 
 if __name__ == "__main__":

@@ -109,6 +109,12 @@ class Forest:
         return depth
 
 
+def node_kind(mode: int, missing_true) -> int:
+    """The `tree_ensemble` kind of an ONNX node: its comparison, and where NaN goes. BRANCH_NEQ sends NaN true
+    whatever its missing-value track says (NaN != t holds), as ONNX Runtime and ONNX's reference do."""
+    return mode | (MISSING_TRUE if missing_true or MODES[mode] == "BRANCH_NEQ" else 0)
+
+
 def _features(ctx, x) -> int:
     f = x.type.shape[-1] if x.type.rank == 2 else None
     if not isinstance(f, int):
@@ -131,7 +137,7 @@ def _legacy_forest(ctx, x, prefix: str, n_targets: int, dtype: np.dtype):
         if mode == "LEAF":
             forest.add_leaf((t, nid))
         elif mode in MODES:
-            kind = MODES.index(mode) | (MISSING_TRUE if lists["nodes_missing_value_tracks_true"][i] else 0)
+            kind = node_kind(MODES.index(mode), lists["nodes_missing_value_tracks_true"][i])
             forest.add_node((t, nid), lists["nodes_featureids"][i], values[i], kind)
         else:
             raise ctx.unsupported(f"node mode {mode} is not supported ({', '.join(MODES)} and LEAF are)")
@@ -253,14 +259,15 @@ def tree_ensemble(ctx):
     missing = a["nodes_missing_value_tracks_true"]
     members = _member_sets(ctx, a)
     for i, (feature, mode) in enumerate(zip(a["nodes_featureids"], a["nodes_modes"])):
-        flag = MISSING_TRUE if i < len(missing) and missing[i] else 0
+        tracks = i < len(missing) and missing[i]
+        flag = MISSING_TRUE if tracks else 0
         if mode == _MEMBER:  # x in {v0, v1, ...}: a chain of BRANCH_EQ nodes that share the true successor
             chain = members[i] or [np.nan]
             for m, value in enumerate(chain):
                 forest.add_node(i if m == 0 else ("member", i, m), int(feature), value,
                                 MODES.index("BRANCH_EQ") | (flag if m == 0 else 0))
         elif mode < len(MODES):
-            forest.add_node(i, int(feature), float(a["nodes_splits"][i]), int(mode) | flag)
+            forest.add_node(i, int(feature), float(a["nodes_splits"][i]), node_kind(int(mode), tracks))
         else:
             raise ctx.unsupported(f"node {i} has the unknown mode {mode}")
     for k in range(len(a["leaf_weights"])):

@@ -110,6 +110,31 @@ def tree_programs() -> list:
     return programs([TensorType("f32", (sym("n"), 3))], make)
 
 
+def bad_tree_programs() -> list:
+    """Node tables as inputs (packed by each call into scratch), f32 and f64: any values they hold must walk inside
+    x, the table and the weights (features, successors and roots out of range are clamped, depths capped)."""
+    def make(b):
+        x, nodes, thresholds, roots, weights = b.args
+        return [b.tree_ensemble(x, nodes, thresholds, roots, weights)]
+    return [(np.dtype(dt.replace("f", "float")), m) for dt in ("f32", "f64") for m in programs(
+        [TensorType(dt, (sym("n"), 3)), TensorType("i64", (sym("k"), 4)), TensorType(dt, (sym("k"),)),
+         TensorType("i64", (sym("t"), 2)), TensorType("f32", (sym("l"), 2))], make)]
+
+
+def run_bad_trees(rng) -> None:
+    big = 2 ** 62
+    for dt, m in bad_tree_programs():
+        exe = compile_module(m)
+        for n, k, t, leaves in [(0, 3, 2, 4), (1, 3, 20, 4), (37, 5, 3, 1), (70, 0, 2, 3), (5, 4, 2, 0)]:
+            x = rng.standard_normal((n, 3)).astype(dt)
+            x[::3] = np.nan
+            nodes = rng.integers(-9, 9, (k, 4))
+            nodes[::2] = [big, -big, big, -1]
+            roots = np.stack([rng.integers(-9, 9, t), rng.integers(-3, 9, t)], axis=1)
+            roots[::3] = [-big, big]
+            exe(x, nodes, rng.standard_normal(k).astype(dt), roots, np.ones((leaves, 2), np.float32))
+
+
 def check(exe, m: Module, inputs) -> None:
     for g, w in zip(exe(*inputs), interpret(m, inputs)):
         np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=1e-2, atol=1e-2)
@@ -156,6 +181,7 @@ def main() -> int:
             x = rng.standard_normal((n, 3)).astype(np.float32)
             x[::5] = np.nan
             check(exe, m, [x])
+    run_bad_trees(rng)
     print("library asan programs ok")
     return 0
 

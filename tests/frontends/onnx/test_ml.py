@@ -217,3 +217,86 @@ def test_a_cycle_is_refused_not_walked_forever():
         leaf_targetids=[0], leaf_weights=numpy_helper.from_array(np.float32([1])))
     with pytest.raises(cuvil.ShapeError, match="do not form trees"):
         cuvil.load_onnx(_ml_model(node, opset_ml=5))
+
+
+@pytest.mark.parametrize("rows", [1, 15, 16, 17, 64, 65, 130])
+def test_forest_at_every_lane_split(rows):
+    """Row counts around the kernel's 16-row lanes and 64-row blocks (the rows left over walk 16 trees at a time):
+    a forest of 21 trees, so the last group of trees is partial, with NaN inputs routed by sklearn's own NaN support."""
+    x, y = _data(3, n=200)
+    x[::9, 2] = np.nan
+    est = ensemble.RandomForestClassifier(21, max_depth=6, random_state=0).fit(x, y)
+    xt = x[:rows].copy()
+    xt[::4, 0] = np.nan
+    _check(_to_onnx(est, x, zipmap=False), xt)
+
+
+@pytest.mark.parametrize("trees,features", [(1, 1), (1, 6), (3, 1)])
+def test_one_tree_and_one_feature(trees, features):
+    x, y = _data(n=150, features=features)
+    est = ensemble.GradientBoostingRegressor(n_estimators=trees, max_depth=3).fit(x, y)
+    _check(_to_onnx(est, x), x, rtol=1e-4, atol=1e-3)
+
+
+def test_deep_unbalanced_trees():
+    """Unlimited depth on noisy data: trees of very different depths, many steps past a shallow tree's leaves."""
+    x, y = _data(n=400, features=4)
+    y = y + RNG.standard_normal(len(y)) * 50
+    est = ensemble.RandomForestRegressor(5, random_state=0).fit(x, y)
+    assert max(t.get_depth() for t in est.estimators_) >= 12
+    _check(_to_onnx(est, x), x, rtol=1e-4, atol=1e-3)
+
+
+def test_f64_chain_of_ml_opset_5():
+    """Double thresholds and inputs (24-byte packed nodes): a TreeEnsemble chain of 40 nodes, NaN going true at odd
+    ones, against ONNX's reference (skl2onnx's double trees do not pass ONNX's own type check)."""
+    from onnx import TensorProto, helper, numpy_helper
+    depth = 40
+    node = helper.make_node(
+        "TreeEnsemble", ["x"], ["y"], domain="ai.onnx.ml", n_targets=1, aggregate_function=1, tree_roots=[0],
+        nodes_featureids=[0] * depth, nodes_splits=numpy_helper.from_array(np.arange(depth) / 3.0),
+        nodes_modes=numpy_helper.from_array(np.uint8([i % 4 for i in range(depth)])),
+        nodes_truenodeids=list(range(depth)), nodes_trueleafs=[1] * depth,
+        nodes_falsenodeids=list(range(1, depth)) + [depth], nodes_falseleafs=[0] * (depth - 1) + [1],
+        nodes_missing_value_tracks_true=[i % 2 for i in range(depth)], leaf_targetids=[0] * (depth + 1),
+        leaf_weights=numpy_helper.from_array(np.arange(depth + 1, dtype=np.float64) ** 1.5))
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [None, 1])],
+                              [helper.make_tensor_value_info("y", TensorProto.DOUBLE, None)])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("ai.onnx.ml", 5), helper.make_opsetid("", 21)],
+                              ir_version=10)
+    x = np.concatenate([np.arange(-1, 14, 0.25) + 1e-9, [np.nan]]).reshape(-1, 1)
+    _check_reference(proto, x)
+
+
+def _chain(depth: int, mode: str):
+    """One tree of `depth` nodes in a chain: node i sends x0 `mode` i to leaf i, else on to node i + 1."""
+    from onnx import helper
+    n = 2 * depth + 1
+    interior = list(range(depth))
+    return helper.make_node(
+        "TreeEnsembleRegressor", ["x"], ["y"], domain="ai.onnx.ml", n_targets=1,
+        nodes_treeids=[0] * n, nodes_nodeids=list(range(n)), nodes_featureids=[0] * n,
+        nodes_modes=[mode] * depth + ["LEAF"] * (depth + 1), nodes_values=[float(i) for i in interior] + [0.0] * (
+            depth + 1), nodes_truenodeids=[depth + i for i in interior] + [0] * (depth + 1),
+        nodes_falsenodeids=[i + 1 for i in interior[:-1]] + [n - 1] + [0] * (depth + 1),
+        nodes_missing_value_tracks_true=[i % 2 for i in interior] + [0] * (depth + 1),
+        target_treeids=[0] * (depth + 1), target_nodeids=list(range(depth, n)), target_ids=[0] * (depth + 1),
+        target_weights=[float(k) for k in range(depth + 1)])
+
+
+@pytest.mark.parametrize("mode", ["BRANCH_LEQ", "BRANCH_GT", "BRANCH_NEQ"])
+def test_a_chain_of_60_nodes(mode):
+    x = np.concatenate([np.arange(-2, 62, 0.5), [np.nan, np.inf, -np.inf]]).astype(np.float32).reshape(-1, 1)
+    _check(_ml_model(_chain(60, mode), x_shape=(None, 1)), x)
+
+
+@pytest.mark.parametrize("threshold", [np.nan, np.inf, -np.inf])
+def test_every_comparison_with_extreme_thresholds(threshold):
+    """A NaN threshold fails every comparison but NEQ; infinite ones compare as numbers (the packed kernel swaps the
+    successors of GT, GTE and NEQ, which must not change that)."""
+    x = RNG.standard_normal((60, 3)).astype(np.float32)
+    x[::7, 0] = np.nan
+    x[::5, 1] = np.inf
+    x[::6, 2] = -np.inf
+    values = [threshold if v else 0 for v in [1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 0, 0]]
+    _check_reference(_ml_model(_mixed_regressor(nodes_values=values)), x)
