@@ -3,6 +3,7 @@ default pass pipeline on a copy of the module and returns a callable with the sa
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -31,9 +32,14 @@ class TensorSpec:
     def ir_dtype(self) -> DType:
         return ir_dtype(self.elem)
 
-    @property
+    @cached_property
     def dtype(self) -> np.dtype:
         return CARRIERS[self.elem].numpy if self.elem in CARRIERS else self.ir_dtype.numpy
+
+    @cached_property
+    def static_dims(self) -> tuple:
+        """(axis, size) of the dims that are numbers: what a call's arrays must match exactly."""
+        return tuple((axis, d) for axis, d in enumerate(self.shape) if not isinstance(d, SymExpr))
 
     def __str__(self) -> str:
         if self.elem not in CARRIERS and self.elem not in IR_DTYPES:
@@ -87,7 +93,8 @@ class OnnxModel:
         return remember(self._sized, tuple(a.shape for a in arrays), self.for_sizes)._run(arrays)
 
     def _outputs(self, arrays) -> list:
-        flat = [from_carrier(np.asarray(o), s.elem) for o, s in zip(arrays, self.outputs)]
+        flat = ([np.asarray(o) for o in arrays] if not any(s.elem in CARRIERS for s in self.outputs) else
+                [from_carrier(np.asarray(o), s.elem) for o, s in zip(arrays, self.outputs)])
         return flat if self.layout is None else regroup(self.layout, flat)
 
     def optimize(self, target: str = "cpu", precision: str = "fp32", enable_fuse: bool = True,
@@ -124,6 +131,8 @@ def bind_inputs(specs: list, args: tuple, kwargs: dict) -> list:
 
 def given_inputs(specs: list, args: tuple, kwargs: dict) -> list:
     """The call's values in input order, as given (positionally or by name), each input exactly once."""
+    if not kwargs and len(args) == len(specs):
+        return list(args)
     if len(args) > len(specs):
         raise ShapeError(f"the model takes {len(specs)} inputs, got {len(args)} positional arrays")
     given = dict(zip((s.name for s in specs), args))
@@ -140,13 +149,13 @@ def given_inputs(specs: list, args: tuple, kwargs: dict) -> list:
 
 
 def _check_input(spec: TensorSpec, x) -> np.ndarray:
-    arr = input_array(spec.name, x, spec.dtype)
+    arr = x if type(x) is np.ndarray and x.dtype == spec.dtype else input_array(spec.name, x, spec.dtype)
     if arr.dtype != spec.dtype:
         raise ShapeError(f"input {spec.name!r} must have element type {spec.dtype}, got {arr.dtype}")
     if arr.ndim != len(spec.shape):
         raise ShapeError(f"input {spec.name!r} must have rank {len(spec.shape)} ({spec}), got shape {arr.shape}")
-    for axis, (d, n) in enumerate(zip(spec.shape, arr.shape)):
-        if not isinstance(d, SymExpr) and d != n:
+    for axis, d in spec.static_dims:
+        if d != arr.shape[axis]:
             raise ShapeError(f"input {spec.name!r} must have size {d} in dim {axis} ({spec}), got shape {arr.shape}")
     return to_carrier(arr, spec.elem) if spec.elem in CARRIERS else arr
 
