@@ -4,7 +4,6 @@ the IR level, through compiled modules against PyTorch fp32 and the interpreter,
 import numpy as np
 import pytest
 
-from cuvil.backends.cpu import kernels_int8 as k8
 from cuvil.compiler import compile_module
 from cuvil.errors import CuvilError
 from cuvil.interpreter import interpret
