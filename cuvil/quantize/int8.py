@@ -218,9 +218,13 @@ def quantize_weight_int4(w: np.ndarray, group: int) -> tuple:
 
 # -- rewriting ---------------------------------------------------------------------------------------------
 def _emit(module: Module, fn: Function, layer: Layer, name: str, operands: list, consts: list, attrs: dict,
-          tail: tuple = ()) -> Value:
-    """Build `name` from the layer's x, new constants and `tail` just where `layer.last` was, and use it instead."""
+          tail: tuple = (), pad_k: int = 0) -> Value:
+    """Build `name` from the layer's x (its last axis padded with `pad_k` zeros), new constants and `tail` just where
+    `layer.last` was, and use it instead."""
     b = Builder(module, fn, Region(), layer.root.loc)
+    if pad_k:
+        rank = operands[0].type.rank
+        operands = [b.pad(operands[0], pads=(0,) * (2 * rank - 1) + (pad_k,)), *operands[1:]]
     values = [b.constant(c, name) for c in consts]
     result = b.emit(name, *operands, *values, *tail, **attrs)
     replace_op(fn, layer.last, b.region.ops, [result])
@@ -228,13 +232,16 @@ def _emit(module: Module, fn: Function, layer: Layer, name: str, operands: list,
 
 
 def _rewrite_int4(module: Module, fn: Function, layer: Layer, group_size: int) -> None:
+    """K not a multiple of 32: the weight gets zero rows and x zero columns up to one (zeros quantize to exactly the
+    group's zero point, so the padding adds nothing)."""
     k = layer.weight.shape[0]
-    group = next((g for g in sorted(INT4_GROUPS, reverse=True) if g <= group_size and k % g == 0), None)
-    if group is None:
-        return  # K not a multiple of 32: the layer stays fp32
-    packed, scale, zero = quantize_weight_int4(np.ascontiguousarray(layer.weight.T), group)
+    kp = -(-k // 32) * 32
+    group = next(g for g in sorted(INT4_GROUPS, reverse=True) if g <= group_size and kp % g == 0)
+    w = np.pad(layer.weight, ((0, kp - k), (0, 0))) if kp != k else layer.weight
+    packed, scale, zero = quantize_weight_int4(np.ascontiguousarray(w.T), group)
     consts = [packed, scale, zero] + ([layer.bias.astype(np.float32)] if layer.bias is not None else [])
-    _emit(module, fn, layer, "linear_i4", [layer.x], consts, {"group": group, "act": layer.act})
+    _emit(module, fn, layer, "linear_i4", [layer.root.operands[0]], consts, {"group": group, "act": layer.act},
+          pad_k=kp - k)
 
 
 def _quantize_int8(module: Module, fn: Function, dataset, method: str, max_samples: int, run) -> None:
