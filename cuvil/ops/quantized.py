@@ -77,13 +77,16 @@ def activate(y: np.ndarray, act: str) -> np.ndarray:
     return np.tanh(y) if act == "tanh" else y
 
 
-def _epilogue(acc, za, sa, w_scale, bias, attrs, col_axis=-1):
-    """act((acc - za * colsum) * sa * w_scale + bias), then f32 or requantised u8 (acc already has za removed)."""
+def _epilogue(acc, za, sa, w_scale, bias, attrs, col_axis=-1, residual=None):
+    """act((acc - za * colsum) * sa * w_scale + bias + residual), then f32 or requantised u8 (acc already has za
+    removed)."""
     shape = [1] * acc.ndim
     shape[col_axis] = -1
     y = acc.astype(np.float32) * (np.float32(sa) * w_scale.reshape(shape)).astype(np.float32)
     if bias is not None:
         y = y + bias.reshape(shape)
+    if residual is not None:
+        y = y + dequantized_residual(residual, attrs)
     y = activate(y.astype(np.float32), attrs["act"]).astype(np.float32)
     if attrs["out_scale"] > 0:
         v = np.rint(y / np.float32(attrs["out_scale"])) + attrs["out_zero"]
@@ -124,21 +127,47 @@ register_op("qlinear_i8", operands=(3, 4), attrs=dict(_EPILOGUE), shape=_qlinear
 
 
 # -- qconv_i8 ----------------------------------------------------------------------------------------------
-_CONV = {"strides": Attr("ints", ()), "dilations": Attr("ints", ()), "pads": Attr("ints", ())}
+# `residual`: the last operand is added before the activation (a ResNet block's skip): f32, or u8 when res_scale > 0
+# (dequantised as (r - res_zero) * res_scale), so a block's output can stay uint8 from block to block.
+_CONV = {"strides": Attr("ints", ()), "dilations": Attr("ints", ()), "pads": Attr("ints", ()),
+         "residual": Attr("bool", False), "res_scale": Attr("float", 0.0), "res_zero": Attr("int", 0)}
+
+
+def dequantized_residual(r: np.ndarray, attrs) -> np.ndarray:
+    """A qconv_i8 residual operand in f32, as the kernel adds it."""
+    if attrs.get("res_scale", 0.0) > 0:
+        return (r.astype(np.int32) - attrs.get("res_zero", 0)).astype(np.float32) * np.float32(attrs["res_scale"])
+    return r
 
 
 def _qconv_shape(ctx, types, attrs):
+    if attrs["residual"]:
+        types, res = types[:-1], types[-1]
     _check(ctx, "qconv_i8", types, DType.i8, x_rank=4)
     _check_epilogue(ctx, "qconv_i8", attrs)
     x, w = types[:2]
     if w.rank != 4 or types[2].shape != (w.shape[0],):
         raise ctx.error(f"'qconv_i8' takes w [O, C, KH, KW] and w_scale [O], got {w} and {types[2]}")
     ctx.require_equal(x.shape[1], w.shape[1], f"'qconv_i8' input channels of {x} and {w}")
-    return [TensorType(_out_dtype(attrs), (x.shape[0], w.shape[0], *_spatial_out(ctx, "qconv_i8", x, w.shape[2:],
-                                                                                  attrs)))]
+    out = TensorType(_out_dtype(attrs), (x.shape[0], w.shape[0], *_spatial_out(ctx, "qconv_i8", x, w.shape[2:],
+                                                                               attrs)))
+    if attrs["residual"]:
+        _check_residual(ctx, res, out, attrs)
+    return [out]
+
+
+def _check_residual(ctx, res, out, attrs):
+    want = DType.u8 if attrs["res_scale"] > 0 else DType.f32
+    if res.dtype is not want or res.rank != 4 or not (0 <= attrs["res_zero"] <= 255) or attrs["res_scale"] < 0:
+        raise ctx.error(f"'qconv_i8' residual must be {want} (u8 when res_scale > 0, zero point 0..255) with the "
+                        f"output's shape, got {res} with res_scale {attrs['res_scale']}, res_zero {attrs['res_zero']}")
+    for i, (a, b) in enumerate(zip(res.shape, out.shape)):
+        ctx.require_equal(a, b, f"'qconv_i8' residual {res} dimension {i} against the output {out}")
 
 
 def _ref_qconv(xs, attrs):
+    residual = xs[-1] if attrs.get("residual") else None
+    xs = xs[:-1] if residual is not None else xs
     x, w, w_scale = xs[:3]
     q, sa, za = _activations(x, attrs, axis=(1, 2, 3))
     za = np.asarray(za).reshape(-1, 1, 1, 1) if np.ndim(za) else za
@@ -146,10 +175,10 @@ def _ref_qconv(xs, attrs):
     cols = windows(_pad(centered, attrs["pads"]), w.shape[2:], attrs["strides"], attrs["dilations"])
     acc = np.einsum("nchwij,ocij->nohw", cols, w.astype(np.int64))
     sa = np.asarray(sa).reshape(-1, 1, 1, 1) if np.ndim(sa) else sa
-    return _epilogue(acc, 1, sa, w_scale, xs[3] if len(xs) > 3 else None, attrs, col_axis=1)
+    return _epilogue(acc, 1, sa, w_scale, xs[3] if len(xs) > 3 else None, attrs, col_axis=1, residual=residual)
 
 
-register_op("qconv_i8", operands=(3, 4), attrs={**_CONV, **_EPILOGUE}, shape=_qconv_shape, reference=_ref_qconv,
+register_op("qconv_i8", operands=(3, 5), attrs={**_CONV, **_EPILOGUE}, shape=_qconv_shape, reference=_ref_qconv,
             normalize=_normalize_window("qconv_i8"),
             doc="2-D NCHW convolution, groups 1: x (f32, or u8 quantized), w [O, C, KH, KW] i8 with w_scale [O]")
 

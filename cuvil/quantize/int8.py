@@ -51,10 +51,19 @@ class Layer:
     bias: Optional[np.ndarray]
     act: str
     last: Op
+    add: Optional[Op] = None  # conv: the add of a skip connection folded into the op (its other operand the residual)
 
     @property
     def x(self) -> Value:
         return self.root.operands[0]
+
+    @property
+    def residual(self) -> Optional[Value]:
+        """The value the folded add adds to the conv's result (read when rewriting: earlier rewrites replace it)."""
+        if self.add is None:
+            return None
+        a, b = self.add.operands
+        return b if a is self.root.results[0] else a
 
 
 def quantize_module(module: Module, precision: str, calibrate_dataset: Optional[Iterable] = None,
@@ -130,17 +139,35 @@ def _bias_of(v: Value, module: Module, n) -> Optional[np.ndarray]:
 
 def _epilogue(layer_ops: list, users: dict, module: Module, n) -> tuple:
     """(bias, activation, last op) following a layer's root through single-use results."""
-    bias, act, last = None, "none", layer_ops[0]
+    bias, last = None, layer_ops[0]
     nxt = _single_user(last, users)
     if nxt is not None and nxt.name == "add":
         other = nxt.operands[1] if nxt.operands[0] is last.results[0] else nxt.operands[0]
         bias = _bias_of(other, module, n)
         if bias is not None:
             last, nxt = nxt, _single_user(nxt, users)
+    return (bias, *_activation(last, nxt))
+
+
+def _activation(last: Op, nxt: Optional[Op]) -> tuple:
+    """(activation, last op): `nxt`, the single user of `last`, when it is an activation the epilogue has."""
     if nxt is not None and (nxt.name in _ACTIVATIONS or nxt.name == "gelu"):
-        act = _ACTIVATIONS.get(nxt.name) or ("gelu_tanh" if nxt.attrs["approximate"] == "tanh" else "gelu_erf")
-        last = nxt
-    return bias, act, last
+        return _ACTIVATIONS.get(nxt.name) or ("gelu_tanh" if nxt.attrs["approximate"] == "tanh" else "gelu_erf"), nxt
+    return "none", last
+
+
+def _conv_epilogue(root: Op, users: dict, module: Module, claimed: set) -> tuple:
+    """(add, activation, last op) after a conv: an add of a value of the conv's own shape and type (a skip
+    connection, not yet folded into another conv) becomes the op's residual; then an activation."""
+    add, nxt = None, _single_user(root, users)
+    y = root.results[0]
+    if nxt is not None and nxt.name == "add" and id(nxt) not in claimed and nxt.operands[0] is not nxt.operands[1]:
+        other = nxt.operands[1] if nxt.operands[0] is y else nxt.operands[0]
+        if other.type == y.type and _constant(other, module) is None:
+            add = nxt
+            claimed.add(id(nxt))
+    last = add or root
+    return (add, *_activation(last, _single_user(last, users)))
 
 
 def _single_user(op: Op, users: dict) -> Optional[Op]:
@@ -150,7 +177,7 @@ def _single_user(op: Op, users: dict) -> Optional[Op]:
 
 def find_layers(fn: Function, module: Module) -> list[Layer]:
     """The quantizable layers of `fn`'s top level, in program order."""
-    users, layers = _users(fn), []
+    users, layers, claimed = _users(fn), [], set()
     for op in fn.body.ops:
         x = op.operands[0] if op.operands else None
         if x is None or x.type.dtype.value != "f32":
@@ -164,8 +191,8 @@ def find_layers(fn: Function, module: Module) -> list[Layer]:
             bias = _constant(op.operands[2], module) if len(op.operands) > 2 else None
             if len(op.operands) > 2 and bias is None:
                 continue
-            _, act, last = _epilogue([op], users, module, None)  # NCHW: a bias add broadcasts, never [N]-shaped
-            layers.append(Layer("conv", op, w, bias, act, last))
+            add, act, last = _conv_epilogue(op, users, module, claimed)
+            layers.append(Layer("conv", op, w, bias, act, last, add))
     return layers
 
 
@@ -190,60 +217,92 @@ def quantize_weight_int4(w: np.ndarray, group: int) -> tuple:
 
 
 # -- rewriting ---------------------------------------------------------------------------------------------
-def _emit(module: Module, fn: Function, layer: Layer, name: str, operands: list, consts: list, attrs: dict) -> Value:
-    """Build `name` from the layer's x and new constants just where `layer.last` was, and use it instead."""
+def _emit(module: Module, fn: Function, layer: Layer, name: str, operands: list, consts: list, attrs: dict,
+          tail: tuple = (), pad_k: int = 0) -> Value:
+    """Build `name` from the layer's x (its last axis padded with `pad_k` zeros), new constants and `tail` just where
+    `layer.last` was, and use it instead."""
     b = Builder(module, fn, Region(), layer.root.loc)
+    if pad_k:
+        rank = operands[0].type.rank
+        operands = [b.pad(operands[0], pads=(0,) * (2 * rank - 1) + (pad_k,)), *operands[1:]]
     values = [b.constant(c, name) for c in consts]
-    result = b.emit(name, *operands, *values, **attrs)
+    result = b.emit(name, *operands, *values, *tail, **attrs)
     replace_op(fn, layer.last, b.region.ops, [result])
     return result
 
 
 def _rewrite_int4(module: Module, fn: Function, layer: Layer, group_size: int) -> None:
+    """K not a multiple of 32: the weight gets zero rows and x zero columns up to one (zeros quantize to exactly the
+    group's zero point, so the padding adds nothing)."""
     k = layer.weight.shape[0]
-    group = next((g for g in sorted(INT4_GROUPS, reverse=True) if g <= group_size and k % g == 0), None)
-    if group is None:
-        return  # K not a multiple of 32: the layer stays fp32
-    packed, scale, zero = quantize_weight_int4(np.ascontiguousarray(layer.weight.T), group)
+    kp = -(-k // 32) * 32
+    group = next(g for g in sorted(INT4_GROUPS, reverse=True) if g <= group_size and kp % g == 0)
+    w = np.pad(layer.weight, ((0, kp - k), (0, 0))) if kp != k else layer.weight
+    packed, scale, zero = quantize_weight_int4(np.ascontiguousarray(w.T), group)
     consts = [packed, scale, zero] + ([layer.bias.astype(np.float32)] if layer.bias is not None else [])
-    _emit(module, fn, layer, "linear_i4", [layer.x], consts, {"group": group, "act": layer.act})
+    _emit(module, fn, layer, "linear_i4", [layer.root.operands[0]], consts, {"group": group, "act": layer.act},
+          pad_k=kp - k)
 
 
 def _quantize_int8(module: Module, fn: Function, dataset, method: str, max_samples: int, run) -> None:
     layers = find_layers(fn, module)
-    ranges = calibrate(module, [layer.x for layer in layers], dataset, method, max_samples, run) \
-        if dataset is not None and layers else None
-    params = [scale_and_zero(*r) for r in ranges] if ranges else [(0.0, 0)] * len(layers)
+    observed = _observed(layers)
+    ranges = calibrate(module, observed, dataset, method, max_samples, run) if dataset is not None and layers \
+        else None
+    params = {id(v): scale_and_zero(*r) for v, r in zip(observed, ranges)} if ranges else {}
     outputs = _requantized_outputs(fn, layers, params) if ranges else {}
-    for i, layer in enumerate(layers):
-        w = layer.weight.T if layer.kind == "linear" else layer.weight.reshape(layer.weight.shape[0], -1)
-        q, scale = quantize_weight_int8(np.ascontiguousarray(w))
-        if layer.kind == "conv":
-            q = q.reshape(layer.weight.shape)
-        x_scale, x_zero = params[i]
-        out_scale, out_zero = outputs.get(i, (0.0, 0))
-        attrs = {"x_scale": x_scale, "x_zero": x_zero, "act": layer.act, "out_scale": out_scale,
-                 "out_zero": out_zero}
-        if layer.kind == "conv":
-            attrs.update({k: layer.root.attrs[k] for k in ("strides", "dilations", "pads")})
-        consts = [q, scale] + ([layer.bias.astype(np.float32)] if layer.bias is not None else [])
-        _emit(module, fn, layer, "qlinear_i8" if layer.kind == "linear" else "qconv_i8", [layer.root.operands[0]],
-              consts, attrs)
+    # (scale, zero) of each layer's input and residual, taken now: rewriting replaces the values
+    inputs = [(params.get(id(layer.x), (0.0, 0)), params.get(id(layer.residual), (0.0, 0))) for layer in layers]
+    order = {id(op): i for i, op in enumerate(fn.body.ops)}
+    for i in sorted(range(len(layers)), key=lambda i: order[id(layers[i].last)]):  # a residual's producer first
+        _rewrite_int8(module, fn, layers[i], *inputs[i], outputs.get(i, (0.0, 0)))
     module.metadata["quantization"] = json.dumps({
         "precision": "int8", "mode": "static" if ranges else "dynamic", "method": method if ranges else None,
-        "ranges": [list(r) for r in ranges] if ranges else None, "layers": len(layers)})
+        "ranges": [list(r) for r in ranges] if ranges else None, "layers": len(layers),
+        "residuals": sum(layer.add is not None for layer in layers)})
 
 
-def _requantized_outputs(fn: Function, layers: list, params: list) -> dict:
-    """Layer index -> (scale, zero) of a uint8 result: for layers whose every user is a quantized layer's input."""
-    by_x: dict = {}
-    for i, layer in enumerate(layers):
-        by_x.setdefault(id(layer.x), []).append(i)
+def _observed(layers: list) -> list:
+    """The tensors calibration observes: every layer's input and residual, each once."""
+    seen: dict = {}
+    for layer in layers:
+        for v in (layer.x, layer.residual):
+            if v is not None:
+                seen.setdefault(id(v), v)
+    return list(seen.values())
+
+
+def _rewrite_int8(module: Module, fn: Function, layer: Layer, x_params: tuple, res_params: tuple, out: tuple):
+    w = layer.weight.T if layer.kind == "linear" else layer.weight.reshape(layer.weight.shape[0], -1)
+    q, scale = quantize_weight_int8(np.ascontiguousarray(w))
+    attrs = {"x_scale": x_params[0], "x_zero": x_params[1], "act": layer.act, "out_scale": out[0], "out_zero": out[1]}
+    operands = [layer.root.operands[0]]
+    if layer.kind == "conv":
+        q = q.reshape(layer.weight.shape)
+        attrs.update({k: layer.root.attrs[k] for k in ("strides", "dilations", "pads")})
+    consts = [q, scale] + ([layer.bias.astype(np.float32)] if layer.bias is not None else [])
+    if layer.add is None:
+        _emit(module, fn, layer, "qlinear_i8" if layer.kind == "linear" else "qconv_i8", operands, consts, attrs)
+        return
+    res = layer.residual  # u8 where its producer was rewritten to write uint8 (with the tensor's own range)
+    res_scale, res_zero = res_params if res.type.dtype.value == "u8" else (0.0, 0)
+    attrs.update({"residual": True, "res_scale": res_scale, "res_zero": res_zero})
+    _emit(module, fn, layer, "qconv_i8", operands, consts, attrs, tail=[res])
+
+
+def _requantized_outputs(fn: Function, layers: list, params: dict) -> dict:
+    """Layer index -> (scale, zero) of a uint8 result: for layers whose every user is a quantized layer reading it
+    as its input or as its residual (one tensor, one range, so every reader agrees on it)."""
+    readers: dict = {}
+    for layer in layers:
+        readers.setdefault(id(layer.x), set()).add(id(layer.root))
+        if layer.add is not None:
+            readers.setdefault(id(layer.residual), set()).add(id(layer.add))
     users = _users(fn)
     out = {}
     for i, layer in enumerate(layers):
         result = layer.last.results[0]
-        readers = by_x.get(id(result), [])
-        if readers and len(users.get(id(result), [])) == len(readers):
-            out[i] = params[readers[0]]
+        found = users.get(id(result), [])
+        if found and all(id(op) in readers.get(id(result), ()) for op in found):
+            out[i] = params[id(result)]
     return out

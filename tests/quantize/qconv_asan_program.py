@@ -31,13 +31,15 @@ def _conv(lib, geom, x_u8: bool, out_u8: bool, residual: bool) -> None:
     geom_arr = k8.conv_geometry(shape, w.shape, out_shape, strides, dilations, pads)
     bufs = {"x": _exact(x.tobytes()), "w": _exact(w.tobytes()), "scale": _exact(np.full(o, 0.01, np.float32).tobytes()),
             "bias": _exact(np.ones(o, np.float32).tobytes()),
-            "res": _exact(np.ones(out_shape, np.float32).tobytes()) if residual else None,
+            "res": _exact(np.ones(out_shape, np.uint8 if residual == "u8" else np.float32).tobytes())
+            if residual else None,
             "packed": _exact(bytes(lib.cuvil_qconv_packed_bytes(o, shape[1], kh, kw))),
             "scratch": _exact(bytes(lib.cuvil_qconv_scratch_bytes(geom_arr.ctypes.data))),
             "y": _exact(bytes(int(np.prod(out_shape)) * (1 if out_u8 else 4))), "g": _exact(geom_arr.tobytes())}
     lib.cuvil_qconv_pack(o, shape[1], kh, kw, bufs["w"], bufs["packed"])
     lib.cuvil_qconv(bufs["x"], int(x_u8), 0.05 if x_u8 else 0.0, 3 if x_u8 else 0, bufs["packed"], bufs["scale"],
-                    bufs["bias"], bufs["res"], 1, bufs["y"], 0.1 if out_u8 else 0.0, 2, bufs["g"], bufs["scratch"])
+                    bufs["bias"], bufs["res"], 0.2 if residual == "u8" else 0.0, 1, 1, bufs["y"],
+                    0.1 if out_u8 else 0.0, 2, bufs["g"], bufs["scratch"])
     for p in bufs.values():
         if p is not None:
             _libc.free(p)
@@ -88,7 +90,8 @@ def main() -> None:
             for x_u8, out_u8 in ((False, False), (True, True)):
                 _qlinear(lib, m, k, n, x_u8, out_u8)
         for geom in GEOMETRIES.values():
-            for x_u8, out_u8, residual in ((False, False, False), (True, True, False), (False, False, True)):
+            for x_u8, out_u8, residual in ((False, False, False), (True, True, False), (False, False, True),
+                                           (True, True, "u8")):
                 _conv(lib, geom, x_u8, out_u8, residual)
     lib.cuvil_int8_set_isa(-1)
     for path in (2, 1, 0):

@@ -153,6 +153,20 @@ def test_int4_weight_only(mlp, group):
     assert cosine(compile_module(q)(x)[0], _torch(model, x)) >= 0.99
 
 
+def test_int4_pads_a_k_that_is_not_a_multiple_of_32():
+    from cuvil.frontend import build_ir
+    torch.manual_seed(2)
+    model = torch.nn.Sequential(torch.nn.Linear(50, 100), torch.nn.ReLU(), torch.nn.Linear(100, 7)).eval()
+    q = quantize_module(build_ir(model, input_spec={"x": (3, 50)}), "int4", group_size=64)
+    assert [name for name, _ in _ops(q)] == ["pad", "linear_i4", "pad", "linear_i4"]
+    # K 50 and 100 padded to 64 and 128
+    assert [op.attrs["group"] for op in q.main.walk() if op.name == "linear_i4"] == [64, 64]
+    x = _data((3, 50), 1)[0][0]
+    got = compile_module(q)(x)[0]
+    assert cosine(got, _torch(model, x)) >= 0.99
+    np.testing.assert_allclose(got, interpret(q, [x])[0], rtol=1e-4, atol=1e-4)
+
+
 def test_weight_quantizers_bound_their_error():
     w = RNG.standard_normal((8, 256)).astype(np.float32)
     q, scale = quantize_weight_int8(w)

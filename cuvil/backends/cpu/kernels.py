@@ -86,8 +86,8 @@ SIGNATURES = {
     "cuvil_qconv_packed_bytes": ([_i64, _i64, _i64, _i64], _i64),
     "cuvil_qconv_pack": ([_i64, _i64, _i64, _i64, _ptr, _ptr], None),
     "cuvil_qconv_scratch_bytes": ([_ptr], _i64),
-    "cuvil_qconv": ([_ptr, _int, _f32, ctypes.c_int32, _ptr, _ptr, _ptr, _ptr, _int, _ptr, _f32, ctypes.c_int32,
-                     _ptr, _ptr], None),
+    "cuvil_qconv": ([_ptr, _int, _f32, ctypes.c_int32, _ptr, _ptr, _ptr, _ptr, _f32, ctypes.c_int32, _int, _ptr,
+                     _f32, ctypes.c_int32, _ptr, _ptr], None),
     "cuvil_conv_bf16_packed_bytes": ([_i64, _i64, _i64, _i64], _i64),
     "cuvil_conv_bf16_pack": ([_i64, _i64, _i64, _i64, _ptr, _ptr], None),
     "cuvil_conv_bf16_scratch_bytes": ([_ptr], _i64),
@@ -155,10 +155,19 @@ def exported(unit: str) -> frozenset:
 _EXPORTED = re.compile(r"^(?!static\b)[A-Za-z_][\w \t]*?[\s*](cuvil_\w+)\s*\(", re.M)
 
 
+# Units that call another (non-core) unit's functions: gemm_int4.c follows gemm_int8.c's cuvil_int8_isa.
+UNIT_NEEDS = {"gemm_int4": ("lowp",)}
+
+
+def with_needs(units) -> tuple:
+    """`units` with the units each one calls placed before it (dlopen resolves a library's symbols as it loads)."""
+    return tuple(dict.fromkeys(n for u in units for n in (*UNIT_NEEDS.get(u, ()), u)))
+
+
 def units_for(source: str) -> tuple:
     """The kernel units generated C `source` links: the core and every other unit one of whose functions it names."""
     names = set(re.findall(r"\bcuvil_\w+", source))
-    return CORE + tuple(u for u in UNITS if u not in CORE and names & exported(u))
+    return CORE + with_needs(u for u in UNITS if u not in CORE and names & exported(u))
 
 
 class KernelLibrary:
@@ -174,7 +183,7 @@ class KernelLibrary:
         """Build what is missing of `units` (in parallel) and load it, the core first (the others resolve into it)."""
         with self._lock:
             loaded = {u for group in self._libs for u in group}
-            missing = [u for u in dict.fromkeys(CORE + tuple(units)) if u not in loaded]
+            missing = [u for u in dict.fromkeys(CORE + with_needs(units)) if u not in loaded]
             if not missing:
                 return
             objects = dict(zip(missing, unit_objects(missing, self.opt_level, defines=self.defines)))

@@ -98,15 +98,17 @@ def qconv_pack(w: np.ndarray, opt_level: int = 3) -> np.ndarray:
 
 
 def qconv2d(x, w, w_scale, bias=None, *, strides=(1, 1), dilations=(1, 1), pads=(0, 0, 0, 0), x_scale=0.0,
-            x_zero=0, act="none", out_scale=0.0, out_zero=0, residual=None, opt_level=3) -> np.ndarray:
-    """The `qconv_i8` op on NCHW x (f32 or u8); `residual` (f32, the output's shape) is added before `act`."""
+            x_zero=0, act="none", out_scale=0.0, out_zero=0, residual=None, res_scale=0.0, res_zero=0,
+            opt_level=3) -> np.ndarray:
+    """The `qconv_i8` op on NCHW x (f32 or u8); `residual` (the output's shape: f32, or u8 dequantized with
+    `res_scale` and `res_zero`) is added before `act`."""
     x = np.ascontiguousarray(x)
     (n, _, h, wd), (o, _, kh, kw) = x.shape, w.shape
     oh = (h + pads[0] + pads[2] - dilations[0] * (kh - 1) - 1) // strides[0] + 1
     ow = (wd + pads[1] + pads[3] - dilations[1] * (kw - 1) - 1) // strides[1] + 1
     out = np.empty((n, o, oh, ow), np.uint8 if out_scale > 0 else np.float32)
     if residual is not None:
-        residual = np.ascontiguousarray(residual, np.float32)
+        residual = np.ascontiguousarray(residual, np.uint8 if res_scale > 0 else np.float32)
         if residual.shape != out.shape:
             raise ShapeError(f"qconv2d: residual must have shape {out.shape}, got {residual.shape}")
     geom = conv_geometry(x.shape, w.shape, out.shape, strides, dilations, pads)
@@ -116,8 +118,8 @@ def qconv2d(x, w, w_scale, bias=None, *, strides=(1, 1), dilations=(1, 1), pads=
     scratch = kernels.aligned_empty(lib.cuvil_qconv_scratch_bytes(geom.ctypes.data), np.uint8)
     lib.cuvil_qconv(x.ctypes.data, int(x.dtype == np.uint8), x_scale, x_zero, packed.ctypes.data, scale.ctypes.data,
                     None if bias is None else bias.ctypes.data, None if residual is None else residual.ctypes.data,
-                    kernels.ACTIVATIONS[act], out.ctypes.data, out_scale, out_zero, geom.ctypes.data,
-                    scratch.ctypes.data)
+                    res_scale, res_zero, kernels.ACTIVATIONS[act], out.ctypes.data, out_scale, out_zero,
+                    geom.ctypes.data, scratch.ctypes.data)
     return out
 
 

@@ -78,12 +78,14 @@ def _qconv(gen, op, depth: int) -> None:
     x, out, a = op.operands[0], op.results[0], op.attrs
     geom, packed, scratch = _conv_geometry(gen, op, "cuvil_qconv", depth)
     px, ps, pc = gen.args_of([x, op.operands[2], out])
-    pb = gen.args_of([op.operands[3]])[0] if len(op.operands) > 3 else "NULL"
+    n_in = len(op.operands) - int(a["residual"])  # x, w, w_scale and an optional bias; then the residual
+    pb = gen.args_of([op.operands[3]])[0] if n_in > 3 else "NULL"
+    pr = gen.args_of([op.operands[-1]])[0] if a["residual"] else "NULL"
     gen.line(depth, "{")
     gen.line(depth + 1, f"const int64_t g[15] = {{{geom}}};")
     gen.line(depth + 1, f"cuvil_qconv({px}, {int(x.type.dtype is DType.u8)}, {_float(a['x_scale'])}, "
-                        f"{a['x_zero']}, {packed}, {ps}, {pb}, NULL, {ACTIVATIONS[a['act']]}, {pc}, "
-                        f"{_float(a['out_scale'])}, {a['out_zero']}, g, {scratch});")
+                        f"{a['x_zero']}, {packed}, {ps}, {pb}, {pr}, {_float(a['res_scale'])}, {a['res_zero']}, "
+                        f"{ACTIVATIONS[a['act']]}, {pc}, {_float(a['out_scale'])}, {a['out_zero']}, g, {scratch});")
     gen.line(depth, "}")
 
 

@@ -76,9 +76,14 @@ def _quantized_input(op, x, first: str, count: str) -> tuple:
 
 
 def _epilogue(op, col: str, bias: bool) -> list:
-    """y from the int64 `acc` (za already removed): scale, bias, activation, then f32 or requantised u8."""
+    """y from the int64 `acc` (za already removed): scale, bias, a qconv_i8 residual, activation, then f32 or
+    requantised u8."""
     a = op.attrs
     lines = [f"float v = (float)acc * (sa * ws[{col}]);"] + ([f"v = v + bias[{col}];"] if bias else [])
+    if a.get("residual") and a["res_scale"] > 0:
+        lines.append(f"v = v + (float)((int)res[o] - {a['res_zero']}) * {float(a['res_scale'])!r}f;")
+    elif a.get("residual"):
+        lines.append("v = v + res[o];")
     lines.append(f"v = {_activate(a['act'], 'v', DType.f32)};")
     if a["out_scale"] > 0:
         lines.append(f"v = rintf(v / {float(a['out_scale'])!r}f) + {float(a['out_zero'])!r}f;")
@@ -115,8 +120,9 @@ def _qconv(gen, op) -> None:
         body.append(f"if (p{d} < 0 || p{d} >= {size}) continue;  /* padding holds the zero point: 0 once centered */")
     body.append(f"acc += (int64_t)({q(f'((o0 * {c} + ci) * {h} + p0) * {wd} + p1')} - za) * "
                 f"(int64_t)w[((o1 * {c} + ci) * {c_dim(w.shape[2])} + w0) * {c_dim(w.shape[3])} + w1];")
-    body += ["}", "}"] + _epilogue(op, "o1", len(op.operands) > 3)
-    ins = dict(zip(("x", "w", "ws", "bias"), op.operands))
+    n_in = len(op.operands) - int(a["residual"])  # x, w, w_scale and an optional bias; then the residual
+    body += ["}", "}"] + _epilogue(op, "o1", n_in > 3)
+    ins = dict(zip(("x", "w", "ws", "bias"), op.operands[:n_in])) | ({"res": op.operands[-1]} if a["residual"] else {})
     element_kernel(gen, op, "qconv_i8", y.type.shape, body, ins, {"y": y})
 
 

@@ -46,6 +46,27 @@ def test_bindings_load_a_unit_on_first_use():
         _ = lib.cuvil_nothing
 
 
+INT4_FIRST = """
+import numpy as np
+from cuvil.backends.cpu import kernels_int8 as k8
+from cuvil.ops.quantized import pack_int4
+x = np.ones((1, 32), np.float32)
+q = pack_int4(np.full((2, 32), 9))
+y = k8.gemm_int4(x, q, np.ones((2, 1), np.float32), np.full((2, 1), 8, np.uint8), 32, opt_level=1)
+print(y.tolist())
+"""
+
+
+def test_a_unit_calling_another_loads_it_first():
+    """gemm_int4.c calls gemm_int8.c's cuvil_int8_isa: in a fresh process where int4 runs first the library of the
+    int8 unit is loaded before it (it was an undefined symbol)."""
+    assert kernels.units_for("cuvil_gemm_int4(1, 2);") == (*kernels.CORE, "lowp", "gemm_int4")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", INT4_FIRST], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[[32.0, 32.0]]"
+
+
 FIRST_BUILD = """
 import json, sys
 import numpy as np

@@ -219,6 +219,9 @@ typedef struct {
     void *y; /* one image's output, [O, OH, OW] */
     float out_scale;
     int32_t out_zero;
+    const uint8_t *res_u8; /* a uint8 residual instead of res: (r - res_zero) * res_scale is added */
+    float res_scale;
+    int32_t res_zero;
 } qc_job;
 
 static void qc_tile_scalar(int nv, const qconv_layout *l, int64_t vp0, const void *w, qc_acc *acc)
@@ -378,6 +381,12 @@ static void qc_channel(const qc_job *j, int64_t o, const qc_acc *acc, int jo, co
     }
     for (int r = 0; j->res && r < nruns; r++)
         for (int64_t i = 0; i < runs[r].n; i++) y[runs[r].i + i] += j->res[o * plane + runs[r].p + i];
+    for (int r = 0; j->res_u8 && r < nruns; r++) {
+        const uint8_t *rq = j->res_u8 + o * plane + runs[r].p;
+        float *yr = y + runs[r].i, rs = j->res_scale;
+        int32_t rz = j->res_zero;
+        for (int64_t i = 0; i < runs[r].n; i++) yr[i] += (float)((int32_t)rq[i] - rz) * rs;
+    }
     if (j->act == CUVIL_ACT_RELU || j->act == CUVIL_ACT_RELU6) {
 #pragma omp simd
         for (int i = 0; i < QC_PIX; i++) y[i] = relu_act(j->act, y[i]);
@@ -491,8 +500,8 @@ static void qc_image(qc_fill_job *fill, qc_job *job, cuvil_range_fn run)
 }
 
 void cuvil_qconv(const void *x, int x_is_u8, float x_scale, int32_t x_zero, const void *packed,
-                 const float *w_scale, const float *bias, const float *res, int act, void *y, float out_scale,
-                 int32_t out_zero, const int64_t *geom, void *scratch)
+                 const float *w_scale, const float *bias, const void *res, float res_scale, int32_t res_zero, int act,
+                 void *y, float out_scale, int32_t out_zero, const int64_t *geom, void *scratch)
 {
     qconv_geom g = qc_geom(geom);
     qconv_layout l;
@@ -507,10 +516,11 @@ void cuvil_qconv(const void *x, int x_is_u8, float x_scale, int32_t x_zero, cons
                                  : (const void *)((const float *)x + n * image);
         if (!x_is_u8 && !(s > 0.0f)) s = tensor_range_u8(image, (const float *)xn, &z);
         qc_fill_job fill = {&g, &l, xn, x_is_u8 ? QC_FROM_U8 : QC_FROM_F32, 1.0f / s, z};
+        const float *res_f32 = res && !(res_scale > 0.0f) ? (const float *)res + n * out_plane : NULL;
+        const uint8_t *res_u8 = res && res_scale > 0.0f ? (const uint8_t *)res + n * out_plane : NULL;
         qc_job job = {&g, &l, qc_tile_for(cuvil_int8_isa()), QC_OB, 0, wblock, w,
-                      (const int32_t *)(w + qc_blocks(g.o) * wblock), s, z, w_scale, bias,
-                      res ? res + n * out_plane : NULL, act, (uint8_t *)y + n * out_plane * out_bytes, out_scale,
-                      out_zero};
+                      (const int32_t *)(w + qc_blocks(g.o) * wblock), s, z, w_scale, bias, res_f32, act,
+                      (uint8_t *)y + n * out_plane * out_bytes, out_scale, out_zero, res_u8, res_scale, res_zero};
         cuvil_range_fn run = qc_blocks_run;
 #if QGEMM_AMX
         if (cuvil_int8_isa() >= 4 && qc_amx_layout(g.c)) { /* a tile configuration per thread */

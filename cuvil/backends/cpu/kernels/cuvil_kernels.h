@@ -172,14 +172,15 @@ int64_t cuvil_qlinear_scratch_bytes(int64_t M, int64_t K);
 void cuvil_qlinear(cuvil_qgemm_args *q, const void *x, int x_is_u8, float x_scale, int32_t x_zero, void *scratch);
 /* NCHW 2-D convolution, groups 1 (conv_int8.c): W[O, C, KH, KW] packed by cuvil_qconv_pack into
  * cuvil_qconv_packed_bytes(O, C, KH, KW) bytes; x f32 or uint8 as in cuvil_qlinear (x_scale 0: each image's range);
- * res NULL or f32 [n, O, OH, OW], added before the activation; y[n, O, OH, OW] f32 or uint8 (out_scale > 0).
+ * res NULL, f32 [n, O, OH, OW] or, when res_scale > 0, uint8 ((r - res_zero) * res_scale), added before the
+ * activation; y[n, O, OH, OW] f32 or uint8 (out_scale > 0).
  * geom: n, c, h, w, o, oh, ow, kh, kw, stride h, w, dilation h, w, pad top, left. */
 int64_t cuvil_qconv_packed_bytes(int64_t O, int64_t C, int64_t KH, int64_t KW);
 void cuvil_qconv_pack(int64_t O, int64_t C, int64_t KH, int64_t KW, const int8_t *W, void *packed);
 int64_t cuvil_qconv_scratch_bytes(const int64_t *geom);
 void cuvil_qconv(const void *x, int x_is_u8, float x_scale, int32_t x_zero, const void *packed,
-                 const float *w_scale, const float *bias, const float *res, int act, void *y, float out_scale,
-                 int32_t out_zero, const int64_t *geom, void *scratch);
+                 const float *w_scale, const float *bias, const void *res, float res_scale, int32_t res_zero, int act,
+                 void *y, float out_scale, int32_t out_zero, const int64_t *geom, void *scratch);
 
 /* int4 weight-only (gemm_int4.c): y[M, N] = act(x[M, K] @ W^T + bias), W[n, k] = (q - zero[n, k / G]) *
  * scale[n, k / G] with q 4-bit, K / 2 bytes per row (layout in gemm_int4.c), G a multiple of 32 dividing K. */
