@@ -8,8 +8,8 @@ What decides the exported program, and so the key:
   runs in eval mode) and the bytes, dtype and shape of every parameter and buffer;
 - the call: the example inputs' structure, dtypes and shapes, `dynamic_shapes`, and the options.
 
-Hashing the weights dominates: SHA-256 in 1 MiB pieces on a thread per CPU (`cache.keys.arrays_digests`), about
-1.2 GB/s per core, so GPT-2's 500 MB take about 0.2 s on 2 cores (0.35 s with the SHA-1 of one core before).
+Hashing the weights dominates: a checksum at memory speed in 1 MiB pieces on a thread per CPU
+(`cache.keys.arrays_digests`; SHA-256 took GPT-2's 500 MB 0.2 s on 2 cores).
 Every byte is hashed (docs/reliability.md says why that keeps the key complete). An attribute whose text is not
 stable across processes (an object printed with its address) makes the module uncacheable rather than risk a
 wrong hit (logged at INFO with the reason); so does a plain function, whose closure and globals the key cannot
