@@ -4,12 +4,13 @@
     >>> Key("demo").add("a", 1).add("b", b"bytes").hexdigest() == Key("demo").add("a", 1).add("b", b"bytes").hexdigest()
     True
 
-Model files go through SHA-1 (about 1.1 GB/s on one core here, as fast as SHA-256 with the SHA extensions;
-BLAKE2b 0.7); a torch module's weights through `arrays_digests`, digest.c's checksum in 1 MiB pieces on every
-core. The key guards against stale entries, not against an attacker who can write the cache folder (who could
-replace the compiled library anyway). A model file's digest is remembered by its path and `stat` (size, mtime and ctime in nanoseconds, inode), as git and ccache do, so a
-warm start does not read the file at all; a file changed within the last second is always read. A record holds
-the stat it was made for beside the digest, and counts only for that stat (a swapped record is a miss).
+Model files go through SHA-1 (about 1.1 GB/s on one core here, as fast as SHA-256 with the SHA extensions; BLAKE2b
+0.7); a torch module's weights through `arrays_digests`, digest.c's checksum in 1 MiB pieces on every core. The key
+guards against stale entries, not against an attacker who can write the cache folder (who could replace the compiled
+library anyway). A model file's digest is remembered by its path and `stat` (size, mtime and ctime in nanoseconds,
+inode), as git and ccache do, so a warm start does not read the file at all; a file changed within the last second
+is always read. A record holds the stat it was made for beside the digest, and counts only for that stat (a swapped
+record is a miss).
 """
 from __future__ import annotations
 
