@@ -49,6 +49,7 @@ typedef struct {
     atomic_int active;            /* workers that took a chunk of the current job and have not finished it */
     atomic_int sleepers;
     atomic_uint wakes;            /* wake-ups without a job (cuvil_parallel_team's small loops) */
+    atomic_uint slept_at;         /* `wakes` when the last worker fell asleep: later ones are woken already */
     _Atomic int64_t woken;        /* times a worker left its sleep, for tests (cuvil_pool_state) */
     atomic_int result;
     int64_t n, chunk;             /* the current job, published before its ticket, unchanged while a worker is active */
@@ -133,6 +134,7 @@ static void wait_for_job(uint64_t seen)
             pthread_mutex_lock(&pool.lock);
             atomic_fetch_add(&pool.sleepers, 1);
             unsigned wakes = atomic_load(&pool.wakes);
+            atomic_store(&pool.slept_at, wakes);
             while (GEN(atomic_load(&pool.ticket)) == seen && atomic_load(&pool.wakes) == wakes)
                 pthread_cond_wait(&pool.wake, &pool.lock);
             atomic_fetch_sub(&pool.sleepers, 1);
@@ -157,10 +159,11 @@ static void *worker(void *arg)
     return NULL;
 }
 
-/* Wakes the sleeping workers, with a job published (`job`) or without one; nothing when none sleeps. */
+/* Wakes the sleeping workers, with a job published (`job`) or without one; nothing when none sleeps, nor without a
+ * job when every sleeper was woken already (it has not yet left its sleep): the loops of one call wake once. */
 static void wake_sleepers(int job)
 {
-    if (atomic_load(&pool.sleepers) == 0)
+    if (atomic_load(&pool.sleepers) == 0 || (!job && atomic_load(&pool.slept_at) != atomic_load(&pool.wakes)))
         return;
     pthread_mutex_lock(&pool.lock);
     if (!job)
