@@ -207,8 +207,17 @@ def load(opt_level: int = 3, defines: tuple = (), units: tuple = CORE) -> Kernel
     return lib
 
 
-@functools.lru_cache(maxsize=None)
+_LIBRARY_LOCK = threading.Lock()
+
+
 def _library(opt_level: int, defines: tuple) -> KernelLibrary:
+    """The one KernelLibrary of these flags, whichever thread asks first (backend.prefetch's, a model's build)."""
+    with _LIBRARY_LOCK:
+        return _make_library(opt_level, defines)
+
+
+@functools.lru_cache(maxsize=None)
+def _make_library(opt_level: int, defines: tuple) -> KernelLibrary:
     lib = KernelLibrary(opt_level, defines)
     lib.require(CORE)
     if lib.cuvil_kernels_abi_version() != ABI_VERSION:
