@@ -87,6 +87,10 @@ def compile_module(module: Module, target: str = "cpu", passes: Iterable = (), l
     if enable_fusion is None:
         enable_fusion = module.metadata.get("enable_fusion", "true") != "false"
     each_pass = verify_passes()
+    if target == "cpu":
+        from .backends.cpu.backend import prefetch
+
+        prefetch()  # the per-machine builds, while the passes run
     if target in ("interpreter", "cuda"):
         manager = run_pipeline(module, default_pipeline(target, level, passes, enable_fusion), verify=each_pass)
     else:

@@ -4,13 +4,13 @@
     >>> Key("demo").add("a", 1).add("b", b"bytes").hexdigest() == Key("demo").add("a", 1).add("b", b"bytes").hexdigest()
     True
 
-Model files go through SHA-1 (about 1.1 GB/s on one core here, as fast as SHA-256 with the SHA extensions;
-BLAKE2b 0.7); a torch module's weights through `arrays_digests`, SHA-256 in 1 MiB pieces on every core. The key
-guards against stale entries, not against an attacker who can write the cache folder (who could replace the
-compiled library anyway). A model file's digest is
-remembered by its path and `stat` (size, mtime and ctime in nanoseconds, inode), as git and ccache do, so a
-warm start does not read the file at all; a file changed within the last second is always read. A record holds
-the stat it was made for beside the digest, and counts only for that stat (a swapped record is a miss).
+Model files go through SHA-1 (about 1.1 GB/s on one core here, as fast as SHA-256 with the SHA extensions; BLAKE2b
+0.7); a torch module's weights through `arrays_digests`, digest.c's checksum in 1 MiB pieces on every core. The key
+guards against stale entries, not against an attacker who can write the cache folder (who could replace the compiled
+library anyway). A model file's digest is remembered by its path and `stat` (size, mtime and ctime in nanoseconds,
+inode), as git and ccache do, so a warm start does not read the file at all; a file changed within the last second
+is always read. A record holds the stat it was made for beside the digest, and counts only for that stat (a swapped
+record is a miss).
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from pathlib import Path
 from ..backends.cpu import toolchain
 from ..backends.cpu.toolchain import write_text_atomic
 from ..runtime import container
+from .digest import ranges_digests
 
 FORMAT = "cuvil-artifact-v1"
 # Settings that change what the compiler produces (thread counts only change how it runs).
@@ -56,12 +57,11 @@ def bytes_digest(data) -> str:
 
 
 def arrays_digests(arrays: list) -> list:
-    """For each byte array (uint8 views, hashed in place), the SHA-256 of the SHA-256s of its 1 MiB pieces, as a
-    `.cuv` section's digest is taken (docs/artifact.md): the pieces of all arrays are hashed on a thread per CPU,
-    so a model's weights take their bytes / (cores x about 1.2 GB/s), not one core's time. A different byte in
-    any piece changes that piece's SHA-256 and so the array's: the key stays as complete as one SHA-256."""
-    cut = [list(container.pieces(memoryview(a).cast("B"))) for a in arrays]
-    flat = iter(container.hash_views([p for ps in cut for p in ps], container.cpu_count()))
+    """For each uint8 array, the SHA-256 of the digests (digest.py, at memory speed) of its 1 MiB pieces: the pieces
+    of all arrays are digested on every CPU, so a model's weights take about the time to read them (GPT-2's 500 MB:
+    SHA-256 took 0.2 s on 2 cores). A different byte in any piece changes that piece's digest and so the array's."""
+    cut = [[a[k:k + container.PIECE] for k in range(0, a.size, container.PIECE)] for a in arrays]
+    flat = iter(ranges_digests([p for ps in cut for p in ps]))
     return [hashlib.sha256(b"".join(next(flat) for _ in ps)).hexdigest() for ps in cut]
 
 

@@ -49,6 +49,19 @@ def _quietly(fn) -> None:
         log.debug("background build failed: %s", e)
 
 
+_PREFETCHED: dict = {}  # opt level -> the thread building what every model compiled at that level needs
+
+
+def prefetch() -> None:
+    """Starts building the kernel library's core and the C call path, which every CPU model links, while the passes
+    run: on a new machine they take about a second of compiler time, which the passes then hide."""
+    level = opt_level()
+    if level not in _PREFETCHED:
+        _PREFETCHED[level] = builder = threading.Thread(
+            target=_quietly, args=(lambda: (kernels.load(level), fastcall.extension()),), daemon=True)
+        builder.start()
+
+
 def build_library(module: Module, instrument: bool = False) -> tuple[codegen.CProgram, ctypes.CDLL]:
     """The generated program and its loaded library (the profiler reads an instrumented one's timers)."""
     program = codegen.generate(module, instrument=instrument)

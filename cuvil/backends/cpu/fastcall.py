@@ -29,6 +29,7 @@ import importlib.util
 import logging
 import os
 import sysconfig
+import threading
 from pathlib import Path
 import numpy as np
 
@@ -46,9 +47,18 @@ CHECKS_DIR = Path(__file__).resolve().parents[2] / "runtime" / "c"
 POOL_BYTES = 64 << 20  # outputs up to this size are pooled (reused once the caller dropped them)
 
 
-@functools.lru_cache(maxsize=1)
+_EXTENSION_LOCK = threading.Lock()
+
+
 def extension():
-    """The loaded `cuvil_fastcall` module, or None where it cannot be built (calls then go through ctypes)."""
+    """The loaded `cuvil_fastcall` module, or None where it cannot be built (calls then go through ctypes); one
+    module whichever thread asks first (backend.prefetch's, a model's build)."""
+    with _EXTENSION_LOCK:
+        return _load_extension()
+
+
+@functools.lru_cache(maxsize=1)
+def _load_extension():
     if os.environ.get("CUVIL_FASTCALL", "1") == "0" or sysconfig.get_config_var("Py_GIL_DISABLED"):
         return None  # free-threaded Python: the output pool's reference counts and the arena flag need the GIL
     include = Path(sysconfig.get_paths()["include"])
@@ -68,6 +78,9 @@ def extension():
     except (CuvilError, OSError, ImportError) as e:
         log.info("the C call path is unavailable (%s): compiled functions are called through ctypes", e)
         return None
+
+
+extension.cache_clear = _load_extension.cache_clear  # type: ignore[attr-defined]
 
 
 def caller(lib: ctypes.CDLL, const_ptrs, arg_types: list, out_types: list, symbols: list, binders: list,

@@ -60,6 +60,7 @@ SIGNATURES = {
     "cuvil_swap_call_threads": ([_int], _int),
     "cuvil_threads_for": ([_i64], _int),
     "cuvil_last_team": ([], _int),
+    "cuvil_pool_state": ([_ptr], None),
     "cuvil_sgemm": (_SGEMM_ARGS, None),
     "cuvil_sgemm_row_bias": (_SGEMM_ARGS, None),
     "cuvil_sgemm_packed_size": ([_i64, _i64], _i64),
@@ -215,8 +216,17 @@ def load(opt_level: int = 3, defines: tuple = (), units: tuple = CORE) -> Kernel
     return lib
 
 
-@functools.lru_cache(maxsize=None)
+_LIBRARY_LOCK = threading.Lock()
+
+
 def _library(opt_level: int, defines: tuple) -> KernelLibrary:
+    """The one KernelLibrary of these flags, whichever thread asks first (backend.prefetch's, a model's build)."""
+    with _LIBRARY_LOCK:
+        return _make_library(opt_level, defines)
+
+
+@functools.lru_cache(maxsize=None)
+def _make_library(opt_level: int, defines: tuple) -> KernelLibrary:
     lib = KernelLibrary(opt_level, defines)
     lib.require(CORE)
     if lib.cuvil_kernels_abi_version() != ABI_VERSION:

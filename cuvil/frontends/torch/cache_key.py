@@ -8,8 +8,8 @@ What decides the exported program, and so the key:
   runs in eval mode) and the bytes, dtype and shape of every parameter and buffer;
 - the call: the example inputs' structure, dtypes and shapes, `dynamic_shapes`, and the options.
 
-Hashing the weights dominates: SHA-256 in 1 MiB pieces on a thread per CPU (`cache.keys.arrays_digests`), about
-1.2 GB/s per core, so GPT-2's 500 MB take about 0.2 s on 2 cores (0.35 s with the SHA-1 of one core before).
+Hashing the weights dominates: a checksum at memory speed in 1 MiB pieces on a thread per CPU
+(`cache.keys.arrays_digests`; SHA-256 took GPT-2's 500 MB 0.2 s on 2 cores).
 Every byte is hashed (docs/reliability.md says why that keeps the key complete). An attribute whose text is not
 stable across processes (an object printed with its address) makes the module uncacheable rather than risk a
 wrong hit (logged at INFO with the reason); so does a plain function, whose closure and globals the key cannot
@@ -122,12 +122,22 @@ def _source_digest(cls) -> str:
 
 
 def _add_state(key: Key, module: torch.nn.Module) -> None:
+    texts: dict = {}  # id -> text of the attribute values: one config held by every layer is described once (GPT-2:
+    # 39 times, 0.1 s of its warm start); the values stay alive, so their ids are theirs while the key is taken
     for name, m in module.named_modules():
-        attrs = {k: v for k, v in vars(m).items() if k not in _SKIP_ATTRS and not _empty_hooks(k, v)}
-        key.add(f"attrs {name}", _describe(sorted(attrs.items())))
+        attrs = sorted((k, v) for k, v in vars(m).items() if k not in _SKIP_ATTRS and not _empty_hooks(k, v))
+        key.add(f"attrs {name}", f"list[{', '.join(_described(item, texts) for item in attrs)}]")
     named = [*module.named_parameters(remove_duplicate=False), *module.named_buffers(remove_duplicate=False)]
     for (name, _), text in zip(named, _tensors([t for _, t in named])):
         key.add(f"tensor {name}", text)
+
+
+def _described(item: tuple, texts: dict) -> str:
+    """`_describe` of one (name, value) attribute, the value's text remembered in `texts` by its id."""
+    name, value = item
+    if id(value) not in texts:
+        texts[id(value)] = _describe(value)
+    return f"tuple[{_describe(name)}, {texts[id(value)]}]"
 
 
 def _empty_hooks(name: str, value) -> bool:

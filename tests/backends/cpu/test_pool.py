@@ -1,8 +1,9 @@
 """Cuvil's thread pool (kernels/cuvil_pool.c): chunks cover each loop once whatever the team, a thread count per
-compiled function, small loops on the calling thread, concurrent callers and fork."""
+compiled function, small loops on the calling thread (which wake sleeping workers), concurrent callers and fork."""
 import os
 import signal
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -104,3 +105,33 @@ def test_pool_works_after_fork():
         os._exit(0 if ok else 1)
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+def _pool_state(lib) -> tuple:
+    out = np.zeros(3, np.int64)
+    lib.cuvil_pool_state(out.ctypes.data)
+    return tuple(int(v) for v in out)
+
+
+def _until(test, seconds=5.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not test():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+    return True
+
+
+def test_a_call_after_a_gap_wakes_the_sleeping_workers_at_its_first_loop():
+    """A call whose first loop is small (on the calling thread) wakes the workers, so that its threaded kernels
+    find them spinning rather than wait a scheduler's wake-up for them (bench/overhead.py's tails)."""
+    lib = _lib()
+    big, small = cuvil.jit(add_one, num_threads=2), cuvil.jit(add_one, num_threads=2)
+    big(np.ones(1 << 20, np.float32))  # starts a worker
+    started = _pool_state(lib)[0]
+    assert started >= 1
+    assert _until(lambda: _pool_state(lib)[1] == started)  # the spin (CUVIL_SPIN_US, 200 us) is over: all asleep
+    woken = _pool_state(lib)[2]
+    np.testing.assert_array_equal(small(np.ones(64, np.float32)), add_one(np.ones(64, np.float32)))
+    assert lib.cuvil_last_team() == 1
+    assert _until(lambda: _pool_state(lib)[2] > woken)

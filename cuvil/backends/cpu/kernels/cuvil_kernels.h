@@ -56,6 +56,8 @@ int cuvil_threads_for(int64_t work);
 int cuvil_swap_call_threads(int n);
 /* The team size of this thread's last parallel loop (1: it ran on this thread alone), for tests and benchmarks. */
 int cuvil_last_team(void);
+/* The pool's workers started, those asleep, and the times a worker left its sleep (out[0..2]), for tests. */
+void cuvil_pool_state(int64_t *out);
 
 void cuvil_sgemm(int64_t M, int64_t N, int64_t K, float alpha,
                  const float *A, int64_t rsa, int64_t csa,

@@ -4,7 +4,10 @@
  * calls returned. The calling thread takes chunks itself from the start; workers take the rest as they arrive, so a
  * kernel never waits for a worker that has not started (one the scheduler left asleep), only for the chunks already
  * taken. Workers spin for CUVIL_SPIN_US microseconds (default 200) after a job, so the kernels of one call find them
- * awake, then sleep on a condition variable until the next job.
+ * awake, then sleep on a condition variable until the next job. A loop that runs on the calling thread alone wakes
+ * sleeping workers without giving them work: a call that arrives after a gap (a server's request) usually starts
+ * with such a loop, and its threaded kernels then find the workers spinning instead of waking them, a scheduler's
+ * wake-up later, for the first of them.
  *
  * The team of a call is its work over CUVIL_MIN_WORK (`work` is the cost of one of the n items, in elements), at
  * most cuvil_get_num_threads(): small loops run on the calling thread without touching the pool. The thread count
@@ -45,6 +48,9 @@ typedef struct {
     _Atomic uint64_t ticket;       /* job generation << 40 | chunks << 20 | next chunk: one atomic says what is left */
     atomic_int active;            /* workers that took a chunk of the current job and have not finished it */
     atomic_int sleepers;
+    atomic_uint wakes;            /* wake-ups without a job (cuvil_parallel_team's small loops) */
+    atomic_uint slept_at;         /* `wakes` when the last worker fell asleep: later ones are woken already */
+    _Atomic int64_t woken;        /* times a worker left its sleep, for tests (cuvil_pool_state) */
     atomic_int result;
     int64_t n, chunk;             /* the current job, published before its ticket, unchanged while a worker is active */
     cuvil_range_fn fn;
@@ -118,30 +124,59 @@ static void run_chunks(uint64_t gen)
     }
 }
 
+/* Spins, then sleeps, until a job after generation `seen` is published or the sleepers are woken without one. */
+static void wait_for_job(uint64_t seen)
+{
+    int64_t deadline = now_ns() + pool.spin_ns;
+    for (int i = 0; GEN(atomic_load_explicit(&pool.ticket, memory_order_acquire)) == seen; i++) {
+        cpu_relax();
+        if ((i & 255) == 255 && now_ns() > deadline) {
+            pthread_mutex_lock(&pool.lock);
+            atomic_fetch_add(&pool.sleepers, 1);
+            unsigned wakes = atomic_load(&pool.wakes);
+            atomic_store(&pool.slept_at, wakes);
+            while (GEN(atomic_load(&pool.ticket)) == seen && atomic_load(&pool.wakes) == wakes)
+                pthread_cond_wait(&pool.wake, &pool.lock);
+            atomic_fetch_sub(&pool.sleepers, 1);
+            atomic_fetch_add(&pool.woken, 1);
+            pthread_mutex_unlock(&pool.lock);
+            return;
+        }
+    }
+}
+
 static void *worker(void *arg)
 {
     (void)arg;
     uint64_t seen = GEN(atomic_load(&pool.ticket));
     for (;;) {
-        int64_t deadline = now_ns() + pool.spin_ns;
-        for (int i = 0; GEN(atomic_load_explicit(&pool.ticket, memory_order_acquire)) == seen; i++) {
-            cpu_relax();
-            if ((i & 255) == 255 && now_ns() > deadline) {
-                pthread_mutex_lock(&pool.lock);
-                atomic_fetch_add(&pool.sleepers, 1);
-                while (GEN(atomic_load(&pool.ticket)) == seen)
-                    pthread_cond_wait(&pool.wake, &pool.lock);
-                atomic_fetch_sub(&pool.sleepers, 1);
-                pthread_mutex_unlock(&pool.lock);
-                break;
-            }
-        }
+        wait_for_job(seen);
         atomic_fetch_add(&pool.active, 1);
         seen = GEN(atomic_load(&pool.ticket));
-        run_chunks(seen);
+        run_chunks(seen); /* nothing when woken without a job: its chunks are all taken */
         atomic_fetch_sub(&pool.active, 1);
     }
     return NULL;
+}
+
+/* Wakes the sleeping workers, with a job published (`job`) or without one; nothing when none sleeps, nor without a
+ * job when every sleeper was woken already (it has not yet left its sleep): the loops of one call wake once. */
+static void wake_sleepers(int job)
+{
+    if (atomic_load(&pool.sleepers) == 0 || (!job && atomic_load(&pool.slept_at) != atomic_load(&pool.wakes)))
+        return;
+    pthread_mutex_lock(&pool.lock);
+    if (!job)
+        atomic_fetch_add(&pool.wakes, 1);
+    pthread_cond_broadcast(&pool.wake);
+    pthread_mutex_unlock(&pool.lock);
+}
+
+void cuvil_pool_state(int64_t *out)
+{
+    out[0] = pool.started;
+    out[1] = atomic_load(&pool.sleepers);
+    out[2] = atomic_load(&pool.woken);
 }
 
 #if CUVIL_POOL_THREADS
@@ -191,6 +226,8 @@ int cuvil_parallel_team(int64_t n, int team, cuvil_range_fn fn, void *ctx)
     team = team < n ? team : (int)n;
     int expected = 0;
     if (!CUVIL_POOL_THREADS || team <= 1 || !atomic_compare_exchange_strong(&pool.busy, &expected, 1)) {
+        if (CUVIL_POOL_THREADS && team <= 1)
+            wake_sleepers(0); /* for the threaded kernels after this one */
         last_team = 1;
         return fn(ctx, 0, n);
     }
@@ -207,11 +244,7 @@ int cuvil_parallel_team(int64_t n, int team, cuvil_range_fn fn, void *ctx)
     atomic_store(&pool.result, 0);
     uint64_t gen = (GEN(atomic_load(&pool.ticket)) + 1) & 0xffffffu;
     atomic_store(&pool.ticket, gen << 40 | (uint64_t)chunks << 20);
-    if (atomic_load(&pool.sleepers) > 0) {
-        pthread_mutex_lock(&pool.lock);
-        pthread_cond_broadcast(&pool.wake);
-        pthread_mutex_unlock(&pool.lock);
-    }
+    wake_sleepers(1);
     run_chunks(gen);
     while (atomic_load(&pool.active) != 0) /* only workers that took a chunk: they are running */
         cpu_relax();
