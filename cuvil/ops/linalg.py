@@ -199,3 +199,148 @@ register_op("cholesky", results=2, shape=_factor_shape("cholesky"), reference=_r
                 "and info")
 register_op("lu_permutation", shape=_permutation_shape, reference=_ref_permutation, attrs={"rows": Attr("int")},
             doc="the row order perm (i64, A[perm] = L U) of 1-based LAPACK pivots, for matrices of `rows` rows")
+
+
+# -- orthogonal factorisations: QR (Householder, LAPACK geqr2's reflectors), SVD, symmetric eigen, matrix exp ---
+def _matrix(ctx, t, name: str) -> tuple:
+    """A [..., m, n] float operand with static m and n: (m, n)."""
+    require_dtype(ctx, t, lambda d: d.is_float, name)
+    if t.rank < 2 or not all(isinstance(d, int) for d in t.shape[-2:]):
+        raise ctx.error(f"'{name}' needs a matrix or a batch of them ([..., m, n], m and n static), got {t}")
+    return t.shape[-2:]
+
+
+def _geqrf_shape(ctx, types, attrs):
+    t = types[0]
+    m, n = _matrix(ctx, t, "geqrf")
+    return [t, t.with_shape(t.shape[:-2] + (min(m, n),))]
+
+
+def _householder_shape(ctx, types, attrs):
+    a, tau = types
+    m, n = _matrix(ctx, a, "householder_product")
+    if tau.dtype is not a.dtype or tau.rank != a.rank - 1 or not isinstance(tau.shape[-1], int):
+        raise ctx.error(f"'householder_product' needs tau [..., k] of the matrix's batch and type, got {a} and {tau}")
+    for i, (x, y) in enumerate(zip(a.shape[:-2], tau.shape[:-1])):
+        ctx.require_equal(x, y, f"'householder_product' batch dimension {i}")
+    if not tau.shape[-1] <= n <= m:
+        raise ctx.error(f"'householder_product' needs k <= n <= m for A [..., m, n] and tau [..., k], got {a}, {tau}")
+    return [a]
+
+
+def _svd_shape(ctx, types, attrs):
+    t = types[0]
+    m, n = _matrix(ctx, t, "svd")
+    k, batch = min(m, n), t.shape[:-2]
+    return [t.with_shape(batch + (m, k)), t.with_shape(batch + (k,)), t.with_shape(batch + (k, n))]
+
+
+def _eigh_shape(ctx, types, attrs):
+    t = types[0]
+    _square(ctx, t, "eigh")
+    return [t.with_shape(t.shape[:-1]), t]
+
+
+def _matrix_exp_shape(ctx, types, attrs):
+    _square(ctx, types[0], "matrix_exp")
+    return [types[0]]
+
+
+def _geqr2(m):
+    """(packed reflectors and R, tau) of one float64 matrix: LAPACK geqr2 with dlarfg's reflectors (beta carries the
+    sign opposite to the diagonal's; a column already zero below the diagonal gets tau = 0)."""
+    a = m.copy()
+    tau = np.zeros(min(a.shape))
+    for j in range(tau.size):
+        alpha, xnorm = a[j, j], np.linalg.norm(a[j + 1:, j])
+        if xnorm == 0:
+            continue
+        beta = -np.copysign(np.hypot(alpha, xnorm), alpha)
+        tau[j] = (beta - alpha) / beta
+        a[j + 1:, j] /= alpha - beta
+        a[j, j] = beta
+        v = np.concatenate([[1.0], a[j + 1:, j]])
+        a[j:, j + 1:] -= tau[j] * np.outer(v, v @ a[j:, j + 1:])
+    return a, tau
+
+
+def _orgqr(a, tau):
+    """The first n columns of H_0 H_1 ... H_{k-1}, each H_i = I - tau_i v_i v_i^T with v_i below a's diagonal."""
+    m, n = a.shape
+    q = np.eye(m, n)
+    for i in reversed(range(tau.size)):
+        v = np.concatenate([[1.0], a[i + 1:, i]])
+        q[i:] -= tau[i] * np.outer(v, v @ q[i:])
+    return q
+
+
+def _per_matrix(fn, *xs):
+    """fn (float64 in, a tuple of arrays out) on each matrix of the batch of xs[0]; the other operands share that batch
+    (their own trailing axes follow it). The results are stacked back onto the batch, in xs[0]'s type."""
+    batch = xs[0].shape[:-2]
+    count = int(np.prod(batch))
+    flat = [np.asarray(x, np.float64).reshape((count,) + x.shape[len(batch):]) for x in xs]
+    parts = [fn(*(x[b] for x in flat)) for b in range(count)]
+    shapes = [r.shape for r in (parts[0] if parts else fn(*(np.zeros(x.shape[1:]) for x in flat)))]
+    return [np.asarray([p[i] for p in parts]).reshape(batch + shape).astype(xs[0].dtype)
+            for i, shape in enumerate(shapes)]
+
+
+def _positive_peaks(vectors, rows=None):
+    """Each column of `vectors` (and the matching row of `rows`) negated where the column's entry of largest magnitude
+    is negative: the sign convention of `svd` and `eigh` (a singular or eigen vector is unique only up to sign)."""
+    if not vectors.size:
+        return vectors, rows
+    peak = vectors[np.argmax(np.abs(vectors), axis=0), np.arange(vectors.shape[1])]
+    flip = np.where(peak < 0, -1.0, 1.0)
+    return (vectors * flip, None if rows is None else rows * flip[:, None])
+
+
+def _ref_svd_one(m):
+    u, s, vh = np.linalg.svd(m, full_matrices=False)
+    u, vh = _positive_peaks(u, vh)
+    return u, s, vh
+
+
+def _ref_eigh_one(m, upper):
+    w, v = np.linalg.eigh(m, UPLO="U" if upper else "L")
+    return w, _positive_peaks(v)[0]
+
+
+_PADE13 = (64764752532480000., 32382376266240000., 7771770303897600., 1187353796428800., 129060195264000.,
+           10559470521600., 670442572800., 33522128640., 1323241920., 40840800., 960960., 16380., 182., 1.)
+_THETA13 = 5.371920351148152  # Higham (2005): the largest 1-norm for which Pade [13/13] is accurate in float64
+
+
+def _ref_matrix_exp_one(m):
+    """Scaling and squaring with the [13/13] Pade approximant (Higham 2005), in the C kernel's order."""
+    norm = np.abs(m).sum(axis=0).max(initial=0.0)
+    if not np.isfinite(norm):  # an entry inf or NaN: NaN throughout
+        return (np.full_like(m, np.nan),)
+    s = max(0, int(np.ceil(np.log2(norm / _THETA13)))) if norm > _THETA13 else 0
+    a = m / 2.0 ** s
+    b, eye = _PADE13, np.eye(m.shape[0])
+    a2 = a @ a
+    a4 = a2 @ a2
+    a6 = a4 @ a2
+    u = a @ (a6 @ (b[13] * a6 + b[11] * a4 + b[9] * a2) + b[7] * a6 + b[5] * a4 + b[3] * a2 + b[1] * eye)
+    v = a6 @ (b[12] * a6 + b[10] * a4 + b[8] * a2) + b[6] * a6 + b[4] * a4 + b[2] * a2 + b[0] * eye
+    r = np.linalg.solve(v - u, v + u)
+    for _ in range(s):
+        r = r @ r
+    return (r,)
+
+
+register_op("geqrf", results=2, shape=_geqrf_shape, reference=lambda xs, a: _per_matrix(_geqr2, xs[0]),
+            doc="Householder QR as LAPACK geqrf: R on and above the diagonal, the reflectors below it, and tau")
+register_op("householder_product", operands=2, shape=_householder_shape,
+            reference=lambda xs, a: _per_matrix(lambda m, t: (_orgqr(m, t),), *xs),
+            doc="the first n columns of H_0 ... H_{k-1} for reflectors below A's diagonal and tau (LAPACK orgqr)")
+register_op("svd", results=3, shape=_svd_shape, reference=lambda xs, a: _per_matrix(_ref_svd_one, xs[0]),
+            doc="thin SVD A = U diag(S) Vh, S descending; each column of U has its largest-magnitude entry positive")
+register_op("eigh", results=2, shape=_eigh_shape, attrs={"upper": Attr("bool", False)},
+            reference=lambda xs, a: _per_matrix(lambda m: _ref_eigh_one(m, a["upper"]), xs[0]),
+            doc="eigenvalues (ascending) and eigenvectors of each symmetric matrix, read from its lower (upper) "
+                "triangle; each eigenvector has its largest-magnitude entry positive")
+register_op("matrix_exp", shape=_matrix_exp_shape, reference=lambda xs, a: _per_matrix(_ref_matrix_exp_one, xs[0]),
+            doc="the exponential of each square matrix (scaling and squaring, Pade [13/13])")
