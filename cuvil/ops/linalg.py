@@ -1,5 +1,6 @@
-"""Linear algebra on batches of square matrices: `det`, `slogdet`, `lu_factor`, `inv`, `solve`, `cholesky`, and
-`lu_permutation`, the row order that `lu_factor`'s pivots stand for.
+"""Linear algebra on batches of matrices: `det`, `slogdet`, `lu_factor`, `inv`, `solve`, `cholesky`,
+`lu_permutation` (the row order that `lu_factor`'s pivots stand for), and the orthogonal factorisations `geqrf`,
+`householder_product`, `svd`, `eigh`, with `matrix_exp`.
 
 Each op takes [..., n, n] matrices (the leading axes are a batch) of a float type and computes in float64. The C
 kernels (backends/cpu/library_linalg.py) factor with partial pivoting in LAPACK getf2's order, so values and pivots
@@ -7,6 +8,11 @@ agree with LAPACK's to rounding. `lu_factor`, `inv`, `solve` and `cholesky` also
 0, or 1 + the first column whose pivot is exactly zero / whose leading minor is not positive definite). A matrix that
 cannot be factored has a determinant of 0 (`slogdet`: sign 0, log -inf) and NaN in its whole `inv`, `solve` or
 `cholesky` result: a compiled call has no per-matrix error channel, and NaN cannot be taken for a value.
+
+`geqrf` uses LAPACK's reflectors (dlarfg's signs), so QR factors agree with LAPACK's to rounding. Singular vectors and
+eigenvectors are unique only up to sign: here each column of U (of the eigenvectors) has its largest-magnitude entry
+positive, where LAPACK's signs fall out of its algorithm; for a repeated singular value or eigenvalue any orthonormal
+basis of the subspace is right, and the kernel's (Jacobi) and the reference's (numpy.linalg) may differ there.
 """
 from __future__ import annotations
 

@@ -1,13 +1,18 @@
-"""Library emitters for the linear-algebra ops (cuvil/ops/linalg.py): det, slogdet, lu_factor, inv, solve, cholesky.
+"""Library emitters for the linear-algebra ops (cuvil/ops/linalg.py): det, slogdet, lu_factor, inv, solve, cholesky,
+geqrf, householder_product, svd, eigh, matrix_exp.
 
-One matrix at a time, in a float64 copy (scratch), with the same algorithms as the references: LU with partial
-pivoting in LAPACK getf2's order, substitution with its factors, and Cholesky-Banachiewicz. The matrices of a batch
-run one after another: the sizes these ops see are small, and one copy of the scratch serves them all.
+One matrix at a time, in a float64 copy (scratch): LU with partial pivoting in LAPACK getf2's order, substitution
+with its factors, Cholesky-Banachiewicz, Householder QR with LAPACK's reflectors, one-sided Jacobi SVD, cyclic
+Jacobi for symmetric eigenproblems, and scaling and squaring with the [13/13] Pade approximant. The batch is cut into
+up to SLOTS contiguous chunks, each with its own copy of the scratch, which run on separate threads when the batch
+has enough work.
 """
 from __future__ import annotations
 
 from .c_exprs import c_string, load, store_value
-from .library_util import c_dim, open_block, prod, scratch_parts
+from .library_util import c_dim, open_block, par_if, prod, scratch_parts
+
+SLOTS = 8  # chunks of the batch that may run side by side: the scratch is SLOTS times one matrix's
 
 LINALG_C = """/* LU with partial pivoting of the m x n row-major matrix a, in place (LAPACK getf2's order): piv[j] is
  * the row swapped with row j (j < min(m, n)), *sign the permutation's sign. Returns 0, or 1 + the first column whose
@@ -300,22 +305,30 @@ static double *cuvil_matrix_exp(double *a, int64_t n, double *b, int64_t *piv)
 
 
 def _setup(gen, depth: int, op, pointers: dict, parts: list) -> tuple:
-    """Open the op's block with its buffers and scratch, then the loop over matrices, each copied into `a`; returns
-    (depth inside that loop, n as C)."""
+    """Open the op's block with its buffers and per-chunk scratch, then the (threaded) loop over chunks of the batch
+    and the loop over a chunk's matrices, each copied into `a`; returns (depth inside that loop, n as C)."""
     gen.helpers["cuvil_linalg"] = LINALG_C
     x = op.operands[0]
     m, n = (c_dim(s) for s in x.type.shape[-2:])
     d = open_block(gen, depth, op, pointers)
-    scratch_parts(gen, d, [("a", "double", f"{m} * {n}"), ("piv", "int64_t", m)] + parts)
-    gen.line(d, f"for (int64_t t = 0; t < {c_dim(prod(x.type.shape[:-2]))}; t++) {{")
+    parts = [("a", "double", f"{m} * {n}"), ("piv", "int64_t", m)] + parts
+    batch = c_dim(prod(x.type.shape[:-2]))
+    slots = f"CUVIL_MIN({batch}, {SLOTS})"  # the arena is sized before the block runs: no locals in the sizes
+    gen.line(d, f"const int64_t batch = {batch}, slots = {slots};")
+    scratch_parts(gen, d, [(f"{name}_slots", ctype, f"{slots} * ({count})") for name, ctype, count in parts])
+    gen.line(d, f"#pragma omp parallel for {par_if(f'batch * {m} * {n} * {n}')}")
+    gen.line(d, "for (int64_t slot = 0; slot < slots; slot++) {")
+    for name, ctype, count in parts:
+        gen.line(d + 1, f"{ctype} *restrict {name} = {name}_slots + slot * ({count});")
+    gen.line(d + 1, "for (int64_t t = slot * batch / slots; t < (slot + 1) * batch / slots; t++) {")
     element = load(x.type.dtype, "x", f"t * {m} * {n} + e")
-    gen.line(d + 1, f"for (int64_t e = 0; e < {m} * {n}; e++) a[e] = (double){element};")
-    return d + 1, n
+    gen.line(d + 2, f"for (int64_t e = 0; e < {m} * {n}; e++) a[e] = (double){element};")
+    return d + 2, n
 
 
 def _close(gen, depth: int) -> None:
-    gen.line(depth - 1, "}")
-    gen.line(depth - 2, "}")
+    for k in range(1, 4):
+        gen.line(depth - k, "}")
 
 
 def _det(gen, op, depth: int) -> None:

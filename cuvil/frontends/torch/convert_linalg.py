@@ -1,5 +1,7 @@
 """ATen linear algebra onto cuvil/ops/linalg.py: determinants, LU, inverse, solve, Cholesky, and what is built from
-them (triangular solves, `cholesky_solve`, `cholesky_inverse`). The error checks torch.export threads through effect
+them (triangular solves, `cholesky_solve`, `cholesky_inverse`); QR and its reflectors (`ormqr`), SVD, `eigh`, the
+pseudo-inverse built from them, and `matrix_exp`. (matrix_rank, cond and the nuclear norm reach `_linalg_svd` or
+`_linalg_eigh` through torch's own decompositions.) The error checks torch.export threads through effect
 tokens (`_linalg_check_errors`) are dropped: a matrix that cannot be factored gives NaN (see ops/linalg.py).
 
 Batch axes broadcast between a matrix and its right-hand sides, as in torch.linalg.solve.
