@@ -350,3 +350,84 @@ register_op("eigh", results=2, shape=_eigh_shape, attrs={"upper": Attr("bool", F
                 "triangle; each eigenvector has its largest-magnitude entry positive")
 register_op("matrix_exp", shape=_matrix_exp_shape, reference=lambda xs, a: _per_matrix(_ref_matrix_exp_one, xs[0]),
             doc="the exponential of each square matrix (scaling and squaring, Pade [13/13])")
+
+
+_BUNCH_KAUFMAN = (1 + np.sqrt(17.0)) / 8  # sytf2's alpha: a 1 x 1 pivot when |a_kk| >= alpha * the column's largest
+
+
+def _bk_pivot(a, k):
+    """(kp, kstep) of Bunch-Kaufman at column k, or None for a zero column."""
+    n = a.shape[0]
+    absakk = abs(a[k, k])
+    imax = k + 1 + int(np.argmax(np.abs(a[k + 1:, k]))) if k < n - 1 else k
+    colmax = abs(a[imax, k]) if k < n - 1 else 0.0
+    if max(absakk, colmax) == 0 or np.isnan(absakk):
+        return None
+    if absakk >= _BUNCH_KAUFMAN * colmax:
+        return k, 1
+    rowmax = max(np.abs(a[imax, k:imax]).max(), np.abs(a[imax + 1:, imax]).max(initial=0.0))
+    if absakk >= _BUNCH_KAUFMAN * colmax * (colmax / rowmax):
+        return k, 1
+    return imax, 1 if abs(a[imax, imax]) >= _BUNCH_KAUFMAN * rowmax else 2
+
+
+def _bk_swap(a, k, kp, kstep):
+    """sytf2's interchange of rows and columns kk = k + kstep - 1 and kp in the lower triangle."""
+    kk = k + kstep - 1
+    a[kp + 1:, [kk, kp]] = a[kp + 1:, [kp, kk]]
+    col, row = a[kk + 1:kp, kk].copy(), a[kp, kk + 1:kp].copy()
+    a[kk + 1:kp, kk], a[kp, kk + 1:kp] = row, col
+    a[[kk, kp], [kk, kp]] = a[[kp, kk], [kp, kk]]
+    if kstep == 2:
+        a[[k + 1, kp], k] = a[[kp, k + 1], k]
+
+
+def _bk_eliminate(a, k, kstep):
+    n = a.shape[0]
+    if kstep == 1:
+        for j in range(k + 1, n):
+            a[j:, j] -= a[j:, k] * a[j, k] / a[k, k]
+        a[k + 1:, k] /= a[k, k]
+    elif k < n - 2:
+        d21 = a[k + 1, k]
+        d11, d22 = a[k + 1, k + 1] / d21, a[k, k] / d21
+        d21 = 1 / (d11 * d22 - 1) / d21
+        for j in range(k + 2, n):
+            wk, wkp1 = d21 * (d11 * a[j, k] - a[j, k + 1]), d21 * (d22 * a[j, k + 1] - a[j, k])
+            a[j:, j] -= a[j:, k] * wk + a[j:, k + 1] * wkp1
+            a[j, k], a[j, k + 1] = wk, wkp1
+
+
+def _sytf2(m):
+    """(L and D packed in the lower triangle, 1-based pivots, info) of one float64 matrix's lower triangle: LAPACK
+    sytf2 'L' (Bunch-Kaufman), whose pivots PyTorch's ldl_factor returns."""
+    a, n = np.tril(m) + np.tril(m, -1).T, m.shape[0]
+    piv, info, k = np.zeros(n), 0, 0
+    while k < n:
+        chosen = _bk_pivot(a, k)
+        kp, kstep = chosen or (k, 1)
+        if chosen is None:
+            info = info or k + 1
+        else:
+            if kp != k + kstep - 1:
+                _bk_swap(a, k, kp, kstep)
+            _bk_eliminate(a, k, kstep)
+        piv[k:k + kstep] = kp + 1 if kstep == 1 else -(kp + 1)
+        k += kstep
+    return np.tril(a), piv, np.float64(info)
+
+
+def _ldl_shape(ctx, types, attrs):
+    _square(ctx, types[0], "ldl_factor")
+    t = types[0]
+    return [t, TensorType(DType.i32, t.shape[:-1]), _info(t)]
+
+
+def _ref_ldl(xs, a):
+    ld, piv, info = _per_matrix(_sytf2, xs[0])
+    return [ld, piv.astype(np.int32), info.astype(np.int32)]
+
+
+register_op("ldl_factor", results=3, shape=_ldl_shape, reference=_ref_ldl,
+            doc="Bunch-Kaufman L D L^T of each symmetric matrix (its lower triangle) as LAPACK sytrf 'L': the packed "
+                "factors, 1-based i32 pivots (negative twice for a 2 x 2 block), info")

@@ -142,3 +142,17 @@ CASES += [
     Case("matrix_exp", [np.array([[0, np.inf], [0, 0]], np.float32)], expected=lambda xs: [np.full((2, 2), np.nan)],
          id="not-finite"),
 ]
+
+
+def _ldl_oracle(xs):
+    ld, piv, info = _torch("linalg.ldl_factor_ex", *xs)
+    return [ld, piv, info]
+
+
+SING = np.zeros((2, 3, 3), np.float32)
+SING[1], SING[0, 2, 2] = np.eye(3), 1  # the first has two zero columns
+CASES += [
+    Case("ldl_factor", [rand(45, 6, 6, seed=10)], expected=_ldl_oracle, id="2x2-pivots", rtol=1e-4, atol=1e-5),
+    Case("ldl_factor", [SPD], expected=_ldl_oracle, rtol=1e-5, atol=1e-5),
+    Case("ldl_factor", [SING], expected=_ldl_oracle, id="singular"),
+]

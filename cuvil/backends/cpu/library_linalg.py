@@ -304,6 +304,71 @@ static double *cuvil_matrix_exp(double *a, int64_t n, double *b, int64_t *piv)
 """
 
 
+LDL_C = """/* Swap x[i * sx] and y[i * sy] for i < count. */
+static void cuvil_swap_strided(double *x, int64_t sx, double *y, int64_t sy, int64_t count)
+{
+    for (int64_t i = 0; i < count; i++) {
+        double t = x[i * sx]; x[i * sx] = y[i * sy]; y[i * sy] = t;
+    }
+}
+
+/* Bunch-Kaufman L D L^T of the symmetric n x n row-major a from its lower triangle, in place (LAPACK sytf2 'L'):
+ * piv as LAPACK's (1-based; a 2 x 2 block has -(row + 1) twice). Returns 0, or 1 + the first zero column. */
+static int64_t cuvil_ldl(double *a, int64_t n, int32_t *piv)
+{
+    const double alpha = (1.0 + sqrt(17.0)) / 8.0;
+    int64_t info = 0;
+#define A_(i, j) a[(i) * n + (j)]
+    for (int64_t k = 0; k < n;) {
+        int64_t kstep = 1, kp = k, imax = k;
+        double absakk = fabs(A_(k, k)), colmax = 0.0;
+        for (int64_t i = k + 1; i < n; i++)
+            if (fabs(A_(i, k)) > colmax) { colmax = fabs(A_(i, k)); imax = i; }
+        if ((absakk > colmax ? absakk : colmax) == 0.0 || absakk != absakk) {
+            if (!info) info = k + 1;
+        } else {
+            if (!(absakk >= alpha * colmax)) {
+                double rowmax = 0.0;
+                for (int64_t j = k; j < imax; j++) rowmax = fabs(A_(imax, j)) > rowmax ? fabs(A_(imax, j)) : rowmax;
+                for (int64_t i = imax + 1; i < n; i++) rowmax = fabs(A_(i, imax)) > rowmax ? fabs(A_(i, imax)) : rowmax;
+                if (!(absakk >= alpha * colmax * (colmax / rowmax))) {
+                    kp = imax;
+                    if (!(fabs(A_(imax, imax)) >= alpha * rowmax)) kstep = 2;
+                }
+            }
+            int64_t kk = k + kstep - 1;
+            if (kp != kk) {
+                cuvil_swap_strided(&A_(kp + 1, kk), n, &A_(kp + 1, kp), n, n - kp - 1);
+                cuvil_swap_strided(&A_(kk + 1, kk), n, &A_(kp, kk + 1), 1, kp - kk - 1);
+                cuvil_swap_strided(&A_(kk, kk), 0, &A_(kp, kp), 0, 1);
+                if (kstep == 2) cuvil_swap_strided(&A_(k + 1, k), 0, &A_(kp, k), 0, 1);
+            }
+            if (kstep == 1) {
+                double d11 = 1.0 / A_(k, k);
+                for (int64_t j = k + 1; j < n; j++)
+                    for (int64_t i = j; i < n; i++) A_(i, j) -= d11 * A_(i, k) * A_(j, k);
+                for (int64_t i = k + 1; i < n; i++) A_(i, k) *= d11;
+            } else if (k < n - 2) {
+                double d21 = A_(k + 1, k), d11 = A_(k + 1, k + 1) / d21, d22 = A_(k, k) / d21;
+                d21 = 1.0 / (d11 * d22 - 1.0) / d21;
+                for (int64_t j = k + 2; j < n; j++) {
+                    double wk = d21 * (d11 * A_(j, k) - A_(j, k + 1)), wkp1 = d21 * (d22 * A_(j, k + 1) - A_(j, k));
+                    for (int64_t i = j; i < n; i++) A_(i, j) -= A_(i, k) * wk + A_(i, k + 1) * wkp1;
+                    A_(j, k) = wk;
+                    A_(j, k + 1) = wkp1;
+                }
+            }
+        }
+        piv[k] = (int32_t)(kstep == 1 ? kp + 1 : -(kp + 1));
+        if (kstep == 2) piv[k + 1] = piv[k];
+        k += kstep;
+    }
+#undef A_
+    return info;
+}
+"""
+
+
 def _setup(gen, depth: int, op, pointers: dict, parts: list) -> tuple:
     """Open the op's block with its buffers and per-chunk scratch, then the (threaded) loop over chunks of the batch
     and the loop over a chunk's matrices, each copied into `a`; returns (depth inside that loop, n as C)."""
@@ -513,5 +578,16 @@ def _matrix_exp(gen, op, depth: int) -> None:
     _close(gen, d)
 
 
-EMITTERS.update({"geqrf": _geqrf, "householder_product": _householder_product, "svd": _svd, "eigh": _eigh,
+def _ldl_factor(gen, op, depth: int) -> None:
+    x, (ld, piv, info) = op.operands[0], op.results
+    n = c_dim(x.type.shape[-1])
+    d, _ = _setup(gen, depth, op, {"x": x, "y": ld, "p": piv, "info": info}, [])
+    gen.helpers["cuvil_linalg_ldl"] = LDL_C
+    gen.line(d, f"info[t] = (int32_t)cuvil_ldl(a, {n}, p + t * {n});")
+    gen.line(d, f"for (int64_t e = 0; e < {n} * {n}; e++) y[t * {n} * {n} + e] = "
+                f"e % {n} <= e / {n} ? {store_value(ld.type.dtype, 'a[e]')} : {store_value(ld.type.dtype, '0.0')};")
+    _close(gen, d)
+
+
+EMITTERS.update({"ldl_factor": _ldl_factor, "geqrf": _geqrf, "householder_product": _householder_product, "svd": _svd, "eigh": _eigh,
                  "matrix_exp": _matrix_exp})

@@ -289,6 +289,12 @@ def pinv(cx, a, atol=None, rtol=None, hermitian=False):
     return cx.b.matmul(scaled, right)
 
 
+@aten("linalg_ldl_factor_ex")
+def ldl_factor_ex(cx, a, hermitian=False, check_errors=False):
+    """(LD, pivots, info); for real matrices the hermitian and symmetric factorisations are one."""
+    return cx.b.ldl_factor(a)
+
+
 @aten("linalg_matrix_exp")
 def matrix_exp(cx, a):
     return cx.b.matrix_exp(a)

@@ -87,6 +87,8 @@ CASES = {
                               torch.linalg.eigh(a)[1].abs(), torch.linalg.pinv(a, hermitian=True),
                               torch.linalg.matrix_rank(a, hermitian=True)),
                    [(spd(2, 4, 4) - 5 * torch.eye(4),), (r(5, 5) + r(5, 5).mT,)]),
+    "ldl_factor": (lambda a: (torch.linalg.ldl_factor(a), torch.linalg.ldl_factor_ex(a, hermitian=True)),
+                   [(r(3, 5, 5),), (r(7, 7),)]),
     "matrix_exp": (lambda a: torch.linalg.matrix_exp(a), [(r(2, 4, 4),), (3 * r(6, 6),)]),
 }
 TOL = dict(rtol=2e-4, atol=2e-5)  # PyTorch's LAPACK works in float32; the ops compute in float64
