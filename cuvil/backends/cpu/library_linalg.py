@@ -589,5 +589,5 @@ def _ldl_factor(gen, op, depth: int) -> None:
     _close(gen, d)
 
 
-EMITTERS.update({"ldl_factor": _ldl_factor, "geqrf": _geqrf, "householder_product": _householder_product, "svd": _svd, "eigh": _eigh,
-                 "matrix_exp": _matrix_exp})
+EMITTERS.update({"ldl_factor": _ldl_factor, "geqrf": _geqrf, "householder_product": _householder_product, "svd": _svd,
+                 "eigh": _eigh, "matrix_exp": _matrix_exp})
