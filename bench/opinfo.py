@@ -7,9 +7,12 @@
 
 Each op's first `--samples` sample inputs are wrapped in a small module (the sample's tensors as inputs, its
 other arguments fixed) and exported; the ops that torch.export cannot capture are counted apart. The rest are
-compiled and compared with eager PyTorch (float32: rtol 1e-4, atol 1e-5; integers and booleans exactly). An op
-passes when every sample passes. Outcomes: pass, refused (a Cuvil error naming what is unsupported), wrong
-(values or shapes differ), internal (an exception that is not a Cuvil error). Needs `expecttest`.
+compiled and compared with eager PyTorch (float32: rtol 1e-4, atol 1e-5; integers and booleans exactly). Where the
+raw outputs differ and the sample says how its outputs are compared (`output_process_fn_grad`: PyTorch's own way to
+drop what is not unique, such as the signs of eigenvectors and singular vectors), both sides go through it, and the
+summary counts those passes apart. An op passes when every sample passes. Outcomes: pass, refused (a Cuvil error
+naming what is unsupported), wrong (values or shapes differ), internal (an exception that is not a Cuvil error).
+Needs `expecttest`.
 """
 from __future__ import annotations
 
@@ -49,7 +52,7 @@ def samples(opinfo, n: int) -> list:
     try:
         out = []
         for s in opinfo.sample_inputs("cpu", torch.float32, requires_grad=False):
-            out.append(((s.input, *s.args), dict(s.kwargs)))
+            out.append(((s.input, *s.args), dict(s.kwargs), s.output_process_fn_grad))
             if len(out) == n:
                 break
         return out
@@ -74,8 +77,12 @@ def close(got, want) -> bool:
     return True
 
 
-def run_sample(opinfo, template, target: str) -> tuple[str, str]:
+SIGN_FREE = "compared as the sample defines (output_process_fn_grad)"
+
+
+def run_sample(opinfo, sample, target: str) -> tuple[str, str]:
     """(outcome, detail) of one sample: "export", "pass", "refused", "wrong" or "internal"."""
+    template, processed = sample[:2], sample[2]
     module = Sample(opinfo.op, template)
     tensors = tuple(x for x in pytree.tree_leaves(template) if isinstance(x, torch.Tensor))
     try:
@@ -92,7 +99,18 @@ def run_sample(opinfo, template, target: str) -> tuple[str, str]:
         return "refused", f"{type(e).__name__}: {e}"  # whole: refusals() groups on the part that names the op
     except Exception as e:  # noqa: BLE001
         return "internal", f"{type(e).__name__}: {e}"
-    return ("pass", "") if close(got, want) else ("wrong", _difference(got, want))
+    if close(got, want):
+        return "pass", ""
+    if _close_processed(processed, got, want):
+        return "pass", SIGN_FREE
+    return "wrong", _difference(got, want)
+
+
+def _close_processed(processed, got, want) -> bool:
+    try:
+        return close(processed(got), processed(want))
+    except Exception:  # noqa: BLE001 (outputs of another structure than eager's: wrong)
+        return False
 
 
 def _difference(got, want) -> str:
@@ -106,13 +124,14 @@ def full_name(opinfo) -> str:
 
 
 def op_outcome(opinfo, n: int, target: str, verbose: bool = False) -> tuple[str, str]:
-    """The worst outcome over the op's first `n` samples, and its detail."""
+    """The worst outcome over the op's first `n` samples, and its detail (a pass: SIGN_FREE where a sample needed
+    that)."""
     outcomes = []
-    for template in samples(opinfo, n):
+    for sample in samples(opinfo, n):
         if any(word in opinfo.name for word in RANDOM):
             outcomes.append(("export", "random op"))
             break
-        outcome, detail = run_sample(opinfo, template, target)
+        outcome, detail = run_sample(opinfo, sample, target)
         outcomes.append((outcome, detail))
         if verbose:
             print(f"{opinfo.name:40s} {outcome:9s} {detail}", flush=True)
@@ -120,7 +139,8 @@ def op_outcome(opinfo, n: int, target: str, verbose: bool = False) -> tuple[str,
     worst = next((k for k in ("internal", "wrong", "refused", "export") if k in kinds), "pass") if kinds else "none"
     if worst == "export" and "pass" in kinds:
         worst = "pass"  # some samples do not export; the others pass
-    return worst, next((d for o, d in outcomes if o == worst), "")
+    details = [d for o, d in outcomes if o == worst]
+    return worst, SIGN_FREE if worst == "pass" and SIGN_FREE in details else next(iter(details), "")
 
 
 def float32_ops(contains: str = "") -> list:
@@ -175,6 +195,9 @@ def main(argv=None) -> int:
     print(f"\n{len(per_op)} ops; {exported} export; of those {counts['pass']} pass "
           f"({100 * counts['pass'] / max(exported, 1):.1f}%), {counts['refused']} refused, {counts['wrong']} wrong, "
           f"{counts['internal']} internal errors; target {args.target}, {args.samples} samples per op")
+    sign_free = sorted(name for name, (k, detail) in per_op.items() if k == "pass" and detail == SIGN_FREE)
+    if sign_free:
+        print(f"{len(sign_free)} of the passes {SIGN_FREE}: {' '.join(sign_free)}")
     return 0
 
 

@@ -1,5 +1,6 @@
-"""Linear algebra on batches of square matrices: `det`, `slogdet`, `lu_factor`, `inv`, `solve`, `cholesky`, and
-`lu_permutation`, the row order that `lu_factor`'s pivots stand for.
+"""Linear algebra on batches of matrices: `det`, `slogdet`, `lu_factor`, `inv`, `solve`, `cholesky`,
+`lu_permutation` (the row order that `lu_factor`'s pivots stand for), and the orthogonal factorisations `geqrf`,
+`householder_product`, `svd`, `eigh`, with `matrix_exp`.
 
 Each op takes [..., n, n] matrices (the leading axes are a batch) of a float type and computes in float64. The C
 kernels (backends/cpu/library_linalg.py) factor with partial pivoting in LAPACK getf2's order, so values and pivots
@@ -7,6 +8,11 @@ agree with LAPACK's to rounding. `lu_factor`, `inv`, `solve` and `cholesky` also
 0, or 1 + the first column whose pivot is exactly zero / whose leading minor is not positive definite). A matrix that
 cannot be factored has a determinant of 0 (`slogdet`: sign 0, log -inf) and NaN in its whole `inv`, `solve` or
 `cholesky` result: a compiled call has no per-matrix error channel, and NaN cannot be taken for a value.
+
+`geqrf` uses LAPACK's reflectors (dlarfg's signs), so QR factors agree with LAPACK's to rounding. Singular vectors and
+eigenvectors are unique only up to sign: here each column of U (of the eigenvectors) has its largest-magnitude entry
+positive, where LAPACK's signs fall out of its algorithm; for a repeated singular value or eigenvalue any orthonormal
+basis of the subspace is right, and the kernel's (Jacobi) and the reference's (numpy.linalg) may differ there.
 """
 from __future__ import annotations
 
@@ -199,3 +205,229 @@ register_op("cholesky", results=2, shape=_factor_shape("cholesky"), reference=_r
                 "and info")
 register_op("lu_permutation", shape=_permutation_shape, reference=_ref_permutation, attrs={"rows": Attr("int")},
             doc="the row order perm (i64, A[perm] = L U) of 1-based LAPACK pivots, for matrices of `rows` rows")
+
+
+# -- orthogonal factorisations: QR (Householder, LAPACK geqr2's reflectors), SVD, symmetric eigen, matrix exp ---
+def _matrix(ctx, t, name: str) -> tuple:
+    """A [..., m, n] float operand with static m and n: (m, n)."""
+    require_dtype(ctx, t, lambda d: d.is_float, name)
+    if t.rank < 2 or not all(isinstance(d, int) for d in t.shape[-2:]):
+        raise ctx.error(f"'{name}' needs a matrix or a batch of them ([..., m, n], m and n static), got {t}")
+    return t.shape[-2:]
+
+
+def _geqrf_shape(ctx, types, attrs):
+    t = types[0]
+    m, n = _matrix(ctx, t, "geqrf")
+    return [t, t.with_shape(t.shape[:-2] + (min(m, n),))]
+
+
+def _householder_shape(ctx, types, attrs):
+    a, tau = types
+    m, n = _matrix(ctx, a, "householder_product")
+    if tau.dtype is not a.dtype or tau.rank != a.rank - 1 or not isinstance(tau.shape[-1], int):
+        raise ctx.error(f"'householder_product' needs tau [..., k] of the matrix's batch and type, got {a} and {tau}")
+    for i, (x, y) in enumerate(zip(a.shape[:-2], tau.shape[:-1])):
+        ctx.require_equal(x, y, f"'householder_product' batch dimension {i}")
+    if not tau.shape[-1] <= n <= m:
+        raise ctx.error(f"'householder_product' needs k <= n <= m for A [..., m, n] and tau [..., k], got {a}, {tau}")
+    return [a]
+
+
+def _svd_shape(ctx, types, attrs):
+    t = types[0]
+    m, n = _matrix(ctx, t, "svd")
+    k, batch = min(m, n), t.shape[:-2]
+    return [t.with_shape(batch + (m, k)), t.with_shape(batch + (k,)), t.with_shape(batch + (k, n))]
+
+
+def _eigh_shape(ctx, types, attrs):
+    t = types[0]
+    _square(ctx, t, "eigh")
+    return [t.with_shape(t.shape[:-1]), t]
+
+
+def _matrix_exp_shape(ctx, types, attrs):
+    _square(ctx, types[0], "matrix_exp")
+    return [types[0]]
+
+
+def _geqr2(m):
+    """(packed reflectors and R, tau) of one float64 matrix: LAPACK geqr2 with dlarfg's reflectors (beta carries the
+    sign opposite to the diagonal's; a column already zero below the diagonal gets tau = 0)."""
+    a = m.copy()
+    tau = np.zeros(min(a.shape))
+    for j in range(tau.size):
+        alpha, xnorm = a[j, j], np.linalg.norm(a[j + 1:, j])
+        if xnorm == 0:
+            continue
+        beta = -np.copysign(np.hypot(alpha, xnorm), alpha)
+        tau[j] = (beta - alpha) / beta
+        a[j + 1:, j] /= alpha - beta
+        a[j, j] = beta
+        v = np.concatenate([[1.0], a[j + 1:, j]])
+        a[j:, j + 1:] -= tau[j] * np.outer(v, v @ a[j:, j + 1:])
+    return a, tau
+
+
+def _orgqr(a, tau):
+    """The first n columns of H_0 H_1 ... H_{k-1}, each H_i = I - tau_i v_i v_i^T with v_i below a's diagonal."""
+    m, n = a.shape
+    q = np.eye(m, n)
+    for i in reversed(range(tau.size)):
+        v = np.concatenate([[1.0], a[i + 1:, i]])
+        q[i:] -= tau[i] * np.outer(v, v @ q[i:])
+    return q
+
+
+def _per_matrix(fn, *xs):
+    """fn (float64 in, a tuple of arrays out) on each matrix of the batch of xs[0]; the other operands share that batch
+    (their own trailing axes follow it). The results are stacked back onto the batch, in xs[0]'s type."""
+    batch = xs[0].shape[:-2]
+    count = int(np.prod(batch))
+    flat = [np.asarray(x, np.float64).reshape((count,) + x.shape[len(batch):]) for x in xs]
+    parts = [fn(*(x[b] for x in flat)) for b in range(count)]
+    shapes = [r.shape for r in (parts[0] if parts else fn(*(np.zeros(x.shape[1:]) for x in flat)))]
+    return [np.asarray([p[i] for p in parts]).reshape(batch + shape).astype(xs[0].dtype)
+            for i, shape in enumerate(shapes)]
+
+
+def _positive_peaks(vectors, rows=None):
+    """Each column of `vectors` (and the matching row of `rows`) negated where the column's entry of largest magnitude
+    is negative: the sign convention of `svd` and `eigh` (a singular or eigen vector is unique only up to sign)."""
+    if not vectors.size:
+        return vectors, rows
+    peak = vectors[np.argmax(np.abs(vectors), axis=0), np.arange(vectors.shape[1])]
+    flip = np.where(peak < 0, -1.0, 1.0)
+    return (vectors * flip, None if rows is None else rows * flip[:, None])
+
+
+def _ref_svd_one(m):
+    u, s, vh = np.linalg.svd(m, full_matrices=False)
+    u, vh = _positive_peaks(u, vh)
+    return u, s, vh
+
+
+def _ref_eigh_one(m, upper):
+    w, v = np.linalg.eigh(m, UPLO="U" if upper else "L")
+    return w, _positive_peaks(v)[0]
+
+
+_PADE13 = (64764752532480000., 32382376266240000., 7771770303897600., 1187353796428800., 129060195264000.,
+           10559470521600., 670442572800., 33522128640., 1323241920., 40840800., 960960., 16380., 182., 1.)
+_THETA13 = 5.371920351148152  # Higham (2005): the largest 1-norm for which Pade [13/13] is accurate in float64
+
+
+def _ref_matrix_exp_one(m):
+    """Scaling and squaring with the [13/13] Pade approximant (Higham 2005), in the C kernel's order."""
+    norm = np.abs(m).sum(axis=0).max(initial=0.0)
+    if not np.isfinite(norm):  # an entry inf or NaN: NaN throughout
+        return (np.full_like(m, np.nan),)
+    s = max(0, int(np.ceil(np.log2(norm / _THETA13)))) if norm > _THETA13 else 0
+    a = m / 2.0 ** s
+    b, eye = _PADE13, np.eye(m.shape[0])
+    a2 = a @ a
+    a4 = a2 @ a2
+    a6 = a4 @ a2
+    u = a @ (a6 @ (b[13] * a6 + b[11] * a4 + b[9] * a2) + b[7] * a6 + b[5] * a4 + b[3] * a2 + b[1] * eye)
+    v = a6 @ (b[12] * a6 + b[10] * a4 + b[8] * a2) + b[6] * a6 + b[4] * a4 + b[2] * a2 + b[0] * eye
+    r = np.linalg.solve(v - u, v + u)
+    for _ in range(s):
+        r = r @ r
+    return (r,)
+
+
+register_op("geqrf", results=2, shape=_geqrf_shape, reference=lambda xs, a: _per_matrix(_geqr2, xs[0]),
+            doc="Householder QR as LAPACK geqrf: R on and above the diagonal, the reflectors below it, and tau")
+register_op("householder_product", operands=2, shape=_householder_shape,
+            reference=lambda xs, a: _per_matrix(lambda m, t: (_orgqr(m, t),), *xs),
+            doc="the first n columns of H_0 ... H_{k-1} for reflectors below A's diagonal and tau (LAPACK orgqr)")
+register_op("svd", results=3, shape=_svd_shape, reference=lambda xs, a: _per_matrix(_ref_svd_one, xs[0]),
+            doc="thin SVD A = U diag(S) Vh, S descending; each column of U has its largest-magnitude entry positive")
+register_op("eigh", results=2, shape=_eigh_shape, attrs={"upper": Attr("bool", False)},
+            reference=lambda xs, a: _per_matrix(lambda m: _ref_eigh_one(m, a["upper"]), xs[0]),
+            doc="eigenvalues (ascending) and eigenvectors of each symmetric matrix, read from its lower (upper) "
+                "triangle; each eigenvector has its largest-magnitude entry positive")
+register_op("matrix_exp", shape=_matrix_exp_shape, reference=lambda xs, a: _per_matrix(_ref_matrix_exp_one, xs[0]),
+            doc="the exponential of each square matrix (scaling and squaring, Pade [13/13])")
+
+
+_BUNCH_KAUFMAN = (1 + np.sqrt(17.0)) / 8  # sytf2's alpha: a 1 x 1 pivot when |a_kk| >= alpha * the column's largest
+
+
+def _bk_pivot(a, k):
+    """(kp, kstep) of Bunch-Kaufman at column k, or None for a zero column."""
+    n = a.shape[0]
+    absakk = abs(a[k, k])
+    imax = k + 1 + int(np.argmax(np.abs(a[k + 1:, k]))) if k < n - 1 else k
+    colmax = abs(a[imax, k]) if k < n - 1 else 0.0
+    if max(absakk, colmax) == 0 or np.isnan(absakk):
+        return None
+    if absakk >= _BUNCH_KAUFMAN * colmax:
+        return k, 1
+    rowmax = max(np.abs(a[imax, k:imax]).max(), np.abs(a[imax + 1:, imax]).max(initial=0.0))
+    if absakk >= _BUNCH_KAUFMAN * colmax * (colmax / rowmax):
+        return k, 1
+    return imax, 1 if abs(a[imax, imax]) >= _BUNCH_KAUFMAN * rowmax else 2
+
+
+def _bk_swap(a, k, kp, kstep):
+    """sytf2's interchange of rows and columns kk = k + kstep - 1 and kp in the lower triangle."""
+    kk = k + kstep - 1
+    a[kp + 1:, [kk, kp]] = a[kp + 1:, [kp, kk]]
+    col, row = a[kk + 1:kp, kk].copy(), a[kp, kk + 1:kp].copy()
+    a[kk + 1:kp, kk], a[kp, kk + 1:kp] = row, col
+    a[[kk, kp], [kk, kp]] = a[[kp, kk], [kp, kk]]
+    if kstep == 2:
+        a[[k + 1, kp], k] = a[[kp, k + 1], k]
+
+
+def _bk_eliminate(a, k, kstep):
+    n = a.shape[0]
+    if kstep == 1:
+        for j in range(k + 1, n):
+            a[j:, j] -= a[j:, k] * a[j, k] / a[k, k]
+        a[k + 1:, k] /= a[k, k]
+    elif k < n - 2:
+        d21 = a[k + 1, k]
+        d11, d22 = a[k + 1, k + 1] / d21, a[k, k] / d21
+        d21 = 1 / (d11 * d22 - 1) / d21
+        for j in range(k + 2, n):
+            wk, wkp1 = d21 * (d11 * a[j, k] - a[j, k + 1]), d21 * (d22 * a[j, k + 1] - a[j, k])
+            a[j:, j] -= a[j:, k] * wk + a[j:, k + 1] * wkp1
+            a[j, k], a[j, k + 1] = wk, wkp1
+
+
+def _sytf2(m):
+    """(L and D packed in the lower triangle, 1-based pivots, info) of one float64 matrix's lower triangle: LAPACK
+    sytf2 'L' (Bunch-Kaufman), whose pivots PyTorch's ldl_factor returns."""
+    a, n = np.tril(m) + np.tril(m, -1).T, m.shape[0]
+    piv, info, k = np.zeros(n), 0, 0
+    while k < n:
+        chosen = _bk_pivot(a, k)
+        kp, kstep = chosen or (k, 1)
+        if chosen is None:
+            info = info or k + 1
+        else:
+            if kp != k + kstep - 1:
+                _bk_swap(a, k, kp, kstep)
+            _bk_eliminate(a, k, kstep)
+        piv[k:k + kstep] = kp + 1 if kstep == 1 else -(kp + 1)
+        k += kstep
+    return np.tril(a), piv, np.float64(info)
+
+
+def _ldl_shape(ctx, types, attrs):
+    _square(ctx, types[0], "ldl_factor")
+    t = types[0]
+    return [t, TensorType(DType.i32, t.shape[:-1]), _info(t)]
+
+
+def _ref_ldl(xs, a):
+    ld, piv, info = _per_matrix(_sytf2, xs[0])
+    return [ld, piv.astype(np.int32), info.astype(np.int32)]
+
+
+register_op("ldl_factor", results=3, shape=_ldl_shape, reference=_ref_ldl,
+            doc="Bunch-Kaufman L D L^T of each symmetric matrix (its lower triangle) as LAPACK sytrf 'L': the packed "
+                "factors, 1-based i32 pivots (negative twice for a 2 x 2 block), info")

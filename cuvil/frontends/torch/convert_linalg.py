@@ -1,10 +1,14 @@
 """ATen linear algebra onto cuvil/ops/linalg.py: determinants, LU, inverse, solve, Cholesky, and what is built from
-them (triangular solves, `cholesky_solve`, `cholesky_inverse`). The error checks torch.export threads through effect
+them (triangular solves, `cholesky_solve`, `cholesky_inverse`); QR and its reflectors (`ormqr`), SVD, `eigh`, the
+pseudo-inverse built from them, and `matrix_exp`. (matrix_rank, cond and the nuclear norm reach `_linalg_svd` or
+`_linalg_eigh` through torch's own decompositions.) The error checks torch.export threads through effect
 tokens (`_linalg_check_errors`) are dropped: a matrix that cannot be factored gives NaN (see ops/linalg.py).
 
 Batch axes broadcast between a matrix and its right-hand sides, as in torch.linalg.solve.
 """
 from __future__ import annotations
+
+import numpy as np
 
 from ...ir.dtypes import DType
 from ...ops.common import broadcast_shapes
@@ -163,6 +167,137 @@ def cholesky_inverse(cx, factor, upper=False):
     eye = cx.b.cast(cx.b.eq(cx.b.iota(shape=(n, n), axis=0), cx.b.iota(shape=(n, n), axis=1)),
                     dtype=factor.type.dtype)
     return _cholesky_apply(cx, factor, cx.broadcast(eye, factor.type.shape), bool(upper))
+
+
+# -- QR, SVD, symmetric eigen-decomposition, pseudo-inverse, matrix exponential ----------------------------
+def _columns(cx, x, width: int):
+    """x's first `width` columns, zero columns appended where it has fewer."""
+    rank, n = x.type.rank, x.type.shape[-1]
+    if n >= width:
+        return cx.b.slice(x, starts=(0,), ends=(width,), axes=(rank - 1,))
+    return cx.b.pad(x, pads=(0,) * (2 * rank - 1) + (width - n,))
+
+
+def _rows(cx, x, count: int, axis: int):
+    return cx.b.slice(x, starts=(0,), ends=(count,), axes=(axis,))
+
+
+def _square_q(cx, packed, tau):
+    """The whole m x m Q of geqrf's reflectors (`packed` is [..., m, n]): a reflector with tau = 0 is the identity."""
+    m = packed.type.shape[-2]
+    return cx.b.householder_product(_columns(cx, packed, m), _columns(cx, tau, m))
+
+
+def _empty(cx, i: int):
+    """torch's empty placeholder for a factor that was not asked for."""
+    return cx.b.full(0.0, cx.out_shape(i), cx.out_dtype(i))
+
+
+@aten("geqrf")
+def geqrf(cx, a):
+    return cx.b.geqrf(a)
+
+
+@aten("linalg_householder_product")
+def householder_product(cx, a, tau):
+    return cx.b.householder_product(a, tau)
+
+
+@aten("linalg_qr")
+def qr(cx, a, mode="reduced"):
+    """Q from the reflectors (reduced: m x k; complete: m x m; r: none), R the upper triangle of geqrf's result."""
+    packed, tau = cx.b.geqrf(a)
+    m, n = a.type.shape[-2:]
+    k = min(m, n)
+    r = _triangle(cx, packed if mode == "complete" else _rows(cx, packed, k, a.type.rank - 2), upper=True)
+    if mode == "r":
+        return _empty(cx, 0), r
+    q = _square_q(cx, packed, tau) if mode == "complete" else cx.b.householder_product(_columns(cx, packed, k), tau)
+    return q, r
+
+
+@aten("ormqr")
+def ormqr(cx, a, tau, other, left=True, transpose=False):
+    """op(Q) C (left) or C op(Q), Q the square product of the reflectors in `a` [..., mn, k]."""
+    q = _square_q(cx, a, tau)
+    q = _mT(cx, q) if transpose else q
+    return _matmul(cx, q, other) if left else _matmul(cx, other, q)
+
+
+def _completed(cx, u):
+    """[..., m, k] orthonormal columns extended to an m x m orthogonal matrix (full_matrices=True)."""
+    m, k = u.type.shape[-2:]
+    if m == k:
+        return u
+    extra = cx.b.slice(_square_q(cx, *cx.b.geqrf(u)), starts=(k,), ends=(m,), axes=(u.type.rank - 1,))
+    return cx.b.concat(u, extra, axis=u.type.rank - 1)
+
+
+@aten("_linalg_svd")
+def svd(cx, a, full_matrices=False, compute_uv=True, driver=None):
+    """(U, S, Vh); signs as ops/linalg.py's `svd` fixes them (torch's LAPACK call leaves them to the algorithm)."""
+    u, s, vh = cx.b.svd(a)
+    if not compute_uv:
+        return _empty(cx, 0), s, _empty(cx, 2)
+    if full_matrices:
+        u, vh = _completed(cx, u), _mT(cx, _completed(cx, _mT(cx, vh)))
+    return u, s, vh
+
+
+@aten("_linalg_eigh")
+def eigh(cx, a, UPLO="L", compute_v=True):
+    w, v = cx.b.eigh(a, upper=UPLO == "U")
+    return w, v if compute_v else _empty(cx, 1)
+
+
+def _pinv_tolerance(cx, a, atol, rtol, largest):
+    """torch's cut-off max(atol, rtol * largest singular value), rtol defaulting to eps * max(m, n) (0 when an atol
+    > 0 is given), as [..., 1] against the singular values."""
+    dt = a.type.dtype
+    default = float(np.finfo(dt.numpy).eps) * max(a.type.shape[-2:])
+    if rtol is None:
+        rtol = default if atol is None else cx.b.where(cx.b.gt(*cx.operands([atol, 0.0], dt)),
+                                                       *cx.operands([0.0, default, atol], dt)[:2])
+    atol, rtol = cx.tensor(0.0 if atol is None else atol, dt), cx.tensor(rtol, dt)
+    unsqueezed = [cx.b.reshape(t, shape=t.type.shape + (1,)) for t in (atol, rtol)]
+    atol, rtol, largest = cx.operands([*unsqueezed, largest], dt)
+    return cx.b.max(atol, cx.b.mul(rtol, largest))
+
+
+@aten("linalg_pinv")
+def pinv(cx, a, atol=None, rtol=None, hermitian=False):
+    """V diag(1/s) U^T over the singular values above the cut-off (hermitian: from the eigen-decomposition)."""
+    m, n = a.type.shape[-2:]
+    rank = a.type.rank
+    if min(m, n) == 0:
+        return cx.tensor(0.0, a.type.dtype, a.type.shape[:-2] + (n, m))
+    if hermitian:
+        w, v = cx.b.eigh(a)
+        size = cx.b.abs(w)
+        left, right = v, _mT(cx, v)
+        largest = cx.b.reduce_max(size, axes=[rank - 2], keepdims=True)
+    else:
+        u, w, vh = cx.b.svd(a)
+        size, left, right = w, _mT(cx, vh), _mT(cx, u)
+        largest = _rows(cx, w, 1, rank - 2)
+    tol = _pinv_tolerance(cx, a, atol, rtol, largest)
+    tol = cx.broadcast(tol, size.type.shape)
+    zero = cx.tensor(0.0, a.type.dtype, size.type.shape)
+    inverse = cx.b.where(cx.b.gt(size, tol), cx.b.div(cx.tensor(1.0, a.type.dtype, size.type.shape), w), zero)
+    scaled = cx.b.mul(left, cx.broadcast(cx.b.reshape(inverse, shape=inverse.type.shape[:-1] + (1, min(m, n))),
+                                         left.type.shape))
+    return cx.b.matmul(scaled, right)
+
+
+@aten("linalg_ldl_factor_ex")
+def ldl_factor_ex(cx, a, hermitian=False, check_errors=False):
+    """(LD, pivots, info); for real matrices the hermitian and symmetric factorisations are one."""
+    return cx.b.ldl_factor(a)
+
+
+@aten("linalg_matrix_exp")
+def matrix_exp(cx, a):
+    return cx.b.matrix_exp(a)
 
 
 def _check_errors_effect(cx, token, op, *args):

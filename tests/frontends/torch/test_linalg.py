@@ -27,6 +27,12 @@ def triangular(*shape, upper=False):
     return a.triu() if upper else a.tril()
 
 
+def _svd_invariants(u, s, vh):
+    """What an SVD fixes whatever the signs: U S Vh, the magnitudes of the thin factors, U^T U and Vh Vh^T."""
+    k = s.shape[-1]
+    return (u[..., :k] * s[..., None, :]) @ vh[..., :k, :], u[..., :k].abs(), vh[..., :k, :].abs(), u.mT @ u, vh @ vh.mT
+
+
 # id -> (function, inputs at two sizes): the first size is the example, the second is run through a new compile.
 CASES = {
     "det_slogdet_logdet": (lambda a: (torch.linalg.det(a), *torch.linalg.slogdet(a), torch.logdet(a @ a.mT),
@@ -63,6 +69,27 @@ CASES = {
                                                torch.cholesky_inverse(low), torch.cholesky_inverse(low.mT, True)),
                                [(torch.linalg.cholesky(spd(2, 4, 4)), r(2, 4, 3)),
                                 (torch.linalg.cholesky(spd(6, 6)), r(6, 1))]),
+    "qr_reflectors": (lambda a, b, c: (torch.linalg.qr(a), torch.linalg.qr(a, mode="complete"), torch.qr(b),
+                                       torch.linalg.qr(b, mode="r")[1], torch.linalg.qr(b, mode="complete"),
+                                       torch.geqrf(a), torch.linalg.householder_product(*torch.geqrf(a)),
+                                       torch.ormqr(*torch.geqrf(a), c), torch.ormqr(*torch.geqrf(a), c, True, True),
+                                       torch.ormqr(*torch.geqrf(a), c.mT, left=False)),
+                      [(r(2, 5, 3), r(3, 4), r(2, 5, 2)), (r(7, 7), r(4, 6), r(7, 3))]),
+    # Singular vectors and eigenvectors are unique up to sign: compared through what does not depend on it.
+    "svd_based": (lambda a: (torch.linalg.svdvals(a), torch.linalg.pinv(a), torch.linalg.matrix_rank(a),
+                             torch.linalg.cond(a), torch.linalg.matrix_norm(a, "nuc"), torch.linalg.matrix_norm(a, 2),
+                             _svd_invariants(*torch.linalg.svd(a)), _svd_invariants(*torch.linalg.svd(a, False)),
+                             torch.linalg.pinv(a, rtol=0.3), torch.linalg.pinv(a, atol=0.5)),
+                  [(r(2, 5, 3),), (r(4, 6),), (r(3, 3),)]),
+    "rank_deficient": (lambda a: (torch.linalg.pinv(a), torch.linalg.matrix_rank(a), torch.linalg.svdvals(a)[..., :2]),
+                       [(r(6, 2) @ r(2, 5),), (r(3, 4, 1) @ r(3, 1, 4),)]),
+    "eigh_based": (lambda a: (torch.linalg.eigvalsh(a), torch.linalg.eigvalsh(a, UPLO="U"),
+                              torch.linalg.eigh(a)[1].abs(), torch.linalg.pinv(a, hermitian=True),
+                              torch.linalg.matrix_rank(a, hermitian=True)),
+                   [(spd(2, 4, 4) - 5 * torch.eye(4),), (r(5, 5) + r(5, 5).mT,)]),
+    "ldl_factor": (lambda a: (torch.linalg.ldl_factor(a), torch.linalg.ldl_factor_ex(a, hermitian=True)),
+                   [(r(3, 5, 5),), (r(7, 7),)]),
+    "matrix_exp": (lambda a: torch.linalg.matrix_exp(a), [(r(2, 4, 4),), (3 * r(6, 6),)]),
 }
 TOL = dict(rtol=2e-4, atol=2e-5)  # PyTorch's LAPACK works in float32; the ops compute in float64
 

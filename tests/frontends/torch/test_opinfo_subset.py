@@ -32,6 +32,10 @@ SUBSET = {
     "linalg.det": 2, "linalg.slogdet": 2, "logdet": 1, "linalg.inv": 2, "linalg.solve": 3, "linalg.solve_ex": 2,
     "linalg.cholesky": 2, "linalg.lu_factor": 2, "linalg.solve_triangular": 2, "triangular_solve": 2,
     "cholesky_solve": 2, "cholesky_inverse": 1, "linalg.tensorsolve": 1, "linalg.lu": 2, "lu_solve": 2,
+    "linalg.qr": 3, "geqrf": 2, "ormqr": 3, "linalg.householder_product": 3, "linalg.svd": 1, "linalg.svdvals": 3,
+    "linalg.cond": 2, "linalg.matrix_rank": 3, "linalg.matrix_rank.hermitian": 3, "norm.nuc": 2, "linalg.pinv": 3,
+    "linalg.pinv.hermitian": 3, "linalg.pinv.singular": 2, "linalg.eigh": 2, "linalg.eigvalsh": 3, "matrix_exp": 1,
+    "linalg.ldl_factor": 3, "linalg.ldl_factor_ex": 3,
     "scatter_reduce.mean": 4, "scatter_reduce.amin": 4, "nn.functional.max_pool2d": 4,
     "nn.functional.adaptive_max_pool3d": 2,
 }
