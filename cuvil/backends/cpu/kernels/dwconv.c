@@ -192,11 +192,14 @@ typedef struct {
     int act;
 } dwb_job_t;
 
-/* RW output pixels from column ox0 of output row oy, channel block xc (its plane) with weights wc. RW is a constant
- * at the unrolled call; `checked` strips test each tap's column. */
+/* RW output pixels from column ox0 of output row oy, channel block xc (its plane) with weights wc. RW, `checked`
+ * and KW (the kernel's width; 0: g's) are constants at every call, so the loops over them unroll, acc lives in
+ * registers and a stride-1 row's overlapping taps share their loads; `checked` strips test each tap's column. */
 CUVIL_INLINE void dwb_strip(const int64_t *g, const float *restrict xc, const float *restrict wc, vf b,
-                            float *restrict yr, int64_t ox0, int64_t oy, int act, const int RW, const int checked)
+                            float *restrict yr, int64_t ox0, int64_t oy, int act, const int RW, const int checked,
+                            const int64_t KW)
 {
+    const int64_t kw = KW ? KW : g[DWB_KW];
     vf acc[DWB_W0];
 #pragma GCC unroll 8
     for (int r = 0; r < RW; r++) acc[r] = b;
@@ -204,8 +207,9 @@ CUVIL_INLINE void dwb_strip(const int64_t *g, const float *restrict xc, const fl
         const int64_t iy = oy * g[DWB_SH] - g[DWB_PT] + ky * g[DWB_DH];
         if (iy < 0 || iy >= g[DWB_H]) continue;
         const float *xrow = xc + iy * g[DWB_W] * VL;
-        for (int64_t kx = 0; kx < g[DWB_KW]; kx++) {
-            const vf wv = cuvil_load(wc + (ky * g[DWB_KW] + kx) * VL);
+#pragma GCC unroll 5
+        for (int64_t kx = 0; kx < kw; kx++) {
+            const vf wv = cuvil_load(wc + (ky * kw + kx) * VL);
             const int64_t ix0 = ox0 * g[DWB_SW] - g[DWB_PL] + kx * g[DWB_DW];
 #pragma GCC unroll 8
             for (int r = 0; r < RW; r++) {
@@ -221,6 +225,31 @@ CUVIL_INLINE void dwb_strip(const int64_t *g, const float *restrict xc, const fl
                                                      cuvil_select(v < cuvil_splat(0.0f), cuvil_splat(0.0f), v));
         else if (act) v = cuvil_activate(v, act);
         cuvil_store(yr + (ox0 + r) * VL, v);
+    }
+}
+
+/* A whole strip of DWB_W0 pixels, with the kernel's width as a constant where it is 3 or 5 (MobileNets' kernels). */
+static void dwb_full_strip(const int64_t *g, const float *xc, const float *wc, vf b, float *yr, int64_t ox0,
+                           int64_t oy, int act, int checked)
+{
+    if (checked) dwb_strip(g, xc, wc, b, yr, ox0, oy, act, DWB_W0, 1, 0);
+    else if (g[DWB_KW] == 3) dwb_strip(g, xc, wc, b, yr, ox0, oy, act, DWB_W0, 0, 3);
+    else if (g[DWB_KW] == 5) dwb_strip(g, xc, wc, b, yr, ox0, oy, act, DWB_W0, 0, 5);
+    else dwb_strip(g, xc, wc, b, yr, ox0, oy, act, DWB_W0, 0, 0);
+}
+
+/* The last `rw` < DWB_W0 pixels of a row, as one strip of that width (7x7 and 14x14 maps are mostly these). */
+static void dwb_tail_strip(const int64_t *g, const float *xc, const float *wc, vf b, float *yr, int64_t ox0,
+                           int64_t oy, int act, int64_t rw)
+{
+    switch (rw) {
+    case 1: dwb_strip(g, xc, wc, b, yr, ox0, oy, act, 1, 1, 0); break;
+    case 2: dwb_strip(g, xc, wc, b, yr, ox0, oy, act, 2, 1, 0); break;
+    case 3: dwb_strip(g, xc, wc, b, yr, ox0, oy, act, 3, 1, 0); break;
+    case 4: dwb_strip(g, xc, wc, b, yr, ox0, oy, act, 4, 1, 0); break;
+    case 5: dwb_strip(g, xc, wc, b, yr, ox0, oy, act, 5, 1, 0); break;
+    case 6: dwb_strip(g, xc, wc, b, yr, ox0, oy, act, 6, 1, 0); break;
+    default: dwb_strip(g, xc, wc, b, yr, ox0, oy, act, 7, 1, 0); break;
     }
 }
 
@@ -242,11 +271,9 @@ static int dwb_rows(void *job, int64_t q0, int64_t q1)
         const vf b = j->bias ? cuvil_load(j->bias + c * VL) : cuvil_splat(0.0f);
         float *yr = j->y + q * ow * VL;
         int64_t ox = 0;
-        for (; ox + DWB_W0 <= ow; ox += DWB_W0) {
-            if (dwb_inside(g, ox, DWB_W0)) dwb_strip(g, xc, wc, b, yr, ox, oy, j->act, DWB_W0, 0);
-            else dwb_strip(g, xc, wc, b, yr, ox, oy, j->act, DWB_W0, 1);
-        }
-        for (; ox < ow; ox++) dwb_strip(g, xc, wc, b, yr, ox, oy, j->act, 1, !dwb_inside(g, ox, 1));
+        for (; ox + DWB_W0 <= ow; ox += DWB_W0)
+            dwb_full_strip(g, xc, wc, b, yr, ox, oy, j->act, !dwb_inside(g, ox, DWB_W0));
+        if (ox < ow) dwb_tail_strip(g, xc, wc, b, yr, ox, oy, j->act, ow - ox);
     }
     return 0;
 }
