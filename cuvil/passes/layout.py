@@ -327,6 +327,19 @@ def _relu6_after_relu(b, m):
     return _with_activation_named(b, m, "relu6")
 
 
+def _silu(b, m):
+    """x * sigmoid(x): SiLU as torch.onnx exports it."""
+    return _with_activation_named(b, m, "silu")
+
+
+def _silu_pattern(name: str) -> Pat:
+    """mul(conv, sigmoid(conv)) where those two are the conv's only users."""
+    def open_twice(v, module):
+        return v.owner.attrs["activation"] == "none" and _uses(v) == 2
+    return Pat("mul", Pat(name, bind="conv", where=open_twice),
+               Pat("sigmoid", Pat.any("conv"), where=lambda v, module: _uses(v) == 1))
+
+
 def _relu_conv(name: str) -> Pat:
     return Pat(name, bind="conv", where=lambda v, module: v.owner.attrs["activation"] == "relu" and _uses(v) == 1)
 
@@ -364,6 +377,7 @@ EPILOGUE_RULES = [*(Rule(Pat(name, _open_conv(4, conv)), _with_activation, f"{na
                     for conv in BLOCKED_CONVS),
                   *(Rule(Pat("min", _relu_conv(conv), Pat.splat(6.0)), _relu6_after_relu, f"min-6-into-{conv}")
                     for conv in BLOCKED_CONVS),
+                  *(Rule(_silu_pattern(conv), _silu, f"x-sigmoid-x-into-{conv}") for conv in BLOCKED_CONVS),
                   Rule(Pat("add", _open_conv(3), Pat.any("other")), _with_residual, "add-into-conv-nchwc"),
                   Rule(Pat("reshape", Pat("transpose", _single_use("conv"), attrs={"perm": (0, 1, 4, 2, 3)},
                                           where=lambda v, module: _uses(v) == 1)), _plain_out, "conv-nchwc-plain"),

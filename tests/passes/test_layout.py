@@ -235,3 +235,16 @@ def test_clip_as_max_then_min_becomes_relu6(free_conversions):
     b.ret(b.conv(z, _const(b, 16, 16, 1, 1)))
     got = _run(m, RNG.standard_normal((1, 16, 9, 9)).astype(np.float32) * 4)
     assert 'activation = "relu6"' in got and 'activation = "relu"' in got and "= min" not in got and "= max" not in got
+
+
+def test_x_times_sigmoid_x_becomes_silu(free_conversions):
+    """torch.onnx exports SiLU as x * sigmoid(x): after a blocked conv (plain or depthwise), its silu epilogue."""
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", (1, 16, 9, 9))], ["x"])
+    y = b.conv(b.args[0], _const(b, 16, 16, 1, 1), _const(b, 16))
+    y = b.mul(b.sigmoid(y), y)
+    z = b.conv(y, _const(b, 16, 1, 3, 3), _const(b, 16), groups=16, pads=(1, 1, 1, 1))
+    z = b.mul(z, b.sigmoid(z))
+    b.ret(b.conv(z, _const(b, 16, 16, 1, 1)))
+    got = _run(m, RNG.standard_normal((1, 16, 9, 9)).astype(np.float32) * 4)
+    assert got.count('activation = "silu"') == 2 and "sigmoid" not in got and "= mul" not in got
