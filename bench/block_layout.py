@@ -1,9 +1,11 @@
-"""The block-layout pass on and off, against ONNX Runtime: `python -m bench.block_layout resnet|mnv2 [rounds]`.
+"""The block-layout pass on and off, against ONNX Runtime: `python -m bench.block_layout resnet|mnv2|mnv3|effb0
+[rounds]`.
 
-ResNet-18 or MobileNetV2 (batch 1, 224x224, random weights) through Cuvil's torch and ONNX routes with the
-`block-layout` pass on and off, and ONNX Runtime (all graph optimisations, 2 intra-op threads), all timed
-interleaved in one process; prints medians and ratios to ONNX Runtime. Run with CUVIL_ARTIFACT_CACHE=0 so
-that the pass switch is not answered from the artifact cache.
+ResNet-18, MobileNetV2, MobileNetV3-small or EfficientNet-B0 (batch 1, 224x224, random weights) through Cuvil's
+torch and ONNX routes with the `block-layout` pass on and off, the ONNX route also with the pass on but depthwise
+convs left in the plain layout ("onnx-plaindw", the pass before `dwconv_nchwc`), and ONNX Runtime (all graph
+optimisations, 2 intra-op threads), all timed interleaved in one process; prints medians and ratios to ONNX
+Runtime. Run with CUVIL_ARTIFACT_CACHE=0 so that the pass switch is not answered from the artifact cache.
 """
 import os
 import sys
@@ -15,12 +17,15 @@ import onnxruntime as ort
 import torch
 
 import cuvil
+from bench import workloads_extra as extra
 from bench.workloads import MobileNetV2, ResNet18, vision_workload
 from cuvil.passes import layout
 
 
 def main(which: str = "resnet", rounds: int = 15) -> None:
-    built = vision_workload({"resnet": ResNet18, "mnv2": MobileNetV2}[which])
+    built = {"resnet": lambda: vision_workload(ResNet18), "mnv2": lambda: vision_workload(MobileNetV2),
+             "mnv3": lambda: extra.cnn_workload(extra.MobileNetV3Small, 224),
+             "effb0": lambda: extra.cnn_workload(extra.EfficientNetB0, 224)}[which]()
     model, (x,) = built.module, built.inputs
     path = os.path.join(tempfile.mkdtemp(prefix="cuvil-block-layout-"), f"{which}.onnx")
     torch.onnx.export(model, (x,), path, dynamo=False)
@@ -36,6 +41,11 @@ def main(which: str = "resnet", rounds: int = 15) -> None:
         t, o = cuvil.compile(model, (x,)), cuvil.load_onnx(path).optimize()
         fns[f"torch-{tag}"], fns[f"onnx-{tag}"] = (lambda t=t: t(x)), (lambda o=o: o(xn))
     layout.BlockLayout.run_on_operation = pass_on
+    depthwise = layout.depthwise_conv
+    layout.depthwise_conv = lambda op: False
+    o = cuvil.load_onnx(path).optimize()
+    fns["onnx-plaindw"] = lambda: o(xn)
+    layout.depthwise_conv = depthwise
     ref = fns["ort"]()
     for k, f in fns.items():
         out = f()

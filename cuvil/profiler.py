@@ -67,12 +67,17 @@ def _flops_conv_nchwc(op, env):
     return 2 * _prod((n, oh, ow), env) * _prod(op.operands[1].type.shape, env)
 
 
+def _flops_dwconv_nchwc(op, env):
+    return 2 * _numel(op.results[0].type, env) * _prod(op.operands[1].type.shape[1:3], env)
+
+
 def _flops_pool(op, env):
     return _numel(op.results[0].type, env) * _prod(op.attrs["kernel"], env)
 
 
 FLOPS = {"matmul": _flops_matmul, "conv": _flops_conv, "conv_transpose": _flops_conv_transpose,
-         "conv_nchwc": _flops_conv_nchwc, "max_pool": _flops_pool, "avg_pool": _flops_pool,
+         "conv_nchwc": _flops_conv_nchwc, "dwconv_nchwc": _flops_dwconv_nchwc,
+         "max_pool": _flops_pool, "avg_pool": _flops_pool,
          # reduced precision: x [..., K] against w [N, K], and convolutions with w [O, C, KH, KW]
          "qlinear_i8": _flops_matmul, "linear_i4": _flops_matmul, "qconv_i8": _flops_conv, "conv_bf16": _flops_conv}
 

@@ -147,3 +147,64 @@ register_op("conv_nchwc", operands=(3, 4), shape=_conv_nchwc_shape, reference=_r
             doc="2-D conv in blocked layout: x [N,C/cb,H,W,cb], w [O/ob,C/cb,kh,kw,cb,ob], bias [O/ob,ob], "
                 "optional residual added before the activation; channels > 0: plain [N,channels,OH,OW] result; "
                 "algorithm: direct or winograd (3x3, stride 1)")
+
+
+# -- dwconv_nchwc: the depthwise conv (one channel per group) in the same layout -------------------------------------
+def _dwconv_nchwc_shape(ctx, types, a):
+    x, w, bias = types
+    for t in types:
+        require_dtype(ctx, t, lambda d: d is DType.f32, "dwconv_nchwc")
+    if x.rank != 5 or w.rank != 4 or bias.rank != 2:
+        raise ctx.error(f"'dwconv_nchwc' needs x [N, C/cb, H, W, cb], w [C/cb, kh, kw, cb] and bias [C/cb, cb], "
+                        f"got {x}, {w} and {bias}")
+    for i, (p, q) in enumerate(((x.shape[1], w.shape[0]), (x.shape[4], w.shape[3]))):
+        ctx.require_equal(p, q, f"'dwconv_nchwc' {('channel blocks', 'block size')[i]} of x {x} and weight {w}")
+        ctx.require_equal(bias.shape[i], w.shape[(0, 3)[i]],
+                          f"'dwconv_nchwc' {('channel blocks', 'block size')[i]} of bias {bias} and weight {w}")
+    plain = x.with_shape((x.shape[0], x.shape[1] * x.shape[4], x.shape[2], x.shape[3]))
+    oh, ow = _spatial_out(ctx, "dwconv_nchwc", plain, w.shape[1:3], a)
+    return [x.with_shape((x.shape[0], x.shape[1], oh, ow, x.shape[4]))]
+
+
+def pack_depthwise(w: np.ndarray, size: int) -> np.ndarray:
+    """[C, 1, kh, kw] -> [C/size, kh, kw, size], C zero-padded to whole blocks."""
+    c, _, kh, kw = w.shape
+    w = np.pad(w[:, 0], [(0, -c % size), (0, 0), (0, 0)])
+    return np.ascontiguousarray(w.reshape(-1, size, kh, kw).transpose(0, 2, 3, 1))
+
+
+def _plain_depthwise(w):
+    """[C/cb, kh, kw, cb] -> [C, 1, kh, kw]."""
+    blocks, kh, kw, size = w.shape
+    return w.transpose(0, 3, 1, 2).reshape(blocks * size, 1, kh, kw)
+
+
+def _ref_dwconv_nchwc(xs, a):
+    x, w, bias = (v.astype(np.float64) for v in xs)
+    y = block(_ref_conv([unblock(x), _plain_depthwise(w), bias.reshape(-1)], {**a, "groups": x.shape[1] * x.shape[4]}),
+              x.shape[4])
+    if a["activation"] != "none":
+        name, attrs = EPILOGUES[a["activation"]]
+        y = get_op(name).reference([y], get_op(name).complete_attrs(attrs))
+    return y.astype(np.float32)
+
+
+def _decompose_dw(b, xs, a):
+    """Unblock, the plain depthwise conv, block again."""
+    x, w, bias = xs
+    blocks, kh, kw, size = w.type.shape
+    plain_w = b.reshape(b.transpose(w, perm=(0, 3, 1, 2)), shape=(blocks * size, 1, kh, kw))
+    y = b.conv(from_blocked(b, x, blocks * size), plain_w, b.reshape(bias, shape=(blocks * size,)),
+               strides=a["strides"], pads=a["pads"], dilations=a["dilations"], groups=blocks * size)
+    y = to_blocked(b, y, size)
+    if a["activation"] != "none":
+        name, attrs = EPILOGUES[a["activation"]]
+        y = b.emit(name, y, **attrs)
+    return y
+
+
+register_op("dwconv_nchwc", operands=3, shape=_dwconv_nchwc_shape, reference=_ref_dwconv_nchwc,
+            normalize=_normalize, decompose=_decompose_dw,
+            attrs={"strides": Attr("ints", ()), "dilations": Attr("ints", ()), "pads": Attr("ints", ()),
+                   "activation": Attr("str", "none", ("none", *EPILOGUES))},
+            doc="depthwise 2-D conv in blocked layout: x [N,C/cb,H,W,cb], w [C/cb,kh,kw,cb], bias [C/cb,cb]")

@@ -17,7 +17,7 @@ from ..ir.builder import Builder
 from ..ir.core import Function, Op, Region, Value
 from ..ir.dtypes import DType
 from ..ir.symbolic import evaluate, free_symbols
-from ..ops.nn_blocked import EPILOGUES, from_blocked, pack_weight, to_blocked
+from ..ops.nn_blocked import EPILOGUES, from_blocked, pack_depthwise, pack_weight, to_blocked
 from .manager import Pass
 from .rewrite import Pat, Rule, apply_rules, splat_value
 
@@ -30,7 +30,8 @@ BINARY = frozenset({"add", "sub", "mul", "max", "min"})
 # others: im2col + GEMM) and blocked, and the time of one layout conversion per element (measured on
 # ResNet-18 and MobileNetV2 at 2 threads, docs/passes.md); "winograd" counts the direct FLOPs a Winograd conv
 # stands for.
-COST = {"nchw-pointwise": 140e9, "nchw-im2col": 100e9, "blocked": 160e9, "winograd": 400e9, "convert": 0.4e-9}
+COST = {"nchw-pointwise": 140e9, "nchw-im2col": 100e9, "blocked": 160e9, "winograd": 400e9, "convert": 0.4e-9,
+        "nchw-depthwise": 10e9, "blocked-depthwise": 40e9}
 # F(4x4, 3x3) reads its transformed weights (4x the direct ones) once per group of up to 12 output tiles: with
 # fewer tiles than this (ResNet-18's 7x7 maps have 4) streaming them costs more than the FLOPs it saves.
 WINOGRAD_MIN_TILES = 16
@@ -52,6 +53,15 @@ def blockable_conv(op: Op) -> bool:
     x, w = op.operands[:2]
     return op.attrs["groups"] == 1 and all(_constant(v) for v in op.operands[1:]) \
         and isinstance(x.type.shape[1], int) and isinstance(w.type.shape[0], int)
+
+
+def depthwise_conv(op: Op) -> bool:
+    """f32 2-D depthwise convolutions (one channel per group, one output per channel) with constant weights."""
+    if op.name != "conv" or op.results[0].type.dtype is not DType.f32 or op.results[0].type.rank != 4:
+        return False
+    channels, outs = op.operands[0].type.shape[1], op.operands[1].type.shape[0]
+    return isinstance(channels, int) and op.attrs["groups"] == channels == outs \
+        and all(_constant(v) for v in op.operands[1:])
 
 
 def _blockable_pool(op: Op) -> bool:
@@ -102,6 +112,10 @@ def _pad_factor(op: Op, block: int) -> float:
 
 def _saving(op: Op, block: int) -> float:
     a = op.attrs
+    if a["groups"] != 1:  # depthwise
+        outs = op.operands[1].type.shape[0]
+        blocked = _conv_seconds(op, "blocked-depthwise") * _padded(outs, block) / outs
+        return _conv_seconds(op, "nchw-depthwise") - blocked
     pointwise = op.operands[1].type.shape[2:] == (1, 1) and set(a["strides"]) == {1} and not any(a["pads"])
     blocked = _conv_seconds(op, "winograd" if winograd_pays(op, block) else "blocked") * _pad_factor(op, block)
     return _conv_seconds(op, "nchw-pointwise" if pointwise else "nchw-im2col") - blocked
@@ -133,7 +147,7 @@ class _Chains:
         """The member ops whose results `op` reads blocked, or None when `op` cannot compute blocked."""
         if len(op.results) != 1:
             return None
-        if blockable_conv(op):
+        if blockable_conv(op) or depthwise_conv(op):
             if not fills_blocks(op, self.block):
                 return None
             return [produced[id(op.operands[0])]] if id(op.operands[0]) in produced else []
@@ -212,8 +226,8 @@ class _Rewriter:
                 continue
             scratch = Region()
             b = Builder(self.fn.module, self.fn, scratch, op.loc)
-            out = self._conv(b, op) if op.name == "conv" else self._pool(b, op) if op.name == "max_pool" \
-                else self._elementwise(b, op)
+            out = self._pool(b, op) if op.name == "max_pool" else self._elementwise(b, op) if op.name != "conv" \
+                else self._depthwise(b, op) if op.attrs["groups"] != 1 else self._conv(b, op)
             self.blocked[id(op.results[0])] = out
             if any(id(u) not in self.ids for u in self.chains.users.get(id(op.results[0]), [])):
                 self.remap[id(op.results[0])] = from_blocked(b, out, op.results[0].type.shape[1])
@@ -248,6 +262,18 @@ class _Rewriter:
                             pads=a["pads"], dilations=a["dilations"],
                             algorithm="winograd" if winograd_pays(op, self.block) else "direct")
 
+    def _depthwise(self, b: Builder, op: Op) -> Value:
+        channels = op.operands[0].type.shape[1]
+        weights = self.fn.module.constants[op.operands[1].owner.attrs["name"]]
+        bias = np.zeros(channels + -channels % self.block, np.float32)
+        if len(op.operands) == 3:
+            bias[:channels] = self.fn.module.constants[op.operands[2].owner.attrs["name"]]
+        a = op.attrs
+        return b.dwconv_nchwc(self._input(b, op.operands[0], self.block),
+                              b.constant(pack_depthwise(weights, self.block), "nchwc_dw"),
+                              b.constant(bias.reshape(-1, self.block), "nchwc_b"), strides=a["strides"], pads=a["pads"],
+                              dilations=a["dilations"])
+
     def _pool(self, b: Builder, op: Op) -> Value:
         a, pads = op.attrs, op.attrs["pads"]
         return b.max_pool(self.blocked[id(op.operands[0])], kernel=(*a["kernel"], 1), strides=(*a["strides"], 1),
@@ -265,12 +291,12 @@ def _uses(v: Value) -> int:
     return sum(1 for op in v.owner.parent.walk() for x in op.operands if x is v)
 
 
-def _open_conv(operands: int) -> Pat:
-    """A conv_nchwc with at most `operands` operands, no activation yet and one user."""
+def _open_conv(operands: int, name: str = "conv_nchwc") -> Pat:
+    """A blocked conv (`name`) with at most `operands` operands, no activation yet and one user."""
     def check(v, module):
         op = v.owner
         return len(op.operands) <= operands and op.attrs["activation"] == "none" and _uses(v) == 1
-    return Pat("conv_nchwc", bind="conv", where=check)
+    return Pat(name, bind="conv", where=check)
 
 
 def _activation(op: Op):
@@ -283,10 +309,39 @@ def _activation(op: Op):
 
 def _with_activation(b, m):
     activation = _activation(m.root)
-    if activation is None:
-        return None
+    return None if activation is None else _with_activation_named(b, m, activation)
+
+
+def _with_activation_named(b, m, activation: str):
     conv = m.conv.owner
-    return b.emit("conv_nchwc", *conv.operands, **{**conv.attrs, "activation": activation})
+    return b.emit(conv.name, *conv.operands, **{**conv.attrs, "activation": activation})
+
+
+def _relu(b, m):
+    """max(conv, 0): ONNX's Clip(0, ...) and Max with a constant."""
+    return _with_activation_named(b, m, "relu")
+
+
+def _relu6_after_relu(b, m):
+    """min(conv with relu, 6): ONNX's Clip(0, 6) arrives as max then min with constants."""
+    return _with_activation_named(b, m, "relu6")
+
+
+def _silu(b, m):
+    """x * sigmoid(x): SiLU as torch.onnx exports it."""
+    return _with_activation_named(b, m, "silu")
+
+
+def _silu_pattern(name: str) -> Pat:
+    """mul(conv, sigmoid(conv)) where those two are the conv's only users."""
+    def open_twice(v, module):
+        return v.owner.attrs["activation"] == "none" and _uses(v) == 2
+    return Pat("mul", Pat(name, bind="conv", where=open_twice),
+               Pat("sigmoid", Pat.any("conv"), where=lambda v, module: _uses(v) == 1))
+
+
+def _relu_conv(name: str) -> Pat:
+    return Pat(name, bind="conv", where=lambda v, module: v.owner.attrs["activation"] == "relu" and _uses(v) == 1)
 
 
 def _with_residual(b, m):
@@ -315,8 +370,14 @@ def _fewer_channels(b, m):
     return b.emit("conv_nchwc", *conv.operands, **{**conv.attrs, "channels": a["ends"][0]})
 
 
-EPILOGUE_RULES = [*(Rule(Pat(name, _open_conv(4)), _with_activation, f"{name}-into-conv-nchwc")
-                    for name in dict.fromkeys(op_name for op_name, _ in EPILOGUES.values())),
+BLOCKED_CONVS = ("conv_nchwc", "dwconv_nchwc")
+EPILOGUE_RULES = [*(Rule(Pat(name, _open_conv(4, conv)), _with_activation, f"{name}-into-{conv}")
+                    for conv in BLOCKED_CONVS for name in dict.fromkeys(op_name for op_name, _ in EPILOGUES.values())),
+                  *(Rule(Pat("max", _open_conv(4, conv), Pat.splat(0.0)), _relu, f"max-0-into-{conv}")
+                    for conv in BLOCKED_CONVS),
+                  *(Rule(Pat("min", _relu_conv(conv), Pat.splat(6.0)), _relu6_after_relu, f"min-6-into-{conv}")
+                    for conv in BLOCKED_CONVS),
+                  *(Rule(_silu_pattern(conv), _silu, f"x-sigmoid-x-into-{conv}") for conv in BLOCKED_CONVS),
                   Rule(Pat("add", _open_conv(3), Pat.any("other")), _with_residual, "add-into-conv-nchwc"),
                   Rule(Pat("reshape", Pat("transpose", _single_use("conv"), attrs={"perm": (0, 1, 4, 2, 3)},
                                           where=lambda v, module: _uses(v) == 1)), _plain_out, "conv-nchwc-plain"),
@@ -339,5 +400,5 @@ class BlockLayout(Pass):
             return False
         _Rewriter(fn, chains, chosen, self.block).run()
         apply_rules(fn, EPILOGUE_RULES)
-        fn.body.ops = [op for op in fn.body.ops if op.name not in ("conv_nchwc", "transpose") or _uses(op.results[0])]
+        fn.body.ops = [op for op in fn.body.ops if op.name not in (*BLOCKED_CONVS, "transpose") or _uses(op.results[0])]
         return True

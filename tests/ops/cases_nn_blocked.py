@@ -63,3 +63,26 @@ CASES = [
     conv_case(rand(2, 5, 7, 9), rand(21, 5, 3, 3, seed=1), rand(21, seed=2), 8, 8, activation="relu", channels=19,
               pads=(1, 1, 1, 1), strides=(1, 2), case_id="plain-output"),
 ]
+
+
+def dw_case(x, w, bias, size, activation="none", case_id="", dims=None, **attrs):
+    """A depthwise case from plain NCHW tensors (w [C, 1, kh, kw]): blocked inputs, the expected result from ONNX's
+    Conv with one group per channel."""
+    c = x.shape[1]
+    wb = np.pad(w[:, 0], [(0, -c % size), (0, 0), (0, 0)]).reshape(-1, size, *w.shape[2:]).transpose(0, 2, 3, 1)
+    inputs = [_blocked(x, size), np.ascontiguousarray(wb), np.pad(bias, (0, -c % size)).reshape(-1, size)]
+
+    def expected(_):
+        (y,) = onnx_node("Conv", [x, w, bias], {"group": c, **{k: list(v) for k, v in attrs.items()}})
+        y = _blocked(y, size).astype(np.float64)
+        return [(np.clip(y, 0, 6) if activation == "relu6" else y).astype(np.float32)]
+    return Case("dwconv_nchwc", inputs, {**attrs, "activation": activation}, expected=expected, id=case_id, dims=dims)
+
+
+CASES += [
+    dw_case(rand(1, 6, 7, 8), rand(6, 1, 3, 3, seed=1), rand(6, seed=2), 4, pads=(1, 1, 1, 1), case_id="dw-3x3"),
+    dw_case(rand(2, 8, 9, 6), rand(8, 1, 5, 3, seed=1), rand(8, seed=2), 8, strides=(2, 1), dilations=(1, 2),
+            pads=(2, 0, 1, 2), activation="relu6", case_id="dw-strides-dilations-relu6"),
+    dw_case(rand(2, 4, 6, 5), rand(4, 1, 3, 3, seed=1), rand(4, seed=2), 4, strides=(2, 2), pads=(1, 1, 1, 1),
+            dims={0: {0: "n", 2: "h", 3: "w"}}, case_id="dw-symbolic"),
+]

@@ -120,10 +120,10 @@ def test_symbolic_batch_and_image(free_conversions):
 
 
 def test_cheap_convs_are_left_alone():
-    """A 1x1 conv between two non-blocked ops saves less than its conversions cost (MobileNetV2's case)."""
+    """A 1x1 conv between two non-blocked ops (a grouped conv, not depthwise) saves less than its conversions cost."""
     m = Module()
     b = Builder.new_function(m, "main", [TensorType("f32", (1, 16, 14, 14))], ["x"])
-    y = b.conv(b.args[0], _const(b, 16, 1, 3, 3), groups=16, pads=(1, 1, 1, 1))
+    y = b.conv(b.args[0], _const(b, 16, 2, 3, 3), groups=8, pads=(1, 1, 1, 1))
     b.ret(b.conv(b.relu(y), _const(b, 24, 16, 1, 1)))
     got = _run(m, RNG.standard_normal((1, 16, 14, 14)).astype(np.float32))
     assert "conv_nchwc" not in got
@@ -191,3 +191,60 @@ def test_padding_counts_in_the_cost():
     assert layout._pad_factor(op, 8) == pytest.approx(16 / 10 * 24 / 20)  # outputs and wide inputs padded
     assert layout._pad_factor(op, 32) == pytest.approx(32 / 10)  # 20 inputs: one narrow block
     assert layout.fills_blocks(op, 16) and not layout.fills_blocks(op, 32)
+
+
+def _inverted_residual(b, x, channels, hidden, stride=1):
+    """MobileNetV2's block: 1x1 expand -> relu6 -> 3x3 depthwise -> relu6 -> 1x1 project (-> + x)."""
+    y = b.clip(b.conv(x, _const(b, hidden, channels, 1, 1), _const(b, hidden)), min=0.0, max=6.0)
+    y = b.clip(b.conv(y, _const(b, hidden, 1, 3, 3), _const(b, hidden), groups=hidden, pads=(1, 1, 1, 1),
+                      strides=(stride, stride)), min=0.0, max=6.0)
+    y = b.conv(y, _const(b, channels, hidden, 1, 1), _const(b, channels))
+    return b.add(y, x) if stride == 1 else y
+
+
+def test_mobile_blocks_stay_blocked_through_depthwise_convs():
+    """Inverted residual blocks are blocked end to end at the real cost model: the depthwise convs join the chain, so
+    the 1x1 convs between them need no conversions; relu6 and the residual add become epilogues."""
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", (1, 16, 28, 28))], ["x"])
+    y = _inverted_residual(b, _inverted_residual(b, b.args[0], 16, 96), 16, 96, stride=2)
+    b.ret(b.reduce_mean(y, axes=(2, 3)))
+    got = _run(m, RNG.standard_normal((1, 16, 28, 28)).astype(np.float32))
+    ops = [line.split(" = ")[1].split()[0] for line in got.splitlines() if " = " in line]
+    assert [o for o in ops if o not in ("constant", "reshape", "transpose")] == \
+        ["conv_nchwc", "dwconv_nchwc", "conv_nchwc", "conv_nchwc", "dwconv_nchwc", "conv_nchwc", "reduce_mean"]
+    assert got.count('activation = "relu6"') == 4 and got.count("= transpose") == 1  # converted once, in
+    assert "f32[1,16,14,14] = conv_nchwc" in got  # the last conv writes the plain layout
+
+
+def test_depthwise_convs_of_few_channels_are_left_alone(free_conversions):
+    """3 channels padded to a block would compute 16/3 the work: the plain depthwise kernel keeps them."""
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", (1, 3, 9, 9))], ["x"])
+    b.ret(b.relu(b.conv(b.args[0], _const(b, 3, 1, 3, 3), groups=3, pads=(1, 1, 1, 1))))
+    assert not BlockLayout(16).run_on_operation(m.main)
+
+
+def test_clip_as_max_then_min_becomes_relu6(free_conversions):
+    """ONNX's Clip(x, 0, 6) converts to max(x, 0) then min(., 6): after a blocked conv, its relu6 epilogue."""
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", (1, 16, 9, 9))], ["x"])
+    y = b.conv(b.args[0], _const(b, 16, 1, 3, 3), _const(b, 16), groups=16, pads=(1, 1, 1, 1))
+    y = b.min(b.max(y, b.full(0.0, y.type.shape, y.type.dtype)), b.full(6.0, y.type.shape, y.type.dtype))
+    z = b.max(b.conv(y, _const(b, 16, 16, 1, 1)), b.full(0.0, y.type.shape, y.type.dtype))
+    b.ret(b.conv(z, _const(b, 16, 16, 1, 1)))
+    got = _run(m, RNG.standard_normal((1, 16, 9, 9)).astype(np.float32) * 4)
+    assert 'activation = "relu6"' in got and 'activation = "relu"' in got and "= min" not in got and "= max" not in got
+
+
+def test_x_times_sigmoid_x_becomes_silu(free_conversions):
+    """torch.onnx exports SiLU as x * sigmoid(x): after a blocked conv (plain or depthwise), its silu epilogue."""
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", (1, 16, 9, 9))], ["x"])
+    y = b.conv(b.args[0], _const(b, 16, 16, 1, 1), _const(b, 16))
+    y = b.mul(b.sigmoid(y), y)
+    z = b.conv(y, _const(b, 16, 1, 3, 3), _const(b, 16), groups=16, pads=(1, 1, 1, 1))
+    z = b.mul(z, b.sigmoid(z))
+    b.ret(b.conv(z, _const(b, 16, 16, 1, 1)))
+    got = _run(m, RNG.standard_normal((1, 16, 9, 9)).astype(np.float32) * 4)
+    assert got.count('activation = "silu"') == 2 and "sigmoid" not in got and "= mul" not in got

@@ -28,6 +28,8 @@ def keeps_composite(op) -> bool:
     """Whether the backend computes composite `op` itself (the decompose pass leaves it alone)."""
     if op.name == "conv_nchwc":  # the kernel library's blocked conv has one block size: the host's vector
         return op.operands[1].type.shape[5] == conv_block()
+    if op.name == "dwconv_nchwc":
+        return op.operands[1].type.shape[3] == conv_block()
     return op.name in NATIVE_COMPOSITES or library_rows.keeps(op)
 
 

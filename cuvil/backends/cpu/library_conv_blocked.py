@@ -13,6 +13,15 @@ from .kernels import ACTIVATIONS, conv_block
 from .library_util import c_dim, open_block
 
 
+def _require_library_block(block: int, name: str) -> None:
+    """The packed weight's block must be the library's (the layout pass chose it for the target)."""
+    if block != conv_block() and not targets.widens_blocks():
+        uses = f"uses {conv_block()}" if conv_block() else "has levels of several widths (no blocked layout)"
+        raise UnsupportedError(f"'{name}' packs {block} channels per block; the target's kernel library {uses}: "
+                               "the IR was laid out for another target. Compile it for this one (target= of "
+                               "cuvil.jit, cuvil.compile or .optimize, or export a jit function with example_inputs=)")
+
+
 def _conv_nchwc(gen, op, depth: int) -> None:
     x, w = op.operands[:2]
     y = op.results[0]
@@ -26,13 +35,7 @@ def _conv_nchwc(gen, op, depth: int) -> None:
     if u is not None:  # the code reads only the transform (so a .cuv stores it in place of the weight)
         del names["w"]
     d = open_block(gen, depth, op, names)
-    block = w.type.shape[5]
-
-    if block != conv_block() and not targets.widens_blocks():
-        uses = f"uses {conv_block()}" if conv_block() else "has levels of several widths (no blocked layout)"
-        raise UnsupportedError(f"'conv_nchwc' packs {block} channels per block; the target's kernel library {uses}: "
-                               "the IR was laid out for another target. Compile it for this one (target= of "
-                               "cuvil.jit, cuvil.compile or .optimize, or export a jit function with example_inputs=)")
+    _require_library_block(w.type.shape[5], "conv_nchwc")
     sizes = (*x.type.shape[:5], w.type.shape[0], *y.type.shape[2:4], *w.type.shape[2:4], *a["strides"],
              *a["pads"][:2], *a["dilations"], a["channels"])
     gen.line(d, f"const int64_t g[17] = {{{', '.join(c_dim(s) for s in sizes)}}};")
@@ -44,4 +47,15 @@ def _conv_nchwc(gen, op, depth: int) -> None:
     gen.line(depth, "}")
 
 
-EMITTERS = {"conv_nchwc": _conv_nchwc}
+def _dwconv_nchwc(gen, op, depth: int) -> None:
+    x, w, y, a = op.operands[0], op.operands[1], op.results[0], op.attrs
+    d = open_block(gen, depth, op, {"x": x, "w": w, "bias": op.operands[2], "y": y})
+    _require_library_block(w.type.shape[3], "dwconv_nchwc")
+    sizes = (*x.type.shape[:4], *y.type.shape[2:4], *w.type.shape[1:3], *a["strides"], *a["pads"][:2],
+             *a["dilations"])
+    gen.line(d, f"const int64_t g[14] = {{{', '.join(c_dim(s) for s in sizes)}}};")
+    gen.line(d, f"cuvil_dwconv_nchwc(x, w, bias, y, g, {ACTIVATIONS[a['activation']]});")
+    gen.line(depth, "}")
+
+
+EMITTERS = {"conv_nchwc": _conv_nchwc, "dwconv_nchwc": _dwconv_nchwc}

@@ -81,6 +81,10 @@ def window_programs() -> list:
                 b.conv_nchwc(xh, const(2, 1, 3, 2, host, host), const(2, host), strides=(2, 1), dilations=(1, 2),
                              pads=(3, 0, 1, 2), activation="relu"),  # the host's direct kernel on a padded copy
                 b.max_pool(xh, kernel=(3, 2, 1), strides=(2, 1, 1), pads=(1, 0, 0, 2, 1, 0), ceil_mode=True),
+                b.dwconv_nchwc(xh, const(1, 3, 3, host), const(1, host), strides=(2, 1), pads=(1, 0, 2, 1),
+                               activation="relu6"),
+                b.dwconv_nchwc(xh, const(1, 5, 2, host), const(1, host), dilations=(1, 3), pads=(0, 4, 1, 0),
+                               activation="hardswish"),
                 b.conv_nchwc(to_blocked(b, x, 4 if host > 4 else 2), const(1, 1, 5, 5, 4 if host > 4 else 2, host),
                              const(1, host), strides=(2, 2), pads=(2, 2, 2, 2), channels=7,
                              activation="hardswish")]  # a narrow input

@@ -213,3 +213,21 @@ def test_cumsum_and_arg(axis, exclusive, reverse):
     x = rand(5, 200, 130)
     check(single_op("cumsum", [x], axis=axis, exclusive=exclusive, reverse=reverse), [x])
     check(single_op("argmax", [x], axis=axis, select_last_index=reverse), [x])
+
+
+@pytest.mark.parametrize("channels, outs, batch, act", [(576, 144, 1, "relu"), (96, 24, 3, None), (20, 72, "n", "clip"),
+                                                        (16, 8, "n", None)])
+def test_pointwise_conv_of_single_pixels_is_one_gemm(channels, outs, batch, act):
+    """A squeeze-excite's 1x1 convs on 1x1 maps: one GEMM over the images with the weight packed once at load where
+    it is a panel wide (64 outputs), not a GEMM per image that packs it on every call; the fused relu/relu6 too."""
+    shape = (sym("n") if batch == "n" else batch, channels, 1, 1)
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType(DType.f32, shape)], ["x"])
+    w = b.constant(rand(outs, channels, 1, 1, seed=1) * 0.1)
+    y = b.conv(b.args[0], w, b.constant(rand(outs, seed=2)))
+    b.ret(b.relu(y) if act == "relu" else b.clip(y, min=0.0, max=6.0) if act == "clip" else y)
+    source = codegen.generate(compile_module(m).module).source
+    assert "cuvil_sgemm_row_bias(" not in source
+    assert ("cuvil_sgemm_packed(" in source) == (outs >= 64)
+    for n in ([1] if batch == 1 else [3] if batch == 3 else [1, 5]):
+        check(m, [rand(n, channels, 1, 1, seed=n)], 1e-5)

@@ -98,6 +98,11 @@ void cuvil_sgemm_batched(int64_t batch, int64_t M, int64_t N, int64_t K, float a
 void cuvil_dwconv2d(int64_t batch, int64_t C, int64_t O, const float *x, const float *w, const float *bias,
                     float *y, const int64_t *geom, float lo, float hi);
 
+/* Depthwise convolution in the blocked layout (the dwconv_nchwc op), B = cuvil_conv_nchwc_block() channels per block:
+ * x[n, cb, h, w, B], w[cb, kh, kw, B], bias NULL or [cb * B], y[n, cb, oh, ow, B]. geom: n, cb, h, w, oh, ow, kh, kw,
+ * stride h, w, pad top, left, dilation h, w (the bottom and right pads follow from oh and ow). act: a CUVIL_ACT_* code. */
+void cuvil_dwconv_nchwc(const float *x, const float *w, const float *bias, float *y, const int64_t *geom, int act);
+
 /* Blocked direct convolution (the conv_nchwc op), B = cuvil_conv_nchwc_block() channels per block:
  * x[n, cb, h, w, c] (c = B, or c < B channels of a narrow input with cb = 1), w packed [ob, cb, kh, kw, c, B],
  * bias[ob * B], res NULL or shaped like a blocked y, y[n, ob, oh, ow, B] or, when oc > 0, plain [n, oc, oh, ow].

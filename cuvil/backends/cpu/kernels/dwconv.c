@@ -175,3 +175,115 @@ void cuvil_dwconv2d(int64_t batch, int64_t C, int64_t O, const float *x, const f
     cuvil_parallel_team(batch * O, threads_for(batch * O * out_plane * taps), dw_planes, &job);
     free(g.off);
 }
+
+/* -- The blocked layout (the dwconv_nchwc op): x [n, cb, h, w, VL], w [cb, kh, kw, VL], bias [cb * VL], y [n, cb, oh,
+ * ow, VL]. Each vector holds one pixel of VL channels, so every tap is one multiply-add of whole vectors whatever the
+ * stride or the map's width: no phase planes, and a 7x7 map fills vectors as a 112x112 one does. A strip of DWB_W0
+ * output pixels keeps its accumulators in registers over all taps; strips whose taps all fall inside the row skip
+ * the bounds checks (all but the first and last of a row). */
+enum { DWB_N, DWB_CB, DWB_H, DWB_W, DWB_OH, DWB_OW, DWB_KH, DWB_KW, DWB_SH, DWB_SW, DWB_PT, DWB_PL, DWB_DH, DWB_DW,
+       DWB_FIELDS };
+#define DWB_W0 8
+
+typedef struct {
+    const int64_t *g;
+    const float *x, *w, *bias;
+    float *y;
+    int act;
+} dwb_job_t;
+
+/* RW output pixels from column ox0 of output row oy, channel block xc (its plane) with weights wc. RW, `checked`
+ * and KW (the kernel's width; 0: g's) are constants at every call, so the loops over them unroll, acc lives in
+ * registers and a stride-1 row's overlapping taps share their loads; `checked` strips test each tap's column. */
+CUVIL_INLINE void dwb_strip(const int64_t *g, const float *restrict xc, const float *restrict wc, vf b,
+                            float *restrict yr, int64_t ox0, int64_t oy, int act, const int RW, const int checked,
+                            const int64_t KW)
+{
+    const int64_t kw = KW ? KW : g[DWB_KW];
+    vf acc[DWB_W0];
+#pragma GCC unroll 8
+    for (int r = 0; r < RW; r++) acc[r] = b;
+    for (int64_t ky = 0; ky < g[DWB_KH]; ky++) {
+        const int64_t iy = oy * g[DWB_SH] - g[DWB_PT] + ky * g[DWB_DH];
+        if (iy < 0 || iy >= g[DWB_H]) continue;
+        const float *xrow = xc + iy * g[DWB_W] * VL;
+#pragma GCC unroll 5
+        for (int64_t kx = 0; kx < kw; kx++) {
+            const vf wv = cuvil_load(wc + (ky * kw + kx) * VL);
+            const int64_t ix0 = ox0 * g[DWB_SW] - g[DWB_PL] + kx * g[DWB_DW];
+#pragma GCC unroll 8
+            for (int r = 0; r < RW; r++) {
+                const int64_t ix = ix0 + r * g[DWB_SW];
+                if (!checked || (ix >= 0 && ix < g[DWB_W])) acc[r] += wv * cuvil_load(xrow + ix * VL);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < RW; r++) {
+        vf v = acc[r];
+        if (act == CUVIL_ACT_RELU6) v = cuvil_select(v > cuvil_splat(6.0f), cuvil_splat(6.0f),
+                                                     cuvil_select(v < cuvil_splat(0.0f), cuvil_splat(0.0f), v));
+        else if (act) v = cuvil_activate(v, act);
+        cuvil_store(yr + (ox0 + r) * VL, v);
+    }
+}
+
+/* A whole strip of DWB_W0 pixels, with the kernel's width as a constant where it is 3 or 5 (MobileNets' kernels). */
+static void dwb_full_strip(const int64_t *g, const float *xc, const float *wc, vf b, float *yr, int64_t ox0,
+                           int64_t oy, int act, int checked)
+{
+    if (checked) dwb_strip(g, xc, wc, b, yr, ox0, oy, act, DWB_W0, 1, 0);
+    else if (g[DWB_KW] == 3) dwb_strip(g, xc, wc, b, yr, ox0, oy, act, DWB_W0, 0, 3);
+    else if (g[DWB_KW] == 5) dwb_strip(g, xc, wc, b, yr, ox0, oy, act, DWB_W0, 0, 5);
+    else dwb_strip(g, xc, wc, b, yr, ox0, oy, act, DWB_W0, 0, 0);
+}
+
+/* The last `rw` < DWB_W0 pixels of a row, as one strip of that width (7x7 and 14x14 maps are mostly these). */
+static void dwb_tail_strip(const int64_t *g, const float *xc, const float *wc, vf b, float *yr, int64_t ox0,
+                           int64_t oy, int act, int64_t rw)
+{
+    switch (rw) {
+    case 1: dwb_strip(g, xc, wc, b, yr, ox0, oy, act, 1, 1, 0); break;
+    case 2: dwb_strip(g, xc, wc, b, yr, ox0, oy, act, 2, 1, 0); break;
+    case 3: dwb_strip(g, xc, wc, b, yr, ox0, oy, act, 3, 1, 0); break;
+    case 4: dwb_strip(g, xc, wc, b, yr, ox0, oy, act, 4, 1, 0); break;
+    case 5: dwb_strip(g, xc, wc, b, yr, ox0, oy, act, 5, 1, 0); break;
+    case 6: dwb_strip(g, xc, wc, b, yr, ox0, oy, act, 6, 1, 0); break;
+    default: dwb_strip(g, xc, wc, b, yr, ox0, oy, act, 7, 1, 0); break;
+    }
+}
+
+/* Whether a strip of `rw` pixels from ox0 reads only columns inside the row, every tap. */
+static int dwb_inside(const int64_t *g, int64_t ox0, int64_t rw)
+{
+    const int64_t first = ox0 * g[DWB_SW] - g[DWB_PL];
+    return first >= 0 && first + (rw - 1) * g[DWB_SW] + (g[DWB_KW] - 1) * g[DWB_DW] < g[DWB_W];
+}
+
+/* Output rows [q0, q1) of n x cb x oh. */
+static int dwb_rows(void *job, int64_t q0, int64_t q1)
+{
+    const dwb_job_t *j = job;
+    const int64_t *g = j->g, cb = g[DWB_CB], oh = g[DWB_OH], ow = g[DWB_OW], taps = g[DWB_KH] * g[DWB_KW];
+    for (int64_t q = q0; q < q1; q++) {
+        const int64_t oy = q % oh, c = q / oh % cb, plane = q / oh; /* plane: image * cb + c */
+        const float *xc = j->x + plane * g[DWB_H] * g[DWB_W] * VL, *wc = j->w + c * taps * VL;
+        const vf b = j->bias ? cuvil_load(j->bias + c * VL) : cuvil_splat(0.0f);
+        float *yr = j->y + q * ow * VL;
+        int64_t ox = 0;
+        for (; ox + DWB_W0 <= ow; ox += DWB_W0)
+            dwb_full_strip(g, xc, wc, b, yr, ox, oy, j->act, !dwb_inside(g, ox, DWB_W0));
+        if (ox < ow) dwb_tail_strip(g, xc, wc, b, yr, ox, oy, j->act, ow - ox);
+    }
+    return 0;
+}
+
+void cuvil_dwconv_nchwc(const float *x, const float *w, const float *bias, float *y, const int64_t *geom, int act)
+{
+    for (int k = 0; k < DWB_FIELDS; k++)
+        if (geom[k] <= 0 && k != DWB_PT && k != DWB_PL) return;
+    if (geom[DWB_PT] < 0 || geom[DWB_PL] < 0) return;
+    const int64_t rows = geom[DWB_N] * geom[DWB_CB] * geom[DWB_OH];
+    dwb_job_t job = {geom, x, w, bias, y, act};
+    cuvil_parallel_team(rows, threads_for(rows * geom[DWB_OW] * geom[DWB_KH] * geom[DWB_KW] * VL), dwb_rows, &job);
+}
