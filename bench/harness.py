@@ -163,8 +163,8 @@ def memory_plan(call) -> tuple:
     try:
         return int(exe._run.arena_bytes(*arrays)), weights
     except Exception:  # noqa: BLE001 (torch inputs flattened differently: a static plan needs no sizes)
-        program = getattr(exe._run, "program", None)  # None for an executable loaded from the artifact cache
-        return (None if program is None else int(program.plan.arena_bytes({}))), weights
+        plan = getattr(getattr(exe._run, "program", None), "plan", None)  # None: loaded from the artifact cache
+        return (None if plan is None else int(plan.arena_bytes({}))), weights
 
 
 def profile_summary(call, rounds: int) -> dict:
