@@ -180,6 +180,22 @@ def test_resize_2x(mode, transform):
     check(m, [x])
 
 
+@pytest.mark.parametrize("transform,nearest", [("asymmetric", "floor"), ("half_pixel", "round_prefer_floor"),
+                                               ("pytorch_half_pixel", "round_prefer_ceil")])
+def test_nearest_upscaling_by_whole_factors_is_read_through_its_consumer(transform, nearest):
+    """Integer factors (3 on an odd 5-row axis, 2 on 7 columns) repeat each element: no resize kernel, the add reads
+    the input through the repeated index; a factor of 9/5 keeps the library kernel. Any dtype: int8 here."""
+    x = np.random.default_rng(1).integers(-100, 100, (2, 3, 5, 7)).astype(np.int8)
+    for sizes, kernel in (((2, 3, 15, 14), False), ((2, 3, 9, 14), True)):
+        m = Module()
+        b = Builder.new_function(m, "main", [TensorType(DType.i8, x.shape)])
+        y = b.resize(b.args[0], sizes=sizes, mode="nearest", coordinate_transformation_mode=transform,
+                     nearest_mode=nearest)
+        b.ret(b.add(y, y))
+        assert ("cuvil_resize_table" in codegen.generate(compile_module(m).module).source) is kernel
+        check(m, [x])
+
+
 def test_resize_downscale_symbolic_batch():
     x = rand(2, 3, 31, 40)
     m = single_op("resize", [x], dims={0: {0: "n"}}, sizes=(sym("n"), 3, 12, 17), mode="cubic",
