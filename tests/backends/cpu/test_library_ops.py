@@ -94,6 +94,17 @@ def test_conv_transpose(attrs):
     check(single_op("conv_transpose", [x], (w, rand(4 * attrs.get("groups", 1), seed=2)), **attrs), [x], 1e-5)
 
 
+@pytest.mark.parametrize("shape,kernel,groups,bias", [((2, 32, 14, 13), (2, 2), 1, True),
+                                                      ((1, 12, 5, 7), (3, 2), 3, False), ((2, 8, 9), (3,), 2, True)])
+def test_conv_transpose_tiling_its_output(shape, kernel, groups, bias):
+    """kernel == stride: every output element is written once by the tiling col2im, its bias added there."""
+    x, w = rand(*shape), rand(shape[1], 5, *kernel, seed=1) * 0.2
+    m = single_op("conv_transpose", [x], (w, rand(5 * groups, seed=2)) if bias else (w,), strides=kernel,
+                  groups=groups)
+    assert "cuvil_col2im_tiles_float" in codegen.generate(compile_module(m).module).source
+    check(m, [x], 1e-5)
+
+
 def test_conv_transpose_f64_symbolic():
     x, w = rand(1, 6, 5, 7, dtype=np.float64), rand(6, 2, 3, 3, seed=1, dtype=np.float64)
     m = single_op("conv_transpose", [x, w], dims={0: {2: "h"}}, groups=3, strides=(2, 2), pads=(1, 1, 0, 0))
