@@ -2,12 +2,13 @@
 tensors, with their weights packed once, at compile time, into new module constants.
 
 The blocked layout spreads from each convolution through elementwise ops (unary ones, and binary ones whose
-other side is blocked too or a scalar) and 2-D max pools, so conv -> relu -> max_pool -> conv and residual
-adds stay blocked. Convolutions joined that way form a chain; a chain is converted only at its boundary (one
-conversion per value however many users it has), and only when its estimated saving beats the cost of those
-conversions (`COST`). The conversions are plain ops (pad, reshape, transpose; transpose, reshape, slice) that
-the loop fusion folds into neighbouring kernels. A residual add and an activation (relu, relu6, sigmoid, tanh,
-silu, hardswish) right after a blocked convolution become its epilogue.
+other side is blocked too or a scalar), 2-D max pools and channel concats of whole blocks, so conv -> relu ->
+max_pool -> conv, residual adds and a UNet's skip connections stay blocked. Convolutions joined that way form a
+chain; a chain is converted only at its boundary (one conversion per value however many users it has), and only
+when its estimated saving beats the cost of those conversions (`COST`). The conversions are plain ops (pad,
+reshape, transpose; transpose, reshape, slice) that the loop fusion folds into neighbouring kernels. A residual
+add and an activation (relu, relu6, sigmoid, tanh, silu, hardswish) right after a blocked convolution become its
+epilogue.
 """
 from __future__ import annotations
 
@@ -58,6 +59,13 @@ def _blockable_pool(op: Op) -> bool:
     """A 2-D max pool: on a blocked tensor it is a 3-D pool with a 1-wide window over the block (padding
     channels hold zeros, and a max of zeros stays zero)."""
     return op.name == "max_pool" and op.operands[0].type.rank == 4
+
+
+def _blockable_concat(op: Op, block: int) -> bool:
+    """A concat over channels of whole blocks (a UNet's skip connections): blocked, it concatenates the block axis,
+    and the padding-free operands need no conversion between them."""
+    return op.name == "concat" and op.attrs["axis"] == 1 and op.results[0].type.rank == 4 and all(
+        isinstance(v.type.shape[1], int) and v.type.shape[1] % block == 0 for v in op.operands)
 
 
 def _static(d) -> int:
@@ -139,6 +147,9 @@ class _Chains:
             return [produced[id(op.operands[0])]] if id(op.operands[0]) in produced else []
         if (op.name in UNARY or _blockable_pool(op)) and id(op.operands[0]) in produced:
             return [produced[id(op.operands[0])]]
+        if _blockable_concat(op, self.block):
+            inside = [produced[id(v)] for v in op.operands if id(v) in produced]
+            return inside or None
         if op.name in BINARY:
             inside = [produced[id(v)] for v in op.operands if id(v) in produced]
             rest = [v for v in op.operands if id(v) not in produced]
@@ -213,7 +224,7 @@ class _Rewriter:
             scratch = Region()
             b = Builder(self.fn.module, self.fn, scratch, op.loc)
             out = self._conv(b, op) if op.name == "conv" else self._pool(b, op) if op.name == "max_pool" \
-                else self._elementwise(b, op)
+                else self._concat(b, op) if op.name == "concat" else self._elementwise(b, op)
             self.blocked[id(op.results[0])] = out
             if any(id(u) not in self.ids for u in self.chains.users.get(id(op.results[0]), [])):
                 self.remap[id(op.results[0])] = from_blocked(b, out, op.results[0].type.shape[1])
@@ -252,6 +263,9 @@ class _Rewriter:
         a, pads = op.attrs, op.attrs["pads"]
         return b.max_pool(self.blocked[id(op.operands[0])], kernel=(*a["kernel"], 1), strides=(*a["strides"], 1),
                           pads=(*pads[:2], 0, *pads[2:], 0), dilations=(*a["dilations"], 1), ceil_mode=a["ceil_mode"])
+
+    def _concat(self, b: Builder, op: Op) -> Value:
+        return b.concat(*(self._input(b, v, self.block) for v in op.operands), axis=1)
 
     def _elementwise(self, b: Builder, op: Op) -> Value:
         shape = next(self.blocked[id(v)] for v in op.operands if id(v) in self.made).type.shape

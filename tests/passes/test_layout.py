@@ -191,3 +191,17 @@ def test_padding_counts_in_the_cost():
     assert layout._pad_factor(op, 8) == pytest.approx(16 / 10 * 24 / 20)  # outputs and wide inputs padded
     assert layout._pad_factor(op, 32) == pytest.approx(32 / 10)  # 20 inputs: one narrow block
     assert layout.fills_blocks(op, 16) and not layout.fills_blocks(op, 32)
+
+
+@pytest.mark.parametrize("skip_channels,blocked", [(16, True), (12, False)])
+def test_channel_concat_of_whole_blocks_stays_blocked(free_conversions, skip_channels, blocked):
+    """A skip connection (conv -> concat with another conv's output -> conv) concatenates the block axis when every
+    operand fills its blocks; 12 channels in blocks of 8 would leave padding in the middle, so that concat is plain."""
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", (2, 8, 5, 7))], ["x"])
+    skip = b.relu(b.conv(b.args[0], _const(b, skip_channels, 8, 3, 3), pads=(1, 1, 1, 1)))
+    up = b.conv(b.args[0], _const(b, 8, 8, 1, 1), _const(b, 8))
+    b.ret(b.conv(b.concat(up, skip, axis=1), _const(b, 8, 8 + skip_channels, 3, 3), pads=(1, 1, 1, 1)))
+    got = _run(m, RNG.standard_normal((2, 8, 5, 7)).astype(np.float32))
+    assert ("= concat" in got and f"f32[2,{1 + skip_channels // 8},5,7,8] = concat" in got) is blocked, got
+    assert got.count("conv_nchwc") == 3
