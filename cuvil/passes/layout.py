@@ -68,6 +68,18 @@ def _blockable_concat(op: Op, block: int) -> bool:
         isinstance(v.type.shape[1], int) and v.type.shape[1] % block == 0 for v in op.operands)
 
 
+def tiling_upsample(op: Op, block: int) -> bool:
+    """A conv_transpose whose windows tile its output (kernel == stride, no pads, dilation or output padding: a
+    UNet's 2x2 upsampling), 2-D, f32, one group, constant weights, output channels of whole blocks: blocked, a
+    1x1 conv and a shuffle of whole blocks."""
+    if op.name != "conv_transpose" or op.results[0].type.dtype is not DType.f32 or op.results[0].type.rank != 4:
+        return False
+    a, w = op.attrs, op.operands[1]
+    return a["groups"] == 1 and tuple(w.type.shape[2:]) == tuple(a["strides"]) and not any(a["pads"]) \
+        and set(a["dilations"]) == {1} and not any(a["output_padding"]) and w.type.shape[1] % block == 0 \
+        and isinstance(op.operands[0].type.shape[1], int) and all(_constant(v) for v in op.operands[1:])
+
+
 def _static(d) -> int:
     """A size for the cost model: symbolic dims count as 1 (batch and image sizes scale both sides alike)."""
     return d if isinstance(d, int) else evaluate(d, {s: 1 for s in free_symbols(d)})
@@ -147,6 +159,8 @@ class _Chains:
             return [produced[id(op.operands[0])]] if id(op.operands[0]) in produced else []
         if (op.name in UNARY or _blockable_pool(op)) and id(op.operands[0]) in produced:
             return [produced[id(op.operands[0])]]
+        if tiling_upsample(op, self.block):
+            return [produced[id(op.operands[0])]] if id(op.operands[0]) in produced else []
         if _blockable_concat(op, self.block):
             inside = [produced[id(v)] for v in op.operands if id(v) in produced]
             return inside or None
@@ -224,7 +238,8 @@ class _Rewriter:
             scratch = Region()
             b = Builder(self.fn.module, self.fn, scratch, op.loc)
             out = self._conv(b, op) if op.name == "conv" else self._pool(b, op) if op.name == "max_pool" \
-                else self._concat(b, op) if op.name == "concat" else self._elementwise(b, op)
+                else self._concat(b, op) if op.name == "concat" else self._upsample(b, op) \
+                if op.name == "conv_transpose" else self._elementwise(b, op)
             self.blocked[id(op.results[0])] = out
             if any(id(u) not in self.ids for u in self.chains.users.get(id(op.results[0]), [])):
                 self.remap[id(op.results[0])] = from_blocked(b, out, op.results[0].type.shape[1])
@@ -246,18 +261,36 @@ class _Rewriter:
 
     def _conv(self, b: Builder, op: Op) -> Value:
         x, w = op.operands[:2]
-        channels, outs = x.type.shape[1], w.type.shape[0]
-        xb = self._input(b, x, channels if channels < self.block else self.block)
         weights = self.fn.module.constants[w.owner.attrs["name"]]
-        packed = b.constant(pack_weight(weights, xb.type.shape[4], self.block), "nchwc_w")
         bias = self.fn.module.constants[op.operands[2].owner.attrs["name"]] if len(op.operands) == 3 else None
+        a = op.attrs
+        return self._blocked_conv(b, x, weights, bias, strides=a["strides"], pads=a["pads"],
+                                  dilations=a["dilations"],
+                                  algorithm="winograd" if winograd_pays(op, self.block) else "direct")
+
+    def _blocked_conv(self, b: Builder, x: Value, weights, bias, **attrs) -> Value:
+        channels, outs = x.type.shape[1], weights.shape[0]
+        xb = self._input(b, x, channels if channels < self.block else self.block)
+        packed = b.constant(pack_weight(weights, xb.type.shape[4], self.block), "nchwc_w")
         bias_b = np.zeros(outs + -outs % self.block, np.float32)
         if bias is not None:
             bias_b[:outs] = bias
-        a = op.attrs
-        return b.conv_nchwc(xb, packed, b.constant(bias_b.reshape(-1, self.block), "nchwc_b"), strides=a["strides"],
-                            pads=a["pads"], dilations=a["dilations"],
-                            algorithm="winograd" if winograd_pays(op, self.block) else "direct")
+        return b.conv_nchwc(xb, packed, b.constant(bias_b.reshape(-1, self.block), "nchwc_b"), **attrs)
+
+    def _upsample(self, b: Builder, op: Op) -> Value:
+        """A tiling conv_transpose: a 1x1 blocked conv to taps * O channels (tap-major), then a depth-to-space
+        shuffle of whole blocks, blocked in and out."""
+        x, w = op.operands[:2]
+        weights = self.fn.module.constants[w.owner.attrs["name"]]
+        (ky, kx), outs = weights.shape[2:], weights.shape[1]
+        pointwise = np.ascontiguousarray(weights.transpose(2, 3, 1, 0).reshape(ky * kx * outs, -1, 1, 1))
+        bias = self.fn.module.constants[op.operands[2].owner.attrs["name"]] if len(op.operands) == 3 else None
+        y = self._blocked_conv(b, x, pointwise, None if bias is None else np.tile(bias, ky * kx), strides=(1, 1),
+                               pads=(0, 0, 0, 0), dilations=(1, 1), algorithm="direct")
+        n, blocks, h, wd, size = y.type.shape
+        y = b.reshape(y, shape=(n, ky, kx, blocks // (ky * kx), h, wd, size))
+        y = b.transpose(y, perm=(0, 3, 4, 1, 5, 2, 6))
+        return b.reshape(y, shape=(n, blocks // (ky * kx), h * ky, wd * kx, size))
 
     def _pool(self, b: Builder, op: Op) -> Value:
         a, pads = op.attrs, op.attrs["pads"]

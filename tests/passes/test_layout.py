@@ -205,3 +205,17 @@ def test_channel_concat_of_whole_blocks_stays_blocked(free_conversions, skip_cha
     got = _run(m, RNG.standard_normal((2, 8, 5, 7)).astype(np.float32))
     assert ("= concat" in got and f"f32[2,{1 + skip_channels // 8},5,7,8] = concat" in got) is blocked, got
     assert got.count("conv_nchwc") == 3
+
+
+@pytest.mark.parametrize("outs,bias,blocked", [(16, True, True), (8, False, True), (12, True, False)])
+def test_tiling_conv_transpose_is_a_pointwise_conv_and_a_block_shuffle(free_conversions, outs, bias, blocked):
+    """A conv_transpose with kernel == stride (2x3 here, on an odd 5 x 7 map) joins the chain as a 1x1 blocked conv to
+    taps * O channels and a depth-to-space shuffle of whole blocks; 12 output channels (not whole blocks of 8) keep
+    the library's conv_transpose."""
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", (2, 8, 5, 7))], ["x"])
+    y = b.relu(b.conv(b.args[0], _const(b, 16, 8, 3, 3), pads=(1, 1, 1, 1)))
+    up = b.conv_transpose(y, _const(b, 16, outs, 2, 3), *([_const(b, outs)] if bias else []), strides=(2, 3))
+    b.ret(b.conv(b.relu(up), _const(b, 8, outs, 3, 3), pads=(1, 1, 1, 1)))
+    got = _run(m, RNG.standard_normal((2, 8, 5, 7)).astype(np.float32))
+    assert ("conv_transpose" not in got and f"f32[2,{6 * outs // 8},5,7,8] = conv_nchwc" in got) is blocked, got
