@@ -317,6 +317,7 @@ STANDARD = [
     Workload("MNV3", "MobileNetV3-small", lambda: _extra().cnn_workload(_extra().MobileNetV3Small, 224), heavy=True),
     Workload("EFFB0", "EfficientNet-B0", lambda: _extra().cnn_workload(_extra().EfficientNetB0, 224), heavy=True),
     Workload("UNET", "UNet-small 128x128", lambda: _extra().cnn_workload(_extra().SmallUNet, 128), heavy=True),
+    Workload("UNET", "UNet-small 32x32", lambda: _extra().cnn_workload(_extra().SmallUNet, 32, width=8), heavy=True),
     Workload("VITB", "ViT-B/16", lambda: _extra().vit_workload(768, 12, 12, 1), heavy=True),
     Workload("VITT", "ViT-tiny b2", lambda: _extra().vit_workload(192, 12, 3, 2), heavy=True),
     Workload("WHSP", "Whisper-tiny encoder", lambda: _extra().whisper_encoder_workload(), heavy=True),

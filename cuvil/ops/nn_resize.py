@@ -65,12 +65,22 @@ def _interp_matrix(coords, n_in, attrs):
     return out
 
 
+def nearest_indices(n_in: int, n_out: int, scale: float, attrs) -> np.ndarray:
+    """The source index of every output index along one axis of a nearest resize."""
+    coords = _coords(n_in, n_out, scale, attrs["coordinate_transformation_mode"])
+    return np.clip(_NEAREST[attrs["nearest_mode"]](coords), 0, n_in - 1).astype(np.int64)
+
+
+def resized(n_in, n_out, scale) -> bool:
+    """Whether the reference resamples an axis: a new size, or a scale other than 1."""
+    return n_out != n_in or scale not in (None, 1.0)
+
+
 def _resize_axis(y, axis, n_out, scale, attrs):
     n_in = y.shape[axis]
-    coords = _coords(n_in, n_out, scale, attrs["coordinate_transformation_mode"])
     if attrs["mode"] == "nearest":
-        idx = np.clip(_NEAREST[attrs["nearest_mode"]](coords), 0, n_in - 1).astype(np.int64)
-        return np.take(y, idx, axis=axis)
+        return np.take(y, nearest_indices(n_in, n_out, scale, attrs), axis=axis)
+    coords = _coords(n_in, n_out, scale, attrs["coordinate_transformation_mode"])
     return np.moveaxis(np.tensordot(_interp_matrix(coords, n_in, attrs), y, axes=([1], [axis])), 0, axis)
 
 
@@ -79,7 +89,7 @@ def _ref_resize(xs, attrs):
     y = x if attrs["mode"] == "nearest" else x.astype(np.float64)
     for axis, (n_in, n_out) in enumerate(zip(x.shape, attrs["sizes"])):
         scale = attrs["scales"][axis] if attrs["scales"] else None
-        if n_out != n_in or scale not in (None, 1.0):
+        if resized(n_in, n_out, scale):
             y = _resize_axis(y, axis, n_out, scale or n_out / n_in, attrs)
     return y.astype(x.dtype)
 

@@ -2,12 +2,13 @@
 tensors, with their weights packed once, at compile time, into new module constants.
 
 The blocked layout spreads from each convolution through elementwise ops (unary ones, and binary ones whose
-other side is blocked too or a scalar) and 2-D max pools, so conv -> relu -> max_pool -> conv and residual
-adds stay blocked. Convolutions joined that way form a chain; a chain is converted only at its boundary (one
-conversion per value however many users it has), and only when its estimated saving beats the cost of those
-conversions (`COST`). The conversions are plain ops (pad, reshape, transpose; transpose, reshape, slice) that
-the loop fusion folds into neighbouring kernels. A residual add and an activation (relu, relu6, sigmoid, tanh,
-silu, hardswish) right after a blocked convolution become its epilogue.
+other side is blocked too or a scalar), 2-D max pools and channel concats of whole blocks, so conv -> relu ->
+max_pool -> conv, residual adds and a UNet's skip connections stay blocked. Convolutions joined that way form a
+chain; a chain is converted only at its boundary (one conversion per value however many users it has), and only
+when its estimated saving beats the cost of those conversions (`COST`). The conversions are plain ops (pad,
+reshape, transpose; transpose, reshape, slice) that the loop fusion folds into neighbouring kernels. A residual
+add and an activation (relu, relu6, sigmoid, tanh, silu, hardswish) right after a blocked convolution become its
+epilogue.
 """
 from __future__ import annotations
 
@@ -68,6 +69,25 @@ def _blockable_pool(op: Op) -> bool:
     """A 2-D max pool: on a blocked tensor it is a 3-D pool with a 1-wide window over the block (padding
     channels hold zeros, and a max of zeros stays zero)."""
     return op.name == "max_pool" and op.operands[0].type.rank == 4
+
+
+def _blockable_concat(op: Op, block: int) -> bool:
+    """A concat over channels of whole blocks (a UNet's skip connections): blocked, it concatenates the block axis,
+    and the padding-free operands need no conversion between them."""
+    return op.name == "concat" and op.attrs["axis"] == 1 and op.results[0].type.rank == 4 and all(
+        isinstance(v.type.shape[1], int) and v.type.shape[1] % block == 0 for v in op.operands)
+
+
+def tiling_upsample(op: Op, block: int) -> bool:
+    """A conv_transpose whose windows tile its output (kernel == stride, no pads, dilation or output padding: a
+    UNet's 2x2 upsampling), 2-D, f32, one group, constant weights, output channels of whole blocks: blocked, a
+    1x1 conv and a shuffle of whole blocks."""
+    if op.name != "conv_transpose" or op.results[0].type.dtype is not DType.f32 or op.results[0].type.rank != 4:
+        return False
+    a, w = op.attrs, op.operands[1]
+    return a["groups"] == 1 and tuple(w.type.shape[2:]) == tuple(a["strides"]) and not any(a["pads"]) \
+        and set(a["dilations"]) == {1} and not any(a["output_padding"]) and w.type.shape[1] % block == 0 \
+        and isinstance(op.operands[0].type.shape[1], int) and all(_constant(v) for v in op.operands[1:])
 
 
 def _static(d) -> int:
@@ -153,6 +173,11 @@ class _Chains:
             return [produced[id(op.operands[0])]] if id(op.operands[0]) in produced else []
         if (op.name in UNARY or _blockable_pool(op)) and id(op.operands[0]) in produced:
             return [produced[id(op.operands[0])]]
+        if tiling_upsample(op, self.block):
+            return [produced[id(op.operands[0])]] if id(op.operands[0]) in produced else []
+        if _blockable_concat(op, self.block):
+            inside = [produced[id(v)] for v in op.operands if id(v) in produced]
+            return inside or None
         if op.name in BINARY:
             inside = [produced[id(v)] for v in op.operands if id(v) in produced]
             rest = [v for v in op.operands if id(v) not in produced]
@@ -226,8 +251,7 @@ class _Rewriter:
                 continue
             scratch = Region()
             b = Builder(self.fn.module, self.fn, scratch, op.loc)
-            out = self._pool(b, op) if op.name == "max_pool" else self._elementwise(b, op) if op.name != "conv" \
-                else self._depthwise(b, op) if op.attrs["groups"] != 1 else self._conv(b, op)
+            out = self._rewrite(b, op)
             self.blocked[id(op.results[0])] = out
             if any(id(u) not in self.ids for u in self.chains.users.get(id(op.results[0]), [])):
                 self.remap[id(op.results[0])] = from_blocked(b, out, op.results[0].type.shape[1])
@@ -249,18 +273,43 @@ class _Rewriter:
 
     def _conv(self, b: Builder, op: Op) -> Value:
         x, w = op.operands[:2]
-        channels, outs = x.type.shape[1], w.type.shape[0]
-        xb = self._input(b, x, channels if channels < self.block else self.block)
         weights = self.fn.module.constants[w.owner.attrs["name"]]
-        packed = b.constant(pack_weight(weights, xb.type.shape[4], self.block), "nchwc_w")
         bias = self.fn.module.constants[op.operands[2].owner.attrs["name"]] if len(op.operands) == 3 else None
+        a = op.attrs
+        return self._blocked_conv(b, x, weights, bias, strides=a["strides"], pads=a["pads"],
+                                  dilations=a["dilations"],
+                                  algorithm="winograd" if winograd_pays(op, self.block) else "direct")
+
+    def _blocked_conv(self, b: Builder, x: Value, weights, bias, **attrs) -> Value:
+        channels, outs = x.type.shape[1], weights.shape[0]
+        xb = self._input(b, x, channels if channels < self.block else self.block)
+        packed = b.constant(pack_weight(weights, xb.type.shape[4], self.block), "nchwc_w")
         bias_b = np.zeros(outs + -outs % self.block, np.float32)
         if bias is not None:
             bias_b[:outs] = bias
-        a = op.attrs
-        return b.conv_nchwc(xb, packed, b.constant(bias_b.reshape(-1, self.block), "nchwc_b"), strides=a["strides"],
-                            pads=a["pads"], dilations=a["dilations"],
-                            algorithm="winograd" if winograd_pays(op, self.block) else "direct")
+        return b.conv_nchwc(xb, packed, b.constant(bias_b.reshape(-1, self.block), "nchwc_b"), **attrs)
+
+    def _upsample(self, b: Builder, op: Op) -> Value:
+        """A tiling conv_transpose: a 1x1 blocked conv to taps * O channels (tap-major), then a depth-to-space
+        shuffle of whole blocks, blocked in and out."""
+        x, w = op.operands[:2]
+        weights = self.fn.module.constants[w.owner.attrs["name"]]
+        (ky, kx), outs = weights.shape[2:], weights.shape[1]
+        pointwise = np.ascontiguousarray(weights.transpose(2, 3, 1, 0).reshape(ky * kx * outs, -1, 1, 1))
+        bias = self.fn.module.constants[op.operands[2].owner.attrs["name"]] if len(op.operands) == 3 else None
+        y = self._blocked_conv(b, x, pointwise, None if bias is None else np.tile(bias, ky * kx), strides=(1, 1),
+                               pads=(0, 0, 0, 0), dilations=(1, 1), algorithm="direct")
+        n, blocks, h, wd, size = y.type.shape
+        y = b.reshape(y, shape=(n, ky, kx, blocks // (ky * kx), h, wd, size))
+        y = b.transpose(y, perm=(0, 3, 4, 1, 5, 2, 6))
+        return b.reshape(y, shape=(n, blocks // (ky * kx), h * ky, wd * kx, size))
+
+    def _rewrite(self, b: Builder, op: Op) -> Value:
+        """The blocked form of one chain op."""
+        if op.name == "conv":
+            return self._depthwise(b, op) if op.attrs["groups"] != 1 else self._conv(b, op)
+        blocked = {"max_pool": self._pool, "concat": self._concat, "conv_transpose": self._upsample}
+        return blocked.get(op.name, self._elementwise)(b, op)
 
     def _depthwise(self, b: Builder, op: Op) -> Value:
         channels = op.operands[0].type.shape[1]
@@ -278,6 +327,9 @@ class _Rewriter:
         a, pads = op.attrs, op.attrs["pads"]
         return b.max_pool(self.blocked[id(op.operands[0])], kernel=(*a["kernel"], 1), strides=(*a["strides"], 1),
                           pads=(*pads[:2], 0, *pads[2:], 0), dilations=(*a["dilations"], 1), ceil_mode=a["ceil_mode"])
+
+    def _concat(self, b: Builder, op: Op) -> Value:
+        return b.concat(*(self._input(b, v, self.block) for v in op.operands), axis=1)
 
     def _elementwise(self, b: Builder, op: Op) -> Value:
         shape = next(self.blocked[id(v)] for v in op.operands if id(v) in self.made).type.shape
@@ -327,19 +379,6 @@ def _relu6_after_relu(b, m):
     return _with_activation_named(b, m, "relu6")
 
 
-def _silu(b, m):
-    """x * sigmoid(x): SiLU as torch.onnx exports it."""
-    return _with_activation_named(b, m, "silu")
-
-
-def _silu_pattern(name: str) -> Pat:
-    """mul(conv, sigmoid(conv)) where those two are the conv's only users."""
-    def open_twice(v, module):
-        return v.owner.attrs["activation"] == "none" and _uses(v) == 2
-    return Pat("mul", Pat(name, bind="conv", where=open_twice),
-               Pat("sigmoid", Pat.any("conv"), where=lambda v, module: _uses(v) == 1))
-
-
 def _relu_conv(name: str) -> Pat:
     return Pat(name, bind="conv", where=lambda v, module: v.owner.attrs["activation"] == "relu" and _uses(v) == 1)
 
@@ -377,7 +416,6 @@ EPILOGUE_RULES = [*(Rule(Pat(name, _open_conv(4, conv)), _with_activation, f"{na
                     for conv in BLOCKED_CONVS),
                   *(Rule(Pat("min", _relu_conv(conv), Pat.splat(6.0)), _relu6_after_relu, f"min-6-into-{conv}")
                     for conv in BLOCKED_CONVS),
-                  *(Rule(_silu_pattern(conv), _silu, f"x-sigmoid-x-into-{conv}") for conv in BLOCKED_CONVS),
                   Rule(Pat("add", _open_conv(3), Pat.any("other")), _with_residual, "add-into-conv-nchwc"),
                   Rule(Pat("reshape", Pat("transpose", _single_use("conv"), attrs={"perm": (0, 1, 4, 2, 3)},
                                           where=lambda v, module: _uses(v) == 1)), _plain_out, "conv-nchwc-plain"),

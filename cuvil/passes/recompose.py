@@ -1,4 +1,4 @@
-"""Recognise decomposed gelu, softmax and layer_norm (as ONNX exporters and older opsets write them) and
+"""Recognise decomposed gelu, silu, softmax and layer_norm (as ONNX exporters and older opsets write them) and
 put the composite op back, so the backend can run its fused kernel instead of several passes over memory.
 """
 from __future__ import annotations
@@ -37,6 +37,14 @@ def _gelu(b, m):
     return b.gelu(m.x)
 
 
+# x * sigmoid(x), as ONNX exporters write SiLU (mul is commutative: either order matches)
+SILU_PATTERN = Pat("mul", _X, Pat("sigmoid", _X))
+
+
+def _silu(b, m):
+    return b.silu(m.x)
+
+
 def _last_axis(op: Op):
     axes = op.attrs["axes"]
     rank = op.operands[0].type.rank
@@ -73,12 +81,13 @@ def _layer_norm(b, m):
     return b.layer_norm(x, m.scale, m.bias, axis=axis, epsilon=splat_value(m.eps, b.module))
 
 
-RECOMPOSE_RULES = ([Rule(p, _gelu, "gelu") for p in GELU_PATTERNS] + [Rule(SOFTMAX_PATTERN, _softmax, "softmax")]
+RECOMPOSE_RULES = ([Rule(p, _gelu, "gelu") for p in GELU_PATTERNS] + [Rule(SILU_PATTERN, _silu, "silu")]
+                   + [Rule(SOFTMAX_PATTERN, _softmax, "softmax")]
                    + [Rule(p, _layer_norm, "layer-norm") for p in LAYER_NORM_PATTERNS])
 
 
 class Recompose(Pass):
-    """Decomposed gelu, softmax (last axis) and layer_norm (last axis) become the composite op again."""
+    """Decomposed gelu, silu, softmax (last axis) and layer_norm (last axis) become the composite op again."""
 
     name = "recompose"
 

@@ -13,6 +13,7 @@ from ..ir.builder import Builder
 from ..ir.core import Function, Module, Op, Region, Value
 from ..ir.dtypes import DType
 from ..ops import registry
+from ..ops.nn_resize import nearest_indices, resized
 from .manager import Pass
 from .rewrite import Pat, Rule, apply_rules, replace_op, splat_value
 
@@ -93,6 +94,28 @@ def _static_dim_size(b, m):
     return b.full(d, (), m.root.attrs["dtype"]) if isinstance(d, int) else None
 
 
+def _nearest_repeat(b, m):
+    """A nearest resize whose every resampled axis repeats each element r times (o // r: integer upscaling in the
+    usual modes) is a broadcast between two reshapes, which the loop fusion reads through its consumer's index."""
+    x, a = m.x, m.root.attrs
+    if a["mode"] != "nearest" or not all(isinstance(d, int) for d in (*x.type.shape, *a["sizes"])):
+        return None
+    split, wide = [], []
+    for axis, (n_in, n_out) in enumerate(zip(x.type.shape, a["sizes"])):
+        scale = a["scales"][axis] if a["scales"] else None
+        if not resized(n_in, n_out, scale):
+            split.append(n_in)
+            wide.append(n_in)
+            continue
+        r = n_out // n_in if n_in else 0
+        if r < 1 or n_out != r * n_in or not np.array_equal(nearest_indices(n_in, n_out, scale or n_out / n_in, a),
+                                                            np.arange(n_out) // r):
+            return None
+        split += [n_in, 1]
+        wide += [n_in, r]
+    return b.reshape(b.broadcast_to(b.reshape(x, shape=tuple(split)), shape=tuple(wide)), shape=tuple(a["sizes"]))
+
+
 SIMPLIFY_RULES = [
     Rule(Pat("mul", Pat.any("x"), Pat.splat(1.0)), lambda b, m: m.x, "mul-one"),
     Rule(Pat("div", Pat.any("x"), Pat.splat(1.0)), lambda b, m: m.x, "div-one"),
@@ -112,6 +135,7 @@ SIMPLIFY_RULES = [
     Rule(Pat("where", Pat.splat(bind="c"), Pat.any("t"), Pat.any("f")), _pick_where, "where-constant"),
     Rule(Pat("shape_of", Pat.any("x")), _static_shape_of, "static-shape-of"),
     Rule(Pat("dim_size"), _static_dim_size, "static-dim-size"),
+    Rule(Pat("resize", Pat.any("x")), _nearest_repeat, "nearest-resize-repeat"),
 ]
 
 

@@ -4,7 +4,7 @@ import pytest
 
 from cuvil.interpreter import interpret
 from cuvil.ir import Builder, Module, TensorType, sym
-from cuvil.passes import DCE, BlockLayout, PassManager, Pipeline
+from cuvil.passes import DCE, BlockLayout, PassManager, Pipeline, Recompose
 from cuvil.passes import layout
 
 from .helpers import body, expect
@@ -238,7 +238,8 @@ def test_clip_as_max_then_min_becomes_relu6(free_conversions):
 
 
 def test_x_times_sigmoid_x_becomes_silu(free_conversions):
-    """torch.onnx exports SiLU as x * sigmoid(x): after a blocked conv (plain or depthwise), its silu epilogue."""
+    """torch.onnx exports SiLU as x * sigmoid(x): Recompose makes it silu, which after a blocked conv (plain or
+    depthwise) becomes its epilogue."""
     m = Module()
     b = Builder.new_function(m, "main", [TensorType("f32", (1, 16, 9, 9))], ["x"])
     y = b.conv(b.args[0], _const(b, 16, 16, 1, 1), _const(b, 16))
@@ -246,5 +247,34 @@ def test_x_times_sigmoid_x_becomes_silu(free_conversions):
     z = b.conv(y, _const(b, 16, 1, 3, 3), _const(b, 16), groups=16, pads=(1, 1, 1, 1))
     z = b.mul(z, b.sigmoid(z))
     b.ret(b.conv(z, _const(b, 16, 16, 1, 1)))
+    PassManager(verify=True).run(Pipeline("recompose", [Recompose(), DCE()]), m)
     got = _run(m, RNG.standard_normal((1, 16, 9, 9)).astype(np.float32) * 4)
     assert got.count('activation = "silu"') == 2 and "sigmoid" not in got and "= mul" not in got
+
+
+@pytest.mark.parametrize("skip_channels,blocked", [(16, True), (12, False)])
+def test_channel_concat_of_whole_blocks_stays_blocked(free_conversions, skip_channels, blocked):
+    """A skip connection (conv -> concat with another conv's output -> conv) concatenates the block axis when every
+    operand fills its blocks; 12 channels in blocks of 8 would leave padding in the middle, so that concat is plain."""
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", (2, 8, 5, 7))], ["x"])
+    skip = b.relu(b.conv(b.args[0], _const(b, skip_channels, 8, 3, 3), pads=(1, 1, 1, 1)))
+    up = b.conv(b.args[0], _const(b, 8, 8, 1, 1), _const(b, 8))
+    b.ret(b.conv(b.concat(up, skip, axis=1), _const(b, 8, 8 + skip_channels, 3, 3), pads=(1, 1, 1, 1)))
+    got = _run(m, RNG.standard_normal((2, 8, 5, 7)).astype(np.float32))
+    assert ("= concat" in got and f"f32[2,{1 + skip_channels // 8},5,7,8] = concat" in got) is blocked, got
+    assert got.count("conv_nchwc") == 3
+
+
+@pytest.mark.parametrize("outs,bias,blocked", [(16, True, True), (8, False, True), (12, True, False)])
+def test_tiling_conv_transpose_is_a_pointwise_conv_and_a_block_shuffle(free_conversions, outs, bias, blocked):
+    """A conv_transpose with kernel == stride (2x3 here, on an odd 5 x 7 map) joins the chain as a 1x1 blocked conv to
+    taps * O channels and a depth-to-space shuffle of whole blocks; 12 output channels (not whole blocks of 8) keep
+    the library's conv_transpose."""
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", (2, 8, 5, 7))], ["x"])
+    y = b.relu(b.conv(b.args[0], _const(b, 16, 8, 3, 3), pads=(1, 1, 1, 1)))
+    up = b.conv_transpose(y, _const(b, 16, outs, 2, 3), *([_const(b, outs)] if bias else []), strides=(2, 3))
+    b.ret(b.conv(b.relu(up), _const(b, 8, outs, 3, 3), pads=(1, 1, 1, 1)))
+    got = _run(m, RNG.standard_normal((2, 8, 5, 7)).astype(np.float32))
+    assert ("conv_transpose" not in got and f"f32[2,{6 * outs // 8},5,7,8] = conv_nchwc" in got) is blocked, got

@@ -26,6 +26,10 @@ def gelu_forms():
     return [a, c]
 
 
+def silu_forms():
+    return [lambda b, x: b.mul(x, b.sigmoid(x)), lambda b, x: b.mul(b.sigmoid(x), x)]
+
+
 def softmax_form(b, x):
     e = b.exp(b.sub(x, b.broadcast_to(b.reduce_max(x, axes=(1,)), shape=SHAPE)))
     return b.div(e, b.broadcast_to(b.reduce_sum(e, axes=(1,)), shape=SHAPE))
@@ -41,7 +45,8 @@ def layer_norm_form(b, x):
     return b.add(y, b.broadcast_to(bias, shape=SHAPE))
 
 
-@pytest.mark.parametrize("form, op", [(f, "gelu") for f in gelu_forms()] + [(softmax_form, "softmax"),
+@pytest.mark.parametrize("form, op", [(f, "gelu") for f in gelu_forms()] + [(f, "silu") for f in silu_forms()] +
+                         [(softmax_form, "softmax"),
                                                                              (layer_norm_form, "layer_norm")])
 def test_recomposed(form, op):
     m = Module()
@@ -51,7 +56,7 @@ def test_recomposed(form, op):
     want = interpret(m, [x])
     PassManager().run(Pipeline("p", [Simplify(), Recompose(), DCE()]), m)
     names = [o.name for o in m.main.walk()]
-    assert op in names and "exp" not in names and "erf" not in names and "reduce_mean" not in names
+    assert op in names and not {"exp", "erf", "reduce_mean", "sigmoid"} & set(names)
     np.testing.assert_allclose(interpret(m, [x])[0], want[0], rtol=1e-5, atol=1e-5)
 
 
@@ -61,4 +66,11 @@ def test_softmax_over_another_axis_is_left_alone():
     x = b.args[0]
     e = b.exp(b.sub(x, b.broadcast_to(b.reduce_max(x, axes=(0,)), shape=(4, 6))))
     b.ret(b.div(e, b.broadcast_to(b.reduce_sum(e, axes=(0,)), shape=(4, 6))))
+    assert not Recompose().run_on_operation(m.main)
+
+
+def test_sigmoid_times_another_value_is_left_alone():
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", (4, 6)), TensorType("f32", (4, 6))], ["x", "y"])
+    b.ret(b.mul(b.args[1], b.sigmoid(b.args[0])))
     assert not Recompose().run_on_operation(m.main)

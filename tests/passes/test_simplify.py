@@ -1,7 +1,10 @@
 import numpy as np
+import pytest
 
+from cuvil.interpreter import interpret
+from cuvil.ir import Builder, Module, TensorType
 from cuvil.ir.parser import parse_module
-from cuvil.passes import CSE, DCE, Canonicalize, FoldConstants, Simplify
+from cuvil.passes import CSE, DCE, Canonicalize, FoldConstants, PassManager, Pipeline, Simplify
 
 from .helpers import expect, run_passes
 
@@ -136,3 +139,20 @@ def test_broadcasts_are_not_materialised():
           }
         }""", FoldConstants(), DCE(), inputs=[np.ones((1, 4), np.float32)])
     assert "broadcast_to" in got
+
+
+@pytest.mark.parametrize("transform,nearest,sizes,repeats", [
+    ("asymmetric", "floor", (1, 2, 10, 21), True), ("half_pixel", "round_prefer_floor", (1, 2, 15, 7), True),
+    ("align_corners", "round_prefer_floor", (1, 2, 15, 14), False), ("asymmetric", "floor", (1, 2, 9, 14), False),
+    ("asymmetric", "ceil", (1, 2, 10, 14), False)])
+def test_nearest_resize_by_whole_factors_is_a_broadcast(transform, nearest, sizes, repeats):
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", (1, 2, 5, 7))], ["x"])
+    b.ret(b.resize(b.args[0], sizes=sizes, mode="nearest", coordinate_transformation_mode=transform,
+                   nearest_mode=nearest))
+    x = np.random.default_rng(0).standard_normal((1, 2, 5, 7)).astype(np.float32)
+    want = interpret(m, [x])[0]
+    PassManager(verify=True).run(Pipeline("p", [Simplify(), DCE()]), m)
+    names = [o.name for o in m.main.walk()]
+    assert ("resize" not in names and "broadcast_to" in names) is repeats, names
+    np.testing.assert_array_equal(interpret(m, [x])[0], want)

@@ -75,8 +75,9 @@ COL2IM = """static void cuvil_col2im_{T}(const {T} *restrict col, {T} *restrict 
 {{
     const int64_t taps = g->k[0] * g->k[1] * g->k[2];
     const int64_t y_plane = g->in[0] * g->in[1] * g->in[2], out_plane = g->out[0] * g->out[1] * g->out[2];
+    /* a thread owns whole channels: no two write one element */
     #pragma omp parallel for {par}
-    for (int64_t c = 0; c < channels; c++)  /* a thread owns whole channels: no two write one element */
+    for (int64_t c = 0; c < channels; c++) {{
         for (int64_t t = 0; t < taps; t++) {{
             const int64_t tz = t / (g->k[1] * g->k[2]), ty = t / g->k[2] % g->k[1], tx = t % g->k[2];
             const int64_t off = tx * g->d[2] - g->p[2];
@@ -94,6 +95,27 @@ COL2IM = """static void cuvil_col2im_{T}(const {T} *restrict col, {T} *restrict 
                 }}
             }}
         }}
+    }}
+}}
+"""
+
+# col2im when the windows tile y exactly (kernel == stride, no pads or dilation: a 2x2 stride-2 upsampling):
+# every element of y comes from one row of col, so each output row is written once, bias added, nothing filled.
+COL2IM_TILES = """static void cuvil_col2im_tiles_{T}(const {T} *restrict col, const {T} *restrict bias, {T} *restrict y,
+                                  int64_t channels, const cuvil_win *g)
+{{
+    const int64_t rows = g->in[0] * g->in[1], y_plane = rows * g->in[2];
+    const int64_t out_plane = g->out[0] * g->out[1] * g->out[2], taps = g->k[0] * g->k[1] * g->k[2];
+    #pragma omp parallel for {par}
+    for (int64_t r = 0; r < channels * rows; r++) {{
+        const int64_t c = r / rows, iz = r % rows / g->in[1], iy = r % g->in[1];
+        const int64_t t = (iz % g->k[0] * g->k[1] + iy % g->k[1]) * g->k[2];
+        const {T} *src = col + (c * taps + t) * out_plane + (iz / g->k[0] * g->out[1] + iy / g->k[1]) * g->out[2];
+        {T} *dst = y + c * y_plane + r % rows * g->in[2];
+        const {T} b0 = bias ? bias[c] : 0;
+        for (int64_t tx = 0; tx < g->k[2]; tx++)
+            for (int64_t ox = 0; ox < g->out[2]; ox++) dst[ox * g->k[2] + tx] = src[tx * out_plane + ox] + b0;
+    }}
 }}
 """
 
@@ -363,9 +385,11 @@ def _use(gen, helper: str, template: str, **fmt) -> str:
 
 
 def _helper(gen, kind: str, t: str) -> str:
-    template = {"im2col": IM2COL, "col2im": COL2IM, "dwconv": DWCONV, "fill_planes": FILL}[kind]
+    template = {"im2col": IM2COL, "col2im": COL2IM, "col2im_tiles": COL2IM_TILES, "dwconv": DWCONV,
+                "fill_planes": FILL}[kind]
     work = {"im2col": "channels * taps * out_plane", "col2im": "channels * taps * out_plane",
-            "dwconv": "batch * O * out_plane * taps", "fill_planes": "batch * O * plane"}[kind]
+            "col2im_tiles": "channels * y_plane", "dwconv": "batch * O * out_plane * taps",
+            "fill_planes": "batch * O * plane"}[kind]
     return _use(gen, f"cuvil_{kind}_{t}", template, T=t, par=par_if(work))
 
 
@@ -569,14 +593,26 @@ def _conv_transpose(gen, op, depth: int) -> None:
     cv = _Conv(gen, op, depth, transpose=True)
     rows, hw = c_dim(cv.og * cv.taps), c_dim(cv.in_plane)
     cv.begin([("col", cv.t, c_dim(cv.og * cv.taps * cv.in_plane))], window=True)
-    cv.fill()
-    col2im = _helper(gen, "col2im", cv.t)
+    tiles = _tiles_output(op)
+    if tiles:
+        bias = f"{cv.buf['b']} + grp * {c_dim(cv.og)}" if "b" in cv.buf else "NULL"
+        col2im = f"{_helper(gen, 'col2im_tiles', cv.t)}(col, {bias}, {{ys}}, {c_dim(cv.og)}, &g);"
+    else:
+        cv.fill()
+        col2im = f"{_helper(gen, 'col2im', cv.t)}(col, {{ys}}, {c_dim(cv.og)}, &g);"
 
     def lines(xs, ws, ys):  # cols[og*taps, x pixels] = W^T @ x's channels, then added into y's windows
-        return [_gemm(cv.t, rows, hw, c_dim(cv.cg), ws, 1, rows, xs, hw, "col", hw, False),
-                f"{col2im}(col, {ys}, {c_dim(cv.og)}, &g);"]
+        return [_gemm(cv.t, rows, hw, c_dim(cv.cg), ws, 1, rows, xs, hw, "col", hw, False), col2im.format(ys=ys)]
     cv.per_image_and_group(lines)
     cv.end()
+
+
+def _tiles_output(op) -> bool:
+    """Whether a conv_transpose's windows tile its output exactly (kernel == stride, no pads, no dilation, no
+    output padding): each output element is one product row plus the bias."""
+    a = op.attrs
+    return tuple(op.operands[1].type.shape[2:]) == tuple(a["strides"]) and not any(a["pads"]) \
+        and set(a.get("dilations") or (1,)) == {1} and not any(a.get("output_padding") or ())
 
 
 # -- pools ---------------------------------------------------------------------------------------------------

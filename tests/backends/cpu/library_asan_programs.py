@@ -64,6 +64,7 @@ def window_programs() -> list:
                 b.conv(x16, const(6, 2, 2, 3, dtype=np.float16), groups=2, dilations=(2, 1)),
                 b.conv_transpose(x, const(4, 3, 3, 3), const(3), strides=(2, 2), pads=(1, 0, 0, 1),
                                  output_padding=(1, 0)),
+                b.conv_transpose(x, const(4, 3, 2, 3), const(3), strides=(2, 3)),
                 b.max_pool(x, kernel=(3, 2), strides=(2, 2), dilations=(1, 2), ceil_mode=True),
                 b.avg_pool(x, kernel=(3, 3), strides=(2, 2), pads=(1, 1, 1, 1), ceil_mode=True,
                            count_include_pad=True),

@@ -1,6 +1,8 @@
 """The blocked convolution kernel (`conv_nchwc`), compiled against the reference interpreter: convs that the
 layout pass blocks (every conv here: conversions are made free and blocked convs win whatever their padding)
 over strides, pads, dilations, kernel sizes, channel counts that are not whole blocks and symbolic sizes."""
+import re
+
 import numpy as np
 import pytest
 
@@ -119,3 +121,31 @@ def test_blocked_max_pool(pool):
     exe = compile_module(m)
     assert "max_pool" in cuvil.inspect_ir(exe) and ", 1]" in cuvil.inspect_ir(exe).split("max_pool")[1].split("\n")[0]
     _check(m, [x])
+
+
+def test_small_unet_with_blocked_skip_concats():
+    """A UNet's levels on an odd map (14 x 10, batch 2): max pool down; up by a 2x2 stride-2 conv_transpose and by
+    nearest 2x upsampling, each concatenated with its skip (whole blocks: the concat stays blocked); silu written as
+    x * sigmoid(x); a sigmoid head of 3 channels."""
+    m, rng = Module(), np.random.default_rng(20)
+    b = Builder.new_function(m, "main", [TensorType("f32", (2, 3, 14, 10))], ["x"])
+
+    def conv(v, o, k=3):  # weights at 1 / sqrt(fan-in): values stay near 1 through the six layers
+        w = rng.standard_normal((o, v.type.shape[1], k, k)) / np.sqrt(v.type.shape[1] * k * k)
+        y = b.conv(v, b.constant(w.astype(np.float32)), b.constant(rng.standard_normal(o).astype(np.float32)),
+                   pads=(k // 2,) * 4)
+        return b.mul(y, b.sigmoid(y))
+    skip = conv(conv(b.args[0], 16), 16)
+    low = conv(b.max_pool(skip, kernel=(2, 2), strides=(2, 2)), 32)
+    w_up = b.constant(rng.standard_normal((32, 16, 2, 2)).astype(np.float32) * 0.2)
+    up = b.conv_transpose(low, w_up, b.constant(rng.standard_normal(16).astype(np.float32)), strides=(2, 2))
+    near = conv(b.resize(low, sizes=(2, 32, 14, 10), mode="nearest", coordinate_transformation_mode="asymmetric",
+                         nearest_mode="floor"), 16)
+    merged = conv(b.concat(conv(b.concat(up, skip, axis=1), 16), near, axis=1), 16)
+    w_head = b.constant(rng.standard_normal((3, 16, 1, 1)).astype(np.float32) * 0.25)
+    b.ret(b.sigmoid(b.conv(merged, w_head, b.constant(rng.standard_normal(3).astype(np.float32)))))
+    exe = compile_module(m)
+    ir = cuvil.inspect_ir(exe)
+    assert "resize" not in ir and "conv_transpose" not in ir and ir.count('activation = "silu"') == 6, ir
+    assert len(re.findall(r"f32\[2,\d+,14,10,\d+\] = concat", ir)) == 2, ir  # both concats on blocked tensors
+    _check(m, [rng.standard_normal((2, 3, 14, 10)).astype(np.float32)])

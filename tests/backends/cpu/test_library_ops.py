@@ -94,6 +94,17 @@ def test_conv_transpose(attrs):
     check(single_op("conv_transpose", [x], (w, rand(4 * attrs.get("groups", 1), seed=2)), **attrs), [x], 1e-5)
 
 
+@pytest.mark.parametrize("shape,kernel,groups,bias", [((2, 32, 14, 13), (2, 2), 1, True),
+                                                      ((1, 12, 5, 7), (3, 2), 3, False), ((2, 8, 9), (3,), 2, True)])
+def test_conv_transpose_tiling_its_output(shape, kernel, groups, bias):
+    """kernel == stride: every output element is written once by the tiling col2im, its bias added there."""
+    x, w = rand(*shape), rand(shape[1], 5, *kernel, seed=1) * 0.2
+    m = single_op("conv_transpose", [x], (w, rand(5 * groups, seed=2)) if bias else (w,), strides=kernel,
+                  groups=groups)
+    assert "cuvil_col2im_tiles_float" in codegen.generate(compile_module(m).module).source
+    check(m, [x], 1e-5)
+
+
 def test_conv_transpose_f64_symbolic():
     x, w = rand(1, 6, 5, 7, dtype=np.float64), rand(6, 2, 3, 3, seed=1, dtype=np.float64)
     m = single_op("conv_transpose", [x, w], dims={0: {2: "h"}}, groups=3, strides=(2, 2), pads=(1, 1, 0, 0))
@@ -178,6 +189,22 @@ def test_resize_2x(mode, transform):
     m = single_op("resize", [x], sizes=(1, 16, 56, 54), mode=mode, coordinate_transformation_mode=transform,
                   nearest_mode="floor")
     check(m, [x])
+
+
+@pytest.mark.parametrize("transform,nearest", [("asymmetric", "floor"), ("half_pixel", "round_prefer_floor"),
+                                               ("pytorch_half_pixel", "round_prefer_ceil")])
+def test_nearest_upscaling_by_whole_factors_is_read_through_its_consumer(transform, nearest):
+    """Integer factors (3 on an odd 5-row axis, 2 on 7 columns) repeat each element: no resize kernel, the add reads
+    the input through the repeated index; a factor of 9/5 keeps the library kernel. Any dtype: int8 here."""
+    x = np.random.default_rng(1).integers(-100, 100, (2, 3, 5, 7)).astype(np.int8)
+    for sizes, kernel in (((2, 3, 15, 14), False), ((2, 3, 9, 14), True)):
+        m = Module()
+        b = Builder.new_function(m, "main", [TensorType(DType.i8, x.shape)])
+        y = b.resize(b.args[0], sizes=sizes, mode="nearest", coordinate_transformation_mode=transform,
+                     nearest_mode=nearest)
+        b.ret(b.add(y, y))
+        assert ("cuvil_resize_table" in codegen.generate(compile_module(m).module).source) is kernel
+        check(m, [x])
 
 
 def test_resize_downscale_symbolic_batch():
