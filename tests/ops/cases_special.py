@@ -55,3 +55,26 @@ def _zeta(xs):
 
 CASES += [Case("zeta", [_S.astype(np.float32), _Q.astype(np.float32)], expected=_zeta, rtol=1e-4, atol=1e-6),
           Case("zeta", [_S, _Q], expected=_zeta, rtol=1e-10, atol=1e-12, id="f64")]
+
+# Orthogonal polynomials (x, n): x around [-1, 1] and beyond, the ends +-1 exactly; degrees fractional (truncated),
+# negative, above 8 (the Chebyshev trigonometric forms) and NaN (NaN here, where torch gives 0).
+_PX = np.concatenate([rand(36, low=-2.5, high=2.5, seed=3), [1.0, -1.0, 1.0, -1.0, 0.0, 0.5, 0.999, -0.999, 3.0, 0.25]])
+_PN = np.concatenate([rand(36, low=-1.5, high=14, seed=4), [7.0, 7.0, 12.0, 13.0, 5.0, 20.0, 30.0, 25.0, -0.5, np.nan]])
+_POLY = {f"{kind}_{letter}": f"{kind}_polynomial_{letter}" for kind, letters in
+         (("chebyshev", "tuvw"), ("shifted_chebyshev", "tuvw"), ("hermite", ("h", "he"))) for letter in letters}
+_POLY.update(laguerre="laguerre_polynomial_l", legendre="legendre_polynomial_p")
+
+
+def _poly_oracle(name):
+    def expected(xs):
+        return [np.where(np.isnan(xs[1]), np.nan, torch_fn(name)(xs)[0]).astype(xs[0].dtype)]
+    return expected
+
+
+for _op, _torch_name in _POLY.items():
+    _x = _PX / 2 + 0.5 if _op.startswith("shifted") else _PX  # the shifted forms' [0, 1] and its ends
+    CASES += [Case(_op, [_x.astype(np.float32), _PN.astype(np.float32)], expected=_poly_oracle(_torch_name),
+                   rtol=1e-5, atol=1e-5),
+              Case(_op, [_x, _PN], expected=_poly_oracle(_torch_name), rtol=1e-9, atol=1e-9, id="f64"),
+              Case(_op, [rand(3, 4, low=-1, high=1), np.tile(np.array([0.0, 3.0, 9.5, 10.0], np.float32), (3, 1))],
+                   expected=_poly_oracle(_torch_name), rtol=1e-5, atol=1e-5, id="2d")]

@@ -27,6 +27,9 @@ _ARITH = {"mul": "mul", "maximum": "max", "minimum": "min", "floor_divide": "flo
           "atan2": "atan2", "arctan2": "atan2", "hypot": "hypot", "copysign": "copysign", "fmax": "fmax",
           "fmin": "fmin", "nextafter": "nextafter", "xlogy": "xlogy", "special_xlogy": "xlogy",
           "special_xlog1py": "xlog1py", "special_zeta": "zeta"}
+_ARITH.update({f"special_{name}_polynomial_{letter}": f"{name}_{letter}" for name, letters in
+               (("chebyshev", "tuvw"), ("shifted_chebyshev", "tuvw"), ("hermite", ("h", "he"))) for letter in letters})
+_ARITH.update(special_laguerre_polynomial_l="laguerre", special_legendre_polynomial_p="legendre")
 _COMPARE = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge"}
 _LOGIC = {"logical_and": "and", "logical_or": "or", "logical_xor": "xor"}
 # ATen op -> (IR op on bool tensors, IR op on integer tensors).
