@@ -22,6 +22,8 @@ SUBSET = {
     # orthogonal polynomials: 0-d and broadcast samples; the third has a degree in (-1, 0), which truncates to 0
     "special.chebyshev_polynomial_t": 4, "special.shifted_chebyshev_polynomial_w": 3,
     "special.hermite_polynomial_he": 3, "special.laguerre_polynomial_l": 3, "special.legendre_polynomial_p": 3,
+    "special.bessel_j0": 1, "special.bessel_y1": 1, "special.modified_bessel_k0": 1,
+    "special.scaled_modified_bessel_k1": 1, "special.spherical_bessel_j0": 1, "special.airy_ai": 1,
     # reductions (0-d inputs and dim=0 among the samples), norms, scans, searches
     "sum": 4, "mean": 4, "amax": 4, "median": 4, "logsumexp": 3, "nansum": 3, "norm": 4,
     "linalg.vector_norm": 4, "cumsum": 2, "cumprod": 2, "topk": 2, "searchsorted": 3, "bucketize": 2, "dist": 2,
