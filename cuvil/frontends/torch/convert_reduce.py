@@ -1,5 +1,5 @@
-"""ATen reductions: sum, mean, prod, min/max (with indices), var/std, any/all, norms, argmax, cumsum, topk,
-kthvalue and median, cdist.
+"""ATen reductions: sum, mean, prod, min/max (with indices), var/std, any/all, norms, argmax, the scans (cumsum,
+cumprod, cummax, cummin, logcumsumexp), topk, kthvalue and median, cdist.
 
 An empty or missing `dim` list means every axis, as in PyTorch (and in the IR's `axes`). Sums and means
 run in the result dtype, so bool and int sums widen to int64 first, as PyTorch does.
@@ -136,6 +136,19 @@ def argmax(cx, x, dim=None, keepdim=False):
 @aten("cumsum", "cumprod")
 def cumsum(cx, x, dim, dtype=None):
     return cx.b.emit(cx.op_name, cx.tensor(x, cx.out_dtype()), axis=dim)
+
+
+@aten("cummax", "cummin")
+def cum_extreme(cx, x, dim):
+    if x.type.rank == 0:  # along dim 0 or -1 of a 0-d tensor: the value itself, at index 0
+        return x, cx.b.full(0, (), DType.i64)
+    return cx.b.emit(cx.op_name, x, axis=dim)
+
+
+@aten("logcumsumexp")
+def logcumsumexp(cx, x, dim):
+    x = cx.tensor(x, cx.out_dtype())
+    return x if x.type.rank == 0 else cx.b.logcumsumexp(x, axis=dim)
 
 
 @aten("topk")
