@@ -25,7 +25,7 @@ SUBSET = {
     "special.bessel_j0": 1, "special.bessel_y1": 1, "special.modified_bessel_k0": 1,
     "special.scaled_modified_bessel_k1": 1, "special.spherical_bessel_j0": 1, "special.airy_ai": 1,
     # reductions (0-d inputs and dim=0 among the samples), norms, scans, searches
-    "sum": 4, "mean": 4, "amax": 4, "median": 4, "logsumexp": 3, "nansum": 3, "norm": 4,
+    "sum": 4, "mean": 4, "amax": 4, "median": 4, "nanmedian": 4, "logsumexp": 3, "nansum": 3, "norm": 4,
     "linalg.vector_norm": 4, "cumsum": 2, "cumprod": 2, "cummax": 3, "cummin": 3, "logcumsumexp": 3, "topk": 2,
     "searchsorted": 3, "bucketize": 2, "dist": 2,
     # movement

@@ -4,8 +4,9 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+import torch.utils._pytree as pytree
 
-from .helpers import check
+from .helpers import check, compile_torch, run_both
 
 g = torch.Generator().manual_seed(0)
 
@@ -322,3 +323,19 @@ def test_input_sizes_given_as_multiples_of_a_dim():
     with pytest.raises(cuvil.ShapeError, match="_h_x2"):
         compiled(r(8, 2, 9, 6))
 
+
+
+def test_nanmedian_and_scans_with_nans():
+    """nanmedian skips NaN (NaN where a whole line is, at an index PyTorch leaves unspecified: not compared),
+    cummax/cummin propagate it: compared with NaN as equal."""
+    nan = float("nan")
+    x = torch.tensor([[3.0, nan, 1.0, 7.0, 2.0], [nan, nan, nan, nan, nan], [5.0, 4.0, nan, nan, -1.0],
+                      [0.5, 9.0, 8.0, -3.0, 6.0]])
+
+    def fn(x):
+        return (x.nanmedian(1)[0], x[2:].nanmedian(1), x.nanmedian(0, keepdim=True), x.nanmedian(), x[1].nanmedian(),
+                x[2:].nanmedian(), torch.cummax(x, 1),
+                torch.cummin(x, 0), torch.logcumsumexp(x * 40, 1))
+    got, want = run_both(fn, compile_torch(fn, (x,)), (x,))
+    for g, w in zip(pytree.tree_leaves(got), pytree.tree_leaves(want)):
+        torch.testing.assert_close(g, w, equal_nan=True)
