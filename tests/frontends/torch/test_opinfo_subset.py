@@ -34,6 +34,9 @@ SUBSET = {
     "matmul": 2, "addmv": 1, "softmax": 1, "nn.functional.layer_norm": 2, "nn.functional.conv2d": 1,
     "nn.functional.adaptive_avg_pool2d": 3, "nn.functional.scaled_dot_product_attention": 2,
     "nn.functional.embedding": 1,
+    # training-mode norms: batch statistics, the running statistics (user inputs) updated in place
+    "nn.functional.batch_norm": 3, "nn.functional.instance_norm": 3, "_batch_norm_with_update": 2,
+    "native_batch_norm": 3, "_native_batch_norm_legit": 3,
     # linear algebra (effect tokens of the error checks among them)
     "linalg.det": 2, "linalg.slogdet": 2, "logdet": 1, "linalg.inv": 2, "linalg.solve": 3, "linalg.solve_ex": 2,
     "linalg.cholesky": 2, "linalg.lu_factor": 2, "linalg.solve_triangular": 2, "triangular_solve": 2,

@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 import torch.utils._pytree as pytree
 
+import cuvil
+
 from .helpers import check, compile_torch, run_both
 
 g = torch.Generator().manual_seed(0)
@@ -339,3 +341,35 @@ def test_nanmedian_and_scans_with_nans():
     got, want = run_both(fn, compile_torch(fn, (x,)), (x,))
     for g, w in zip(pytree.tree_leaves(got), pytree.tree_leaves(want)):
         torch.testing.assert_close(g, w, equal_nan=True)
+
+
+@pytest.mark.parametrize("norm", ["batch", "instance"])
+def test_training_norms_update_running_statistics_in_place(norm):
+    """Batch statistics normalise; the running statistics passed in are updated in place, as eagerly."""
+    def fn(x, mean, var):
+        if norm == "batch":
+            return F.batch_norm(x, mean, var, training=True, momentum=0.3)
+        return F.instance_norm(x, mean, var, use_input_stats=True, momentum=0.3)
+    x, mean, var = r(4, 3, 5), r(3), r(3).abs() + 0.5
+    compiled = compile_torch(fn, (x, mean.clone(), var.clone()))
+    eager_stats, compiled_stats = (mean.clone(), var.clone()), (mean.clone(), var.clone())
+    for _ in range(2):  # the second call starts from the first's updates
+        torch.testing.assert_close(compiled(x, *compiled_stats), fn(x, *eager_stats))
+    for got, want, before in zip(compiled_stats, eager_stats, (mean, var)):
+        assert not torch.equal(want, before)
+        torch.testing.assert_close(got, want)
+
+
+def test_module_buffer_updates_are_refused_by_name():
+    """A module that updates its own buffer in forward (a module's state, not an input): refused, the kind named."""
+    class Counter(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("calls", torch.zeros(()))
+
+        def forward(self, x):
+            self.calls.add_(1)
+            return x * self.calls
+
+    with pytest.raises(cuvil.UnsupportedError, match="mutates state .BUFFER_MUTATION.; export the module in eval"):
+        compile_torch(Counter(), (r(4, 3),))
