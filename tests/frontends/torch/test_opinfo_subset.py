@@ -41,6 +41,7 @@ SUBSET = {
     "linalg.det": 2, "linalg.slogdet": 2, "logdet": 1, "linalg.inv": 2, "linalg.solve": 3, "linalg.solve_ex": 2,
     "linalg.cholesky": 2, "linalg.lu_factor": 2, "linalg.solve_triangular": 2, "triangular_solve": 2,
     "cholesky_solve": 2, "cholesky_inverse": 1, "linalg.tensorsolve": 1, "linalg.lu": 2, "lu_solve": 2,
+    "index_reduce.prod": 4, "index_reduce.mean": 4, "index_reduce.amax": 4, "index_reduce.amin": 4,
     "scatter_reduce.mean": 4, "scatter_reduce.amin": 4, "nn.functional.max_pool2d": 4,
     "nn.functional.adaptive_max_pool3d": 2,
 }

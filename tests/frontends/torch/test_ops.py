@@ -251,6 +251,11 @@ CASES = {
                                      torch.special.zeta(x.abs() + 1.5, q.abs()), torch.special.zeta(3.0, q)),
                        (r(3, 4) * 4, r(3, 4) * 3)),
     "searchsorted_sorter": (lambda s, v: torch.searchsorted(s, v, sorter=torch.argsort(s)), (r(2, 7), r(2, 3))),
+    # index_reduce: repeated indices, places no index reaches, with and without self
+    "index_reduce": (lambda x, s0, s1: tuple(x.index_reduce(d, torch.tensor(i), s, op, include_self=inc)
+                                             for op in ("prod", "mean", "amax", "amin") for inc in (True, False)
+                                             for d, i, s in ((0, [0, 2, 0], s0), (1, [3, 3], s1))),
+                     (r(4, 5), r(3, 5), r(4, 2))),
     "special_elementary": (lambda x, p: (torch.sinc(x), torch.special.entr(p), torch.logit(p), torch.logit(p, 0.1),
                                          torch.xlogy(p - 0.5, p), torch.special.xlog1py(x, p), torch.xlogy(2.0, p)),
                            (r(3, 4), torch.rand(3, 4, generator=g))),
