@@ -14,6 +14,7 @@ import numpy as np
 from ..ir.dtypes import DType
 from ..ir.types import TensorType
 from .common import norm_axes, norm_axis, require_dtype
+from ..errors import UnsupportedError
 from .registry import Attr, register_op
 
 _AXES = {"axes": Attr("ints", ()), "keepdims": Attr("bool", True)}
@@ -203,6 +204,111 @@ register_op("cumsum", shape=_scan_shape("cumsum"), reference=_scan_ref(np.cumsum
             doc="running sum along axis (ONNX CumSum: exclusive skips the current element, reverse runs backwards)")
 register_op("cumprod", shape=_scan_shape("cumprod"), reference=_scan_ref(np.cumprod, 1),
             normalize=_norm_axis("cumprod"), attrs=_SCAN_ATTRS, doc="running product along axis (as cumsum)")
+
+
+# -- cummax, cummin, logcumsumexp: scans decomposed into log2(n) shift-and-combine steps (Hillis and Steele) -------
+def _scan_steps(name, x, axis: int):
+    """The shifts 1, 2, 4, ... below the axis length, which must be static."""
+    n = x.type.shape[axis]
+    if not isinstance(n, int):
+        raise UnsupportedError(f"'{name}' along an axis of symbolic size {n} is not supported (it needs a static "
+                               f"length: give that dimension a fixed size)")
+    return [1 << k for k in range(max(n - 1, 0).bit_length())]
+
+
+def _shifted(b, v, axis: int, s: int):
+    """v moved s places along axis (zeros in front), and where that leaves a real earlier element."""
+    rank = v.type.rank
+    pads = [0] * (2 * rank)
+    pads[axis], pads[rank + axis] = s, -s
+    pos = b.iota(shape=list(v.type.shape), axis=axis, dtype=DType.i64)
+    return b.pad(v, pads=pads), b.ge(pos, b.full(s, v.type.shape, DType.i64))
+
+
+class _NumPyLogic:
+    """The comparisons and logic `_later_wins` uses, in NumPy (for the reference)."""
+
+    ne, ge, le = np.not_equal, np.greater_equal, np.less_equal
+    or_, and_, not_ = np.logical_or, np.logical_and, np.logical_not
+
+
+class _IRLogic:
+    """The same as IR ops (the IR's `or`, `and`, `not` spelt with a trailing underscore here)."""
+
+    def __init__(self, b):
+        self.b = b
+
+    def __getattr__(self, name):
+        return lambda *xs: self.b.emit(name.rstrip("_"), *xs)
+
+
+def _later_wins(lib, name, later, earlier):
+    """Whether the later value replaces the running one: a NaN always, then a better or equal one (ties go to the
+    later index, as PyTorch's)."""
+    better = lib.ge(later, earlier) if name == "cummax" else lib.le(later, earlier)
+    return lib.or_(lib.ne(later, later), lib.and_(lib.not_(lib.ne(earlier, earlier)), better))
+
+
+def _ref_cum_extreme(name):
+    def ref(xs, a):
+        x = np.moveaxis(xs[0], a["axis"], 0)
+        values, indices = np.empty_like(x), np.zeros(x.shape, np.int64)
+        for i in range(x.shape[0]):
+            if i == 0:
+                v, k = x[0], np.zeros(x.shape[1:], np.int64)
+            take = _later_wins(_NumPyLogic, name, x[i], v)
+            v, k = np.where(take, x[i], v), np.where(take, i, k)
+            values[i], indices[i] = v, k
+        return [np.moveaxis(values, 0, a["axis"]), np.moveaxis(indices, 0, a["axis"])]
+    return ref
+
+
+def _dec_cum_extreme(name):
+    def decompose(b, ops, a):
+        v, axis, lib = ops[0], a["axis"], _IRLogic(b)
+        k = b.iota(shape=list(v.type.shape), axis=axis, dtype=DType.i64)
+        for s in _scan_steps(name, v, axis):
+            (pv, real), (pk, _) = _shifted(b, v, axis, s), _shifted(b, k, axis, s)
+            earlier = lib.and_(real, lib.not_(_later_wins(lib, name, v, pv)))
+            v, k = b.where(earlier, pv, v), b.where(earlier, pk, k)
+        return v, k
+    return decompose
+
+
+def _cum_extreme_shape(name):
+    def shape(ctx, types, a):
+        _axis_operand(ctx, types[0], name)
+        return [types[0], types[0].with_dtype(DType.i64)]
+    return shape
+
+
+for _name in ("cummax", "cummin"):
+    register_op(_name, results=2, shape=_cum_extreme_shape(_name), reference=_ref_cum_extreme(_name),
+                decompose=_dec_cum_extreme(_name), normalize=_norm_axis(_name), attrs={"axis": Attr("int")},
+                doc=f"running {_name[3:]} along axis and its index (the later one on ties; NaN propagates)")
+
+
+def _ref_logcumsumexp(xs, a):
+    with np.errstate(all="ignore"):
+        return np.logaddexp.accumulate(xs[0].astype(np.float64), axis=a["axis"]).astype(xs[0].dtype)
+
+
+def _dec_logcumsumexp(b, ops, a):
+    """Pairs combined as hi + log1p(exp(lo - hi)), exact hi + log 2 where they are equal (infinities included)."""
+    v, axis = ops[0], a["axis"]
+    t = v.type
+    for s in _scan_steps("logcumsumexp", v, axis):
+        prev, real = _shifted(b, v, axis, s)
+        hi, lo = b.max(prev, v), b.min(prev, v)
+        pair = b.add(hi, b.log1p(b.exp(b.sub(lo, hi))))
+        pair = b.where(b.eq(lo, hi), b.add(hi, b.full(math.log(2), t.shape, t.dtype)), pair)
+        v = b.where(real, pair, v)
+    return v
+
+
+register_op("logcumsumexp", shape=_scan_shape("logcumsumexp"), reference=_ref_logcumsumexp,
+            decompose=_dec_logcumsumexp, normalize=_norm_axis("logcumsumexp"), attrs={"axis": Attr("int")},
+            doc="log of the running sum of exp along axis, without overflow")
 
 
 def _topk_shape(ctx, types, a):

@@ -35,7 +35,7 @@ class _NumPy:
     where, lt, le, eq, ne = np.where, np.less, np.less_equal, np.equal, np.not_equal
     gt, ge = np.greater, np.greater_equal
     pow = np.power
-    log, log1p, exp, sqrt, tan, sin, floor = np.log, np.log1p, np.exp, np.sqrt, np.tan, np.sin, np.floor
+    log, log1p, exp, sqrt, tan, sin, cos, floor = np.log, np.log1p, np.exp, np.sqrt, np.tan, np.sin, np.cos, np.floor
     copysign, isnan, min, max = np.copysign, np.isnan, np.minimum, np.maximum
     logical_or, logical_and = np.logical_or, np.logical_and
 

@@ -124,3 +124,29 @@ CASES = [
     topk_case(X, {"k": 0, "axis": 1}, id="k0"),
     topk_case(X, {"k": 2, "axis": 2}, id="symbolic", dims=SYM),
 ]
+
+
+def torch_scan(name, axis):
+    """The oracle: torch.<name> (cummax, cummin: values and indices; logcumsumexp) along `axis`."""
+    def expected(xs):
+        import torch
+        out = getattr(torch, name)(torch.from_numpy(xs[0]), axis)
+        return [t.numpy() for t in out] if isinstance(out, tuple) else [out.numpy()]
+    return expected
+
+
+# Ties (the later index wins), NaN (it propagates, the index of the latest NaN), +-inf, lines of 1 and 9 (four
+# shift steps of the decomposition, one of them partial); logcumsumexp over a range exp would overflow or lose.
+_SCAN = np.array([[1, 3, 3, np.nan, 2, 5, np.nan, 0, 7], [-1, -2, -2, -5, 4, 4, 1, -9, -9],
+                  [np.inf, 0, -np.inf, 2, 2, 2, 1, 3, 3]], np.float32)
+_WIDE = np.array([[-1000, 0, 1, -np.inf, np.inf, 3, 2, 1, 0], [-np.inf, -np.inf, 2, 2, 80, 90, 0, -3, 1e4]],
+                 np.float32)
+CASES += [Case(op, [x], {"axis": axis}, expected=torch_scan(op, axis), id=id)
+          for op in ("cummax", "cummin")
+          for x, axis, id in ((_SCAN, 1, ""), (_SCAN, 0, "axis0"), (X, -1, "3d"), (I32, 1, "i32"),
+                              (X[:, :1], 1, "line1"), (X.astype(np.float64), 2, "f64"))]
+CASES += [Case("cummax", [X], {"axis": 1}, expected=torch_scan("cummax", 1), dims=SYM, id="symbolic"),
+          Case("logcumsumexp", [_WIDE], {"axis": 1}, expected=torch_scan("logcumsumexp", 1)),
+          Case("logcumsumexp", [X], {"axis": 0}, expected=torch_scan("logcumsumexp", 0), id="axis0"),
+          Case("logcumsumexp", [_WIDE.astype(np.float64)], {"axis": 1}, expected=torch_scan("logcumsumexp", 1),
+               id="f64")]

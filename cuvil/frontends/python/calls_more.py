@@ -230,19 +230,6 @@ def t_argsort(cx, input, dim=-1, descending=False, stable=False):
     return t_sort(cx, input, dim, descending).indices
 
 
-def scan(cx, x, axis: int, step, fill) -> list:
-    """Inclusive scans along axis by doubling, log2(n) steps: `step(earlier, current)` combines a tuple of
-    tensors with the same tuple shifted by 1, 2, 4 ... places (the first places get `fill`)."""
-    n = x[0].shape[axis]
-    s = 1
-    while s < n:
-        earlier = [E.concat(cx, [E.tensor(cx, f, t.dtype, t.shape[:axis] + (s,) + t.shape[axis + 1:]),
-                                 getitem(cx, t, _along(t.rank, axis, slice(0, n - s)))], axis) for t, f in zip(x, fill)]
-        x = step(earlier, x)
-        s *= 2
-    return x
-
-
 def cumprod(cx, x, axis, dtype=None) -> TV:
     t = tensor(cx, x)
     if axis is None:
@@ -255,18 +242,10 @@ def cumprod(cx, x, axis, dtype=None) -> TV:
 
 
 def cumulative_extreme(cx, x, dim, largest: bool) -> SortResult:
-    """torch.cummax / cummin: the running extreme and the index it was last seen at."""
+    """torch.cummax / cummin: the running extreme and the index it was last seen at (the IR's cummax/cummin)."""
     t = tensor(cx, x)
-    ax = _static_axis(t, dim, "cummax/cummin")
-    idx = TV(cx.b.iota(shape=t.shape, axis=ax, dtype=DType.i64))
-    lowest = -math.inf if t.dtype.is_float else np.iinfo(t.dtype.numpy).min
-    highest = math.inf if t.dtype.is_float else np.iinfo(t.dtype.numpy).max
-
-    def step(earlier, current):
-        keep = E.binary(cx, "ge" if largest else "le", None, current[0], earlier[0])  # ties: the later index
-        return [E.where(cx, keep, current[0], earlier[0]), E.where(cx, keep, current[1], earlier[1])]
-    values, indices = scan(cx, [t, idx], ax, step, [lowest if largest else highest, -1])
-    return SortResult(values, indices)
+    values, indices = cx.b.emit("cummax" if largest else "cummin", t.value, axis=_static_axis(t, dim, "cummax/cummin"))
+    return SortResult(TV(values), TV(indices))
 
 
 def nonzero_rows(cx, a) -> TV:

@@ -44,6 +44,8 @@ class CompiledModule:
     def __call__(self, *args, **kwargs):
         flat = _flatten_inputs(self.signature, args, kwargs)
         outs = self.executable(*[_to_numpy(flat[i]) for i in self.signature.inputs])
+        for position, k in self.signature.mutations:  # in-place updates of inputs, as the eager module makes
+            _write_back(flat[position], outs[k])
         leaves = [_to_torch(outs[k]) if kind == "ir" else k for kind, k in self.signature.outputs]
         return pytree.tree_unflatten(leaves, self.signature.out_spec)
 
@@ -64,6 +66,13 @@ def _flatten_inputs(sig: Signature, args, kwargs) -> list:
     if len(flat) != sig.n_flat_inputs:
         raise TypeError(f"the compiled module takes {sig.n_flat_inputs} tensor inputs (as exported), got {len(flat)}")
     return flat
+
+
+def _write_back(target, value: np.ndarray) -> None:
+    if isinstance(target, torch.Tensor):
+        target.copy_(_to_torch(value))
+    else:
+        np.copyto(target, value)
 
 
 def _to_numpy(x) -> np.ndarray:

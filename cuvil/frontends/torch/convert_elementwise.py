@@ -22,11 +22,18 @@ _UNARY = {"abs": "abs", "neg": "neg", "exp": "exp", "log": "log", "sqrt": "sqrt"
           "special_ndtr": "ndtr", "special_ndtri": "ndtri", "special_log_ndtr": "log_ndtr", "i0": "i0",
           "special_i0e": "i0e", "special_i1": "i1", "special_i1e": "i1e", "sinc": "sinc", "special_entr": "entr",
           "special_erfcx": "erfcx", "special_modified_bessel_i0": "i0", "special_modified_bessel_i1": "i1"}
+_UNARY.update({f"special_{name}": name for name in ("bessel_j0", "bessel_j1", "bessel_y0", "bessel_y1",
+                                                     "spherical_bessel_j0", "airy_ai")})
+_UNARY.update(special_modified_bessel_k0="bessel_k0", special_modified_bessel_k1="bessel_k1",
+              special_scaled_modified_bessel_k0="bessel_k0e", special_scaled_modified_bessel_k1="bessel_k1e")
 # ATen op -> IR op for binary arithmetic, computed in the result dtype.
 _ARITH = {"mul": "mul", "maximum": "max", "minimum": "min", "floor_divide": "floordiv", "remainder": "mod",
           "atan2": "atan2", "arctan2": "atan2", "hypot": "hypot", "copysign": "copysign", "fmax": "fmax",
           "fmin": "fmin", "nextafter": "nextafter", "xlogy": "xlogy", "special_xlogy": "xlogy",
           "special_xlog1py": "xlog1py", "special_zeta": "zeta"}
+_ARITH.update({f"special_{name}_polynomial_{letter}": f"{name}_{letter}" for name, letters in
+               (("chebyshev", "tuvw"), ("shifted_chebyshev", "tuvw"), ("hermite", ("h", "he"))) for letter in letters})
+_ARITH.update(special_laguerre_polynomial_l="laguerre", special_legendre_polynomial_p="legendre")
 _COMPARE = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge"}
 _LOGIC = {"logical_and": "and", "logical_or": "or", "logical_xor": "xor"}
 # ATen op -> (IR op on bool tensors, IR op on integer tensors).

@@ -347,6 +347,19 @@ def scatter(cx, x, dim, idx, src, reduce=None, include_self=True):
     return cx.b.div(out, count) if dt.is_float else cx.b.floordiv(out, count)
 
 
+@aten("index_reduce")
+def index_reduce(cx, x, dim, index, src, reduce, include_self=True):
+    """scatter_reduce with the 1-D index spread along `dim` over the source, which is how PyTorch defines it."""
+    if x.type.rank == 0:  # a 0-d tensor reduces with its 1-element source as a 1-d one
+        one = [cx.b.reshape(v, shape=(1,)) for v in (x, index, src)]
+        return cx.b.reshape(index_reduce(cx, one[0], 0, one[1], one[2], reduce, include_self), shape=())
+    axis = norm_axis(dim, x.type.rank, "index_reduce")
+    along = [1] * x.type.rank
+    along[axis] = index.type.shape[0]
+    spread = cx.b.broadcast_to(cx.b.reshape(index, shape=along), shape=list(src.type.shape))
+    return scatter(cx, x, axis, spread, src, reduce, include_self)
+
+
 @aten("sort", "argsort")
 def sort(cx, x, *args):
     """A stable full `topk`: ascending takes the smallest first."""

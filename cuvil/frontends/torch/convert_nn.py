@@ -109,7 +109,12 @@ def _param(cx, v, value, size, dtype):
 def batch_norm_inference(cx, x, w, b, mean, var, momentum, eps):
     c, dtype = x.type.shape[1], x.type.dtype
     y = cx.b.batch_norm(x, _param(cx, w, 1, c, dtype), _param(cx, b, 0, c, dtype), mean, var, epsilon=float(eps))
-    return y, None, None
+    return (y, *_no_saved_statistics(cx, x))
+
+
+def _no_saved_statistics(cx, x):
+    """What PyTorch saves outside training: two empty tensors."""
+    return tuple(cx.b.full(0, (0,), x.type.dtype) for _ in range(2))
 
 
 @aten("batch_norm", "native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_functional")
@@ -127,16 +132,30 @@ def batch_norm(cx, x, w, b, *args):
         y = batch_norm_inference(cx, x, w, b, mean, var, 0.0, eps)[0]
     if cx.op_name == "batch_norm":
         return y
-    saved = (None, None)  # the batch's mean and 1 / std, [C], in training mode (PyTorch's are empty otherwise)
-    if training or mean is None:
-        c = x.type.shape[1]
-        inv = cx.b.rsqrt(cx.b.add(batch_var, cx.tensor(float(eps), x.type.dtype, batch_var.type.shape)))
-        saved = (cx.b.reshape(batch_mean, shape=(c,)), cx.b.reshape(inv, shape=(c,)))
+    # the batch's mean and 1 / std, [C], in training mode (PyTorch's are empty otherwise)
+    saved = _saved_statistics(cx, x, batch_mean, batch_var, eps) if training or mean is None \
+        else _no_saved_statistics(cx, x)
     if cx.op_name.endswith("_functional"):  # running statistics: their updates are outputs too
         updates = _running_updates(cx, x, mean, var, batch_mean, batch_var, float(args[3])) if training \
             else (mean, var)
         return (y, *saved, *updates)
     return (y, *saved)
+
+
+@aten("_batch_norm_with_update_functional")
+def batch_norm_with_update(cx, x, w, b, mean, var, momentum, eps):
+    """Batch norm in training mode with its running-statistic updates as outputs (and PyTorch's empty reserve)."""
+    y, batch_mean, batch_var = _batch_statistics_norm(cx, x, w, b, float(eps))
+    updates = _running_updates(cx, x, mean, var, batch_mean, batch_var, float(momentum))
+    reserve = cx.b.full(0, (0,), DType.u8)
+    return (y, *_saved_statistics(cx, x, batch_mean, batch_var, eps), reserve, *updates)
+
+
+def _saved_statistics(cx, x, batch_mean, batch_var, eps):
+    """The batch's mean and 1 / sqrt(var + eps), [C], as PyTorch saves them for the backward pass."""
+    c = x.type.shape[1]
+    inv = cx.b.rsqrt(cx.b.add(batch_var, cx.tensor(float(eps), x.type.dtype, batch_var.type.shape)))
+    return cx.b.reshape(batch_mean, shape=(c,)), cx.b.reshape(inv, shape=(c,))
 
 
 def _running_updates(cx, x, mean, var, batch_mean, batch_var, momentum):

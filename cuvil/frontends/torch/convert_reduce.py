@@ -1,5 +1,5 @@
-"""ATen reductions: sum, mean, prod, min/max (with indices), var/std, any/all, norms, argmax, cumsum, topk,
-kthvalue and median, cdist.
+"""ATen reductions: sum, mean, prod, min/max (with indices), var/std, any/all, norms, argmax, the scans (cumsum,
+cumprod, cummax, cummin, logcumsumexp), topk, kthvalue, median and nanmedian, cdist.
 
 An empty or missing `dim` list means every axis, as in PyTorch (and in the IR's `axes`). Sums and means
 run in the result dtype, so bool and int sums widen to int64 first, as PyTorch does.
@@ -138,6 +138,19 @@ def cumsum(cx, x, dim, dtype=None):
     return cx.b.emit(cx.op_name, cx.tensor(x, cx.out_dtype()), axis=dim)
 
 
+@aten("cummax", "cummin")
+def cum_extreme(cx, x, dim):
+    if x.type.rank == 0:  # along dim 0 or -1 of a 0-d tensor: the value itself, at index 0
+        return x, cx.b.full(0, (), DType.i64)
+    return cx.b.emit(cx.op_name, x, axis=dim)
+
+
+@aten("logcumsumexp")
+def logcumsumexp(cx, x, dim):
+    x = cx.tensor(x, cx.out_dtype())
+    return x if x.type.rank == 0 else cx.b.logcumsumexp(x, axis=dim)
+
+
 @aten("topk")
 def topk(cx, x, k, dim=-1, largest=True, sorted=True):
     return cx.b.topk(x, k=k, axis=dim, largest=bool(largest), sorted=bool(sorted))
@@ -171,8 +184,33 @@ def _kth(cx, x, k, dim, keepdim=False):
             raise cx.error("median along a symbolic axis is not supported")
         k = (n + 1) // 2
     values, idx = cx.b.topk(x, k=k, axis=axis, largest=False, sorted=True)
-    picked = [cx.b.slice(v, starts=[k - 1], ends=[k], axes=[axis]) for v in (values, idx)]
+    return _squeezed(cx, [cx.b.slice(v, starts=[k - 1], ends=[k], axes=[axis]) for v in (values, idx)], axis, keepdim)
+
+
+def _squeezed(cx, picked, axis, keepdim):
+    """The picked values and indices (size 1 along axis) without that axis unless keepdim."""
     if keepdim:
         return tuple(picked)
-    shape = x.type.shape[:axis] + x.type.shape[axis + 1:]
+    shape = picked[0].type.shape[:axis] + picked[0].type.shape[axis + 1:]
     return tuple(cx.b.reshape(v, shape=shape) for v in picked)
+
+
+@aten("nanmedian")
+def nanmedian(cx, x, dim=None, keepdim=False):
+    """The lower middle of the values that are not NaN (NaN where every one is): an ascending sort puts NaN last,
+    so the pick is at (count - 1) // 2 of each line's count of numbers."""
+    if dim is None or x.type.rank == 0:
+        flat = cx.b.reshape(x, shape=(math.prod(x.type.shape, start=1),))
+        values, idx = nanmedian(cx, flat, 0, keepdim=False)
+        return cx.b.reshape(values, shape=()) if dim is None else (cx.b.reshape(values, shape=()),
+                                                                    cx.b.reshape(idx, shape=()))
+    axis = norm_axes([dim], x.type.rank, cx.op_name)[0]
+    n = x.type.shape[axis]
+    if not isinstance(n, int):
+        raise cx.error("nanmedian along a symbolic axis is not supported")
+    values, idx = cx.b.topk(x, k=n, axis=axis, largest=False, sorted=True)
+    numbers = cx.b.reduce_sum(cx.b.cast(cx.b.emit("not", cx.b.isnan(x)), dtype=DType.i64), axes=[axis], keepdims=True)
+    one = cx.b.full(1, numbers.type.shape, DType.i64)
+    pos = cx.b.max(cx.b.floordiv(cx.b.sub(numbers, one), cx.b.add(one, one)), cx.b.full(0, numbers.type.shape,
+                                                                                         DType.i64))
+    return _squeezed(cx, [cx.b.gather_elements(v, pos, axis=axis) for v in (values, idx)], axis, keepdim)

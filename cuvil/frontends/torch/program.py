@@ -50,6 +50,7 @@ class ProgramWalker:
         self.symbols = symbols or {}
         self.module = Module()
         self.env: dict = {}
+        self.flat_positions: dict = {}  # user-input placeholder name -> its flat position among the user's inputs
 
     def shape(self, sizes) -> tuple:
         return tuple(to_dim(s, self.symbols) for s in sizes)
@@ -67,7 +68,7 @@ class ProgramWalker:
             if node.op == "placeholder":
                 self.env[node] = self._placeholder(node, specs[node.name], args, b)
         outs = self.run_nodes(ep.graph_module, b)
-        b.ret(*self._results(outs, [s.kind for s in ep.graph_signature.output_specs], sig))
+        b.ret(*self._results(outs, ep.graph_signature.output_specs, sig))
         return self.module, sig
 
     def _arguments(self, specs, sig: Signature) -> tuple[list, list]:
@@ -75,6 +76,7 @@ class ProgramWalker:
         types, names = [], []
         for node in self.program.graph.nodes:
             if node.op == "placeholder" and specs[node.name].kind == InputKind.USER_INPUT:
+                self.flat_positions[node.name] = sig.n_flat_inputs
                 val = node.meta.get("val")
                 if isinstance(val, torch.Tensor):
                     sig.inputs.append(sig.n_flat_inputs)
@@ -83,14 +85,19 @@ class ProgramWalker:
                 sig.n_flat_inputs += 1
         return types, names
 
-    def _results(self, outs, kinds, sig: Signature) -> list:
+    def _results(self, outs, specs, sig: Signature) -> list:
         results = []
-        for value, kind in zip(outs, kinds):
+        for value, spec in zip(outs, specs):
+            kind = spec.kind
             if kind == OutputKind.TOKEN:  # an effect token (see _placeholder): no value
+                continue
+            if kind == OutputKind.USER_INPUT_MUTATION:  # an in-place update of an input: written back after a call
+                sig.mutations.append((self.flat_positions[spec.target], len(results)))
+                results.append(value)
                 continue
             if kind != OutputKind.USER_OUTPUT:
                 raise UnsupportedError(f"the exported program mutates state ({kind.name}); export the module in "
-                                       f"eval mode without in-place updates of buffers or inputs")
+                                       f"eval mode without in-place updates of its buffers")
             if isinstance(value, (int, float, bool)) or value is None:
                 sig.outputs.append(("const", value))
             else:

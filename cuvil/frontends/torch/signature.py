@@ -13,7 +13,9 @@ class Signature:
     """How the compiled callable maps the user's (args, kwargs) to IR inputs and IR outputs back.
 
     `inputs[i]` is the flat position of IR argument i among the user's inputs (in the exported order);
-    `outputs[j]` is ("ir", k) for the k-th IR result or ("const", value) for an output fixed at export.
+    `outputs[j]` is ("ir", k) for the k-th IR result or ("const", value) for an output fixed at export;
+    `mutations` pairs (flat input position, IR result) for the inputs the program updates in place (batch norm's
+    running statistics in training mode): the result is copied into that input after each call.
     """
 
     in_spec: object
@@ -21,17 +23,20 @@ class Signature:
     n_flat_inputs: int
     inputs: list = field(default_factory=list)
     outputs: list = field(default_factory=list)
+    mutations: list = field(default_factory=list)
 
 
 def signature_json(sig: Signature) -> dict:
     """The signature as JSON (pytree specs in torch's own serialised form), for the artifact cache."""
     return {"in_spec": pytree.treespec_dumps(sig.in_spec), "out_spec": pytree.treespec_dumps(sig.out_spec),
-            "n_flat_inputs": sig.n_flat_inputs, "inputs": sig.inputs, "outputs": sig.outputs}
+            "n_flat_inputs": sig.n_flat_inputs, "inputs": sig.inputs, "outputs": sig.outputs,
+            "mutations": sig.mutations}
 
 
 def signature_from_json(data: dict) -> Signature:
     return Signature(pytree.treespec_loads(data["in_spec"]), pytree.treespec_loads(data["out_spec"]),
-                     data["n_flat_inputs"], list(data["inputs"]), [tuple(o) for o in data["outputs"]])
+                     data["n_flat_inputs"], list(data["inputs"]), [tuple(o) for o in data["outputs"]],
+                     [tuple(m) for m in data.get("mutations", ())])
 
 
 def tensor_to_numpy(t: torch.Tensor):

@@ -52,6 +52,17 @@ def test_ties_follow_torch():  # cummax takes the last index of a tie; topk's or
         torch.testing.assert_close(tuple(g), tuple(w))
 
 
+def running_extremes(x):
+    return torch.cummax(x, 0), torch.cummin(x, 0)
+
+
+def test_running_extremes_propagate_nan_as_torch():  # the NaN wins from where it appears, at its own index
+    x = torch.tensor([1.0, float("nan"), 3.0, 0.0, float("nan"), -2.0])
+    got, want = cuvil.jit(running_extremes, target=TARGET)(x), running_extremes(x)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(tuple(g), tuple(w), equal_nan=True)
+
+
 def top_rows(x, k=2):
     scores = torch.softmax(x.sum(dim=1), dim=0)
     best = torch.topk(scores, k)

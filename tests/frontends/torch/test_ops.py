@@ -4,8 +4,11 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+import torch.utils._pytree as pytree
 
-from .helpers import check
+import cuvil
+
+from .helpers import check, compile_torch, run_both
 
 g = torch.Generator().manual_seed(0)
 
@@ -248,6 +251,11 @@ CASES = {
                                      torch.special.zeta(x.abs() + 1.5, q.abs()), torch.special.zeta(3.0, q)),
                        (r(3, 4) * 4, r(3, 4) * 3)),
     "searchsorted_sorter": (lambda s, v: torch.searchsorted(s, v, sorter=torch.argsort(s)), (r(2, 7), r(2, 3))),
+    # index_reduce: repeated indices, places no index reaches, with and without self
+    "index_reduce": (lambda x, s0, s1: tuple(x.index_reduce(d, torch.tensor(i), s, op, include_self=inc)
+                                             for op in ("prod", "mean", "amax", "amin") for inc in (True, False)
+                                             for d, i, s in ((0, [0, 2, 0], s0), (1, [3, 3], s1))),
+                     (r(4, 5), r(3, 5), r(4, 2))),
     "special_elementary": (lambda x, p: (torch.sinc(x), torch.special.entr(p), torch.logit(p), torch.logit(p, 0.1),
                                          torch.xlogy(p - 0.5, p), torch.special.xlog1py(x, p), torch.xlogy(2.0, p)),
                            (r(3, 4), torch.rand(3, 4, generator=g))),
@@ -322,3 +330,51 @@ def test_input_sizes_given_as_multiples_of_a_dim():
     with pytest.raises(cuvil.ShapeError, match="_h_x2"):
         compiled(r(8, 2, 9, 6))
 
+
+
+def test_nanmedian_and_scans_with_nans():
+    """nanmedian skips NaN (NaN where a whole line is, at an index PyTorch leaves unspecified: not compared),
+    cummax/cummin propagate it: compared with NaN as equal."""
+    nan = float("nan")
+    x = torch.tensor([[3.0, nan, 1.0, 7.0, 2.0], [nan, nan, nan, nan, nan], [5.0, 4.0, nan, nan, -1.0],
+                      [0.5, 9.0, 8.0, -3.0, 6.0]])
+
+    def fn(x):
+        return (x.nanmedian(1)[0], x[2:].nanmedian(1), x.nanmedian(0, keepdim=True), x.nanmedian(), x[1].nanmedian(),
+                x[2:].nanmedian(), torch.cummax(x, 1),
+                torch.cummin(x, 0), torch.logcumsumexp(x * 40, 1))
+    got, want = run_both(fn, compile_torch(fn, (x,)), (x,))
+    for g, w in zip(pytree.tree_leaves(got), pytree.tree_leaves(want)):
+        torch.testing.assert_close(g, w, equal_nan=True)
+
+
+@pytest.mark.parametrize("norm", ["batch", "instance"])
+def test_training_norms_update_running_statistics_in_place(norm):
+    """Batch statistics normalise; the running statistics passed in are updated in place, as eagerly."""
+    def fn(x, mean, var):
+        if norm == "batch":
+            return F.batch_norm(x, mean, var, training=True, momentum=0.3)
+        return F.instance_norm(x, mean, var, use_input_stats=True, momentum=0.3)
+    x, mean, var = r(4, 3, 5), r(3), r(3).abs() + 0.5
+    compiled = compile_torch(fn, (x, mean.clone(), var.clone()))
+    eager_stats, compiled_stats = (mean.clone(), var.clone()), (mean.clone(), var.clone())
+    for _ in range(2):  # the second call starts from the first's updates
+        torch.testing.assert_close(compiled(x, *compiled_stats), fn(x, *eager_stats))
+    for got, want, before in zip(compiled_stats, eager_stats, (mean, var)):
+        assert not torch.equal(want, before)
+        torch.testing.assert_close(got, want)
+
+
+def test_module_buffer_updates_are_refused_by_name():
+    """A module that updates its own buffer in forward (a module's state, not an input): refused, the kind named."""
+    class Counter(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("calls", torch.zeros(()))
+
+        def forward(self, x):
+            self.calls.add_(1)
+            return x * self.calls
+
+    with pytest.raises(cuvil.UnsupportedError, match="mutates state .BUFFER_MUTATION.; export the module in eval"):
+        compile_torch(Counter(), (r(4, 3),))
