@@ -63,3 +63,23 @@ def test_complex_math_without_support_is_refused_by_name():
     fn = Fn(lambda z: torch.exp(z))
     with pytest.raises(UnsupportedError, match="'exp' does not accept complex operands"):
         compile_torch(fn, (torch.randn(3, dtype=torch.complex64),))
+
+
+class Rotary(torch.nn.Module):
+    """LLaMA's rotary embedding: pairs as complex numbers times a complex64 buffer (a module constant)."""
+
+    def __init__(self, positions=6, dim=8):
+        super().__init__()
+        freqs = 1.0 / (10000 ** (torch.arange(0, dim, 2).float() / dim))
+        angles = torch.outer(torch.arange(positions).float(), freqs)
+        self.register_buffer("cis", torch.polar(torch.ones_like(angles), angles))
+
+    def forward(self, x):
+        pairs = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+        return torch.view_as_real(pairs * self.cis).flatten(2)
+
+
+def test_rotary_embedding_with_a_complex_buffer_matches_torch():
+    x = torch.randn(2, 6, 8)
+    compiled = compile_torch(Rotary(), (x,), target="cpu")
+    assert_close(*run_both(Rotary(), compiled, (x,)))
