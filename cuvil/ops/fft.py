@@ -43,9 +43,15 @@ def _part_shape(name: str, to_real: bool):
     return shape
 
 
-register_op("complex", operands=2, shape=_complex_shape, traits=_ELEMENTWISE_COMPLEX,
-            reference=lambda xs, a: (xs[0] + 1j * xs[1].astype(np.complex128)).astype(_COMPLEX_OF[
-                DType.from_numpy(xs[0].dtype)].numpy), doc="re + i im, from two real tensors")
+def _ref_complex(xs, a):
+    re, im = xs
+    out = np.empty(re.shape, _COMPLEX_OF[DType.from_numpy(re.dtype)].numpy)
+    out.real, out.imag = re, im  # not re + 1j * im, which turns an infinite part into NaN
+    return out
+
+
+register_op("complex", operands=2, shape=_complex_shape, reference=_ref_complex, traits=_ELEMENTWISE_COMPLEX,
+            doc="re + i im, from two real tensors")
 register_op("real", shape=_part_shape("real", True), reference=lambda xs, a: np.ascontiguousarray(xs[0].real),
             traits=_ELEMENTWISE_COMPLEX)
 register_op("imag", shape=_part_shape("imag", True), reference=lambda xs, a: np.ascontiguousarray(xs[0].imag),

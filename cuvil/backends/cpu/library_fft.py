@@ -100,12 +100,12 @@ def _transform(gen, d: int, buffer: str, shape, axes, inverse: bool, norm: str) 
                     f"{_scale(norm, n, inverse)}, work);")
 
 
-def _open(gen, depth: int, op, buffers: list) -> int:
-    """The op's block, its operand x and result y, and scratch: the named [(C name, shape)] buffers and `work`."""
+def _open(gen, depth: int, op, buffers: list, spectrum_shape) -> int:
+    """The op's block, its operand x and result y, and scratch: the named [(C name, shape)] buffers and `work` for
+    lines as long as the transformed axes of `spectrum_shape` (the full-length complex tensor)."""
     gen.helpers["cuvil_fft"] = FFT_C
     d = open_block(gen, depth, op, {"x": op.operands[0], "y": op.results[0]})
-    lengths = " + ".join(c_dim(op.results[0].type.shape[a]) if op.name == "irfft" and a == op.attrs["axes"][-1]
-                         else c_dim(op.operands[0].type.shape[a]) for a in op.attrs["axes"])
+    lengths = " + ".join(c_dim(spectrum_shape[a]) for a in op.attrs["axes"])
     parts = [(name, "cuvil_cd", c_dim(prod(shape))) for name, shape in buffers]
     scratch_parts(gen, d, parts + [("work", "cuvil_cd", f"({_WORK_PER_LENGTH} * ({lengths}) + 1)")])
     return d
@@ -117,7 +117,7 @@ def _fill(gen, d: int, buffer: str, x) -> None:
 
 def _fft(gen, op, depth: int) -> None:
     x, y = op.operands[0], op.results[0]
-    d = _open(gen, depth, op, [("a", x.type.shape)])
+    d = _open(gen, depth, op, [("a", x.type.shape)], x.type.shape)
     _fill(gen, d, "a", x)
     _transform(gen, d, "a", x.type.shape, op.attrs["axes"], op.attrs["inverse"], op.attrs["norm"])
     gen.line(d, f"for (int64_t e = 0; e < {c_dim(y.type.numel)}; e++) y[e] = {store_value(y.type.dtype, 'a[e]')};")
@@ -127,7 +127,7 @@ def _fft(gen, op, depth: int) -> None:
 def _rfft(gen, op, depth: int) -> None:
     """The full complex transform of the real input; the last axis keeps its first n // 2 + 1 entries."""
     x, y = op.operands[0], op.results[0]
-    d = _open(gen, depth, op, [("a", x.type.shape)])
+    d = _open(gen, depth, op, [("a", x.type.shape)], x.type.shape)
     _fill(gen, d, "a", x)
     _transform(gen, d, "a", x.type.shape, op.attrs["axes"], False, op.attrs["norm"])
     outer, n, inner = axis_split(x.type.shape, op.attrs["axes"][-1])
@@ -145,7 +145,7 @@ def _irfft(gen, op, depth: int) -> None:
     inverse along it, and the real part."""
     x, y = op.operands[0], op.results[0]
     axes, norm, n = op.attrs["axes"], op.attrs["norm"], op.attrs["n"]
-    d = _open(gen, depth, op, [("h", x.type.shape), ("a", y.type.shape)])
+    d = _open(gen, depth, op, [("h", x.type.shape), ("a", y.type.shape)], y.type.shape)
     _fill(gen, d, "h", x)
     _transform(gen, d, "h", x.type.shape, axes[:-1], True, norm)
     outer, half, inner = axis_split(x.type.shape, axes[-1])
