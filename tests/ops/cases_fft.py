@@ -35,6 +35,8 @@ def hermitian(x, axis: int, n: int):
 
 CASES = [
     Case("complex", [X, -X], expected=lambda xs: [xs[0] + 1j * xs[1]]),
+    Case("complex", [np.array([np.inf, 1, np.nan], np.float32), np.array([0, -np.inf, 2], np.float32)],
+         expected=lambda xs: [np.array([complex(np.inf, 0), complex(1, -np.inf), complex(np.nan, 2)])], id="inf"),
     Case("real", [Z], expected=lambda xs: [xs[0].real]),
     Case("imag", [Z128], expected=lambda xs: [xs[0].imag]),
     Case("conj", [Z], expected=lambda xs: [np.conj(xs[0])]),
