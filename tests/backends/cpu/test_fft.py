@@ -71,3 +71,18 @@ def test_ops_without_complex_support_refuse_complex_operands():
         b.exp(b.args[0])
     with pytest.raises(UnsupportedError, match="'reduce_sum' does not accept complex"):
         b.reduce_sum(b.args[0], axes=[0])
+
+
+def test_movement_ops_and_comparisons_carry_complex_values():
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("c64", (4, 6)), TensorType("i64", (3,))])
+    z, idx = b.args
+    padded = b.pad(z, pads=[1, 0, 0, 2], value=1.5)
+    b.ret(padded, b.pad(z, pads=[0, 2, 0, 2], mode="reflect"), b.concat(z, b.conj(z), axis=0),
+          b.gather(z, idx, axis=1), b.slice(z, starts=[1], ends=[6], axes=[1], steps=[2]),
+          b.eq(z, b.conj(z)), b.where(b.ne(z, z), z, b.neg(z)), b.broadcast_to(b.reshape(z, shape=(24,)), shape=(2, 24)))
+    rng = np.random.default_rng(2)
+    x = _random_complex(rng, (4, 6))
+    x[0, 0] = x[0, 0].real  # one element equal to its conjugate
+    inputs = [x, np.array([0, 5, 2])]
+    _close(compile_module(m)(*inputs), interpret(m, inputs), 1e-6)
