@@ -80,7 +80,8 @@ def test_movement_ops_and_comparisons_carry_complex_values():
     padded = b.pad(z, pads=[1, 0, 0, 2], value=1.5)
     b.ret(padded, b.pad(z, pads=[0, 2, 0, 2], mode="reflect"), b.concat(z, b.conj(z), axis=0),
           b.gather(z, idx, axis=1), b.slice(z, starts=[1], ends=[6], axes=[1], steps=[2]),
-          b.eq(z, b.conj(z)), b.where(b.ne(z, z), z, b.neg(z)), b.broadcast_to(b.reshape(z, shape=(24,)), shape=(2, 24)))
+          b.eq(z, b.conj(z)), b.where(b.ne(z, z), z, b.neg(z)),
+          b.broadcast_to(b.reshape(z, shape=(24,)), shape=(2, 24)))
     rng = np.random.default_rng(2)
     x = _random_complex(rng, (4, 6))
     x[0, 0] = x[0, 0].real  # one element equal to its conjugate
