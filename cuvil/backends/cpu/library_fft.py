@@ -107,7 +107,7 @@ def _open(gen, depth: int, op, buffers: list, spectrum_shape) -> int:
     d = open_block(gen, depth, op, {"x": op.operands[0], "y": op.results[0]})
     lengths = " + ".join(c_dim(spectrum_shape[a]) for a in op.attrs["axes"])
     parts = [(name, "cuvil_cd", c_dim(prod(shape))) for name, shape in buffers]
-    scratch_parts(gen, d, parts + [("work", "cuvil_cd", f"({_WORK_PER_LENGTH} * ({lengths}) + 1)")])
+    scratch_parts(gen, d, parts + [("work", "cuvil_cd", f"{_WORK_PER_LENGTH} * ({lengths}) + 1")])
     return d
 
 
