@@ -12,7 +12,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from ..errors import ShapeError
+from ..errors import ShapeError, UnsupportedError
 from ..ops import registry
 from .core import UNKNOWN_LOC, Function, Location, Module, Op, Region, ShapeContext, Value
 from .dtypes import DType
@@ -59,6 +59,9 @@ class Builder:
         except ValueError as e:
             raise ShapeError(str(e), loc) from None
         types = [v.type for v in operands]
+        refusal = opdef.complex_refusal(types)
+        if refusal:
+            raise UnsupportedError(refusal, loc)
         ctx = ShapeContext(self.module, self.function, loc, regions)
         try:
             if opdef.normalize is not None:

@@ -19,6 +19,8 @@ class DType(enum.Enum):
     i8 = "i8"
     u8 = "u8"
     bool = "bool"
+    c64 = "c64"  # complex: interleaved (re, im) pairs of f32, as NumPy and C99's float _Complex store them
+    c128 = "c128"
     # Packed 4-bit types are reserved names: no op accepts them yet.
     i4 = "i4"
     u4 = "u4"
@@ -32,6 +34,15 @@ class DType(enum.Enum):
     @property
     def is_float(self) -> bool:
         return self in _FLOATS
+
+    @property
+    def is_complex(self) -> bool:
+        return self in (DType.c64, DType.c128)
+
+    @property
+    def real(self) -> "DType":
+        """The type of a complex type's parts (the type itself for the others)."""
+        return {DType.c64: DType.f32, DType.c128: DType.f64}.get(self, self)
 
     @property
     def is_int(self) -> bool:
@@ -70,5 +81,6 @@ class DType(enum.Enum):
 _FLOATS = frozenset({DType.f64, DType.f32, DType.f16, DType.bf16})
 _INTS = frozenset({DType.i64, DType.i32, DType.i16, DType.i8, DType.u8, DType.i4, DType.u4})
 _TO_NUMPY = {DType.f64: "float64", DType.f32: "float32", DType.f16: "float16", DType.i64: "int64",
-             DType.i32: "int32", DType.i16: "int16", DType.i8: "int8", DType.u8: "uint8", DType.bool: "bool"}
+             DType.i32: "int32", DType.i16: "int16", DType.i8: "int8", DType.u8: "uint8", DType.bool: "bool",
+             DType.c64: "complex64", DType.c128: "complex128"}
 _FROM_NUMPY = {v: k for k, v in _TO_NUMPY.items()}

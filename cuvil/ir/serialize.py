@@ -46,8 +46,8 @@ FORMAT_VERSION = 1
 ALIGN = 64
 _FIELDS = struct.Struct("<8sII4Q3I")  # magic, version, flags, 3 section lengths, file length, 3 section CRCs
 _HEADER_SIZE = _FIELDS.size + 4  # then the CRC of the fields
-# The widest element is 8 bytes, so every constant over 64 bytes has more than 8 elements and goes to the
-# table; the printer's own elision option picks exactly those constants.
+# Constants of more than 8 elements (over 64 bytes for all but the 16-byte c128) go to the table; the printer's
+# own elision option picks exactly those constants.
 _INLINE_MAX_ELEMENTS = 8
 _SECTIONS = ("metadata", "body", "index")
 

@@ -129,6 +129,9 @@ class _Verifier:
                 raise self.fail(op, f"attributes are not in normal form: {op.attrs} should be {normal}")
 
     def result_types(self, op: Op, opdef) -> None:
+        refusal = opdef.complex_refusal([v.type for v in op.operands])
+        if refusal:
+            raise self.fail(op, refusal)
         scratch = Function("scratch", [])  # collects the relations the rule asks for
         ctx = ShapeContext(self.module, scratch, op.loc, op.regions)
         try:

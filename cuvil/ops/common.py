@@ -5,6 +5,8 @@ from ..errors import ShapeError
 from ..ir.dtypes import DType
 from ..ir.types import TensorType
 
+COMPLEX = frozenset({"complex"})  # the trait of ops that accept complex operands (see OpDef.complex_refusal)
+
 
 def same_as_operand(ctx, types, attrs):
     """Result type equals the first operand's."""

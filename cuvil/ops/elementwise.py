@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from ..ir.dtypes import DType
-from .common import require_dtype, unify_dtypes, unify_shapes
+from .common import COMPLEX, require_dtype, unify_dtypes, unify_shapes
 from .registry import Attr, register_op
 
 ELEMENTWISE = {"elementwise"}
@@ -56,15 +56,15 @@ def _full_like(b, x, value):
     return b.full(value, x.type.shape, x.type.dtype)
 
 
-def unary(name, fn, accepts=is_float, decompose=None, attrs=None, doc="", exact=False):
+def unary(name, fn, accepts=is_float, decompose=None, attrs=None, doc="", exact=False, traits=()):
     """Declare a unary elementwise op; `fn(x64, attrs)` is its float64 reference (exact ops run in-type)."""
     ref = (lambda xs, a: np.asarray(fn(xs[0], a))) if exact else _in_f64(fn)
     register_op(name, shape=_unary_shape(accepts), reference=ref, decompose=decompose, attrs=attrs,
-                traits=ELEMENTWISE, doc=doc)
+                traits=ELEMENTWISE | set(traits), doc=doc)
 
 
 # -- unary primitives ------------------------------------------------------------------------------------
-unary("neg", lambda x, a: np.negative(x), is_numeric, exact=True)
+unary("neg", lambda x, a: np.negative(x), is_numeric, exact=True, traits=COMPLEX)
 unary("abs", lambda x, a: np.abs(x), is_numeric, exact=True)
 unary("sign", lambda x, a: np.sign(x), is_numeric, exact=True)
 unary("exp", lambda x, a: np.exp(x))
@@ -201,12 +201,17 @@ def _int_div(x, y):
     return np.where(y == 0, 0, q).astype(x.dtype)
 
 
+def wide(dtype) -> type:
+    """The type a float reference computes in: float64, or complex128 for complex operands."""
+    return np.complex128 if np.dtype(dtype).kind == "c" else np.float64
+
+
 def _ref_div(xs, a):
     x, y = xs
     if x.dtype.kind in "iu":
         return _int_div(x, y)
     with np.errstate(all="ignore"):
-        return (x.astype(np.float64) / y.astype(np.float64)).astype(x.dtype)
+        return (x.astype(wide(x.dtype)) / y.astype(wide(x.dtype))).astype(x.dtype)
 
 
 def _ref_mod(xs, a):
@@ -250,7 +255,7 @@ def _in_f64_binary(fn):
         if x.dtype.kind in "iub":
             return _in_type(fn)(xs, a)
         with np.errstate(all="ignore"):
-            return fn(x.astype(np.float64), y.astype(np.float64)).astype(x.dtype)
+            return fn(x.astype(wide(x.dtype)), y.astype(wide(x.dtype))).astype(x.dtype)
     return ref
 
 
@@ -259,10 +264,10 @@ def binary(name, ref, accepts=is_numeric, result_dtype=None, attrs=None, traits=
                 traits=ELEMENTWISE | set(traits))
 
 
-binary("add", _in_f64_binary(np.add), traits={"commutative"})
-binary("sub", _in_f64_binary(np.subtract))
-binary("mul", _in_f64_binary(np.multiply), traits={"commutative"})
-binary("div", _ref_div)
+binary("add", _in_f64_binary(np.add), traits={"commutative", "complex"})
+binary("sub", _in_f64_binary(np.subtract), traits=COMPLEX)
+binary("mul", _in_f64_binary(np.multiply), traits={"commutative", "complex"})
+binary("div", _ref_div, traits=COMPLEX)
 binary("floordiv", _ref_floordiv)
 binary("pow", _ref_pow)
 binary("max", _in_type(np.maximum), traits={"commutative"})
@@ -277,8 +282,8 @@ binary("nextafter", _in_type(np.nextafter), is_float)  # in the operands' own ty
 binary("and", _in_type(np.logical_and), is_integral, traits={"commutative"})
 binary("or", _in_type(np.logical_or), is_integral, traits={"commutative"})
 binary("xor", _in_type(np.logical_xor), is_integral, traits={"commutative"})
-binary("eq", _in_type(np.equal), lambda d: True, DType.bool, traits={"commutative"})
-binary("ne", _in_type(np.not_equal), lambda d: True, DType.bool, traits={"commutative"})
+binary("eq", _in_type(np.equal), lambda d: True, DType.bool, traits={"commutative", "complex"})
+binary("ne", _in_type(np.not_equal), lambda d: True, DType.bool, traits={"commutative", "complex"})
 binary("lt", _in_type(np.less), is_numeric, DType.bool)
 binary("le", _in_type(np.less_equal), is_numeric, DType.bool)
 binary("gt", _in_type(np.greater), is_numeric, DType.bool)
@@ -294,11 +299,14 @@ def _where_shape(ctx, types, attrs):
     return [x.with_shape(unify_shapes(ctx, types, "where")).with_dtype(dtype)]
 
 
-register_op("where", operands=3, shape=_where_shape, reference=lambda xs, a: np.where(*xs), traits=ELEMENTWISE)
+register_op("where", operands=3, shape=_where_shape, reference=lambda xs, a: np.where(*xs),
+            traits=ELEMENTWISE | COMPLEX)
 
 
 def _ref_cast(xs, a):
     x, dtype = xs[0], a["dtype"].numpy
+    if x.dtype.kind == "c" and dtype.kind != "c":  # complex -> real keeps the real part, as C and PyTorch do
+        x = x.real
     with np.errstate(all="ignore"):
         if x.dtype.kind == "f" or x.dtype.name == "bfloat16":
             if dtype.kind in "iu":  # float -> int truncates toward zero; NaN and overflow give 0/wrap, not UB
@@ -309,4 +317,4 @@ def _ref_cast(xs, a):
 
 
 register_op("cast", shape=lambda ctx, types, a: [types[0].with_dtype(a["dtype"])], reference=_ref_cast,
-            attrs={"dtype": Attr("dtype")}, traits=ELEMENTWISE)
+            attrs={"dtype": Attr("dtype")}, traits=ELEMENTWISE | COMPLEX)

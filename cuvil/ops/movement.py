@@ -14,7 +14,7 @@ import numpy as np
 from ..ir.dtypes import DType
 from ..ir.symbolic import SymExpr
 from ..ir.types import TensorType
-from .common import norm_axis, require_dtype, unify_dtypes
+from .common import COMPLEX, norm_axis, require_dtype, unify_dtypes
 from .registry import Attr, register_op
 
 _BIG = 2 ** 31 - 1  # slice bounds at or beyond this mean "to the end" (ONNX exports INT_MAX, INT64_MAX)
@@ -59,7 +59,7 @@ def _broadcast_shape(ctx, types, a):
 
 register_op("broadcast_to", shape=_broadcast_shape, attrs={"shape": Attr("dims")},
             reference=lambda xs, a: np.array(np.broadcast_to(xs[0], a["shape"])),
-            doc="NumPy broadcasting to `shape` (leading axes added, size-1 axes stretched)")
+            doc="NumPy broadcasting to `shape` (leading axes added, size-1 axes stretched)", traits=COMPLEX)
 
 
 # -- reshape ---------------------------------------------------------------------------------------------
@@ -149,7 +149,8 @@ def _reshape_shape(ctx, types, a):
 register_op("reshape", shape=_reshape_shape, normalize=_norm_reshape,
             attrs={"shape": Attr("dims")},
             reference=lambda xs, a: xs[0].reshape(a["shape"]),
-            doc="same elements in row-major order, new shape (also expands and squeezes dims); one -1 is inferred")
+            doc="same elements in row-major order, new shape (also expands and squeezes dims); one -1 is inferred",
+            traits=COMPLEX)
 
 
 # -- transpose -------------------------------------------------------------------------------------------
@@ -164,7 +165,7 @@ def _norm_transpose(types, a):
 register_op("transpose", normalize=_norm_transpose, attrs={"perm": Attr("ints", ())},
             shape=lambda ctx, types, a: [types[0].with_shape(types[0].shape[p] for p in a["perm"])],
             reference=lambda xs, a: np.transpose(xs[0], a["perm"]),
-            doc="permute axes: result axis i is operand axis perm[i]; no perm reverses them")
+            doc="permute axes: result axis i is operand axis perm[i]; no perm reverses them", traits=COMPLEX)
 
 
 # -- concat, split ---------------------------------------------------------------------------------------
@@ -186,7 +187,7 @@ def _concat_shape(ctx, types, a):
 
 register_op("concat", operands=(1, None), shape=_concat_shape, normalize=_axis_normalizer("concat"),
             attrs={"axis": Attr("int")}, reference=lambda xs, a: np.concatenate(xs, axis=a["axis"]),
-            doc="join operands along axis; the other dimensions must be equal")
+            doc="join operands along axis; the other dimensions must be equal", traits=COMPLEX)
 
 
 def _split_shape(ctx, types, a):
@@ -206,7 +207,7 @@ def _ref_split(xs, a):
 
 register_op("split", results=-1, shape=_split_shape, normalize=_axis_normalizer("split"), reference=_ref_split,
             attrs={"axis": Attr("int"), "sizes": Attr("dims")},
-            doc="cut along axis into consecutive pieces of the given sizes, one result each")
+            doc="cut along axis into consecutive pieces of the given sizes, one result each", traits=COMPLEX)
 
 
 # -- slice -----------------------------------------------------------------------------------------------
@@ -293,7 +294,8 @@ def _ref_slice(xs, a):
 
 register_op("slice", shape=_slice_shape, normalize=_norm_slice, reference=_ref_slice,
             attrs={"starts": Attr("dims"), "ends": Attr("dims"), "axes": Attr("ints", ()), "steps": Attr("ints", ())},
-            doc="ONNX Slice: x[start:end:step] on each listed axis (negative bounds count from the end)")
+            doc="ONNX Slice: x[start:end:step] on each listed axis (negative bounds count from the end)",
+            traits=COMPLEX)
 
 
 # -- gather, gather_elements, scatter_elements ----------------------------------------------------------
@@ -315,7 +317,8 @@ def _ref_gather(xs, a):
 
 
 register_op("gather", operands=2, shape=_gather_shape, normalize=_axis_normalizer("gather"), reference=_ref_gather,
-            attrs=_GATHER_ATTRS, doc="ONNX Gather: pick slices along axis; the indices' shape replaces it")
+            attrs=_GATHER_ATTRS, doc="ONNX Gather: pick slices along axis; the indices' shape replaces it",
+            traits=COMPLEX)
 
 
 def _elements_shape(name, operands):
@@ -402,7 +405,7 @@ def _ref_pad(xs, a):
 register_op("pad", shape=_pad_shape, reference=_ref_pad,
             attrs={"pads": Attr("dims"), "mode": Attr("str", "constant", ("constant", "reflect", "edge")),
                    "value": Attr("float", 0.0)},
-            doc="ONNX Pad: pads = begins then ends, one per axis; negative pads crop")
+            doc="ONNX Pad: pads = begins then ends, one per axis; negative pads crop", traits=COMPLEX)
 
 
 def _tile_shape(ctx, types, a):
@@ -422,7 +425,8 @@ def _dec_tile(b, ops, a):
 
 
 register_op("tile", shape=_tile_shape, decompose=_dec_tile, attrs={"repeats": Attr("ints")},
-            reference=lambda xs, a: np.tile(xs[0], a["repeats"]), doc="repeat the whole tensor along each axis")
+            reference=lambda xs, a: np.tile(xs[0], a["repeats"]), doc="repeat the whole tensor along each axis",
+            traits=COMPLEX)
 
 
 # -- shapes as tensors -----------------------------------------------------------------------------------

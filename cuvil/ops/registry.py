@@ -68,6 +68,17 @@ class OpDef:
             return f"'{self.name}' takes {want} operands, got {n}"
         return None
 
+    def complex_refusal(self, types) -> Optional[str]:
+        """Why the op refuses its operands' `types`: only ops with the "complex" trait (and control flow, which
+        passes values through) take complex operands."""
+        if "complex" in self.traits or self.regions or "terminator" in self.traits:
+            return None
+        bad = next((t for t in types if t.dtype.is_complex), None)
+        if bad is None:
+            return None
+        return (f"'{self.name}' does not accept complex operands (got {bad}); complex tensors support elementwise "
+                "add, sub, mul, div, neg, conj, real, imag, movement ops and the FFTs")
+
     def complete_attrs(self, attrs: dict) -> dict:
         """Check names against the whitelist, coerce kinds, fill defaults. Raises ValueError with the reason."""
         out = {}

@@ -166,7 +166,7 @@ def splat_value(v: Value, module: Module) -> Optional[float]:
 
 
 def _splat_of_array(arr) -> Optional[float]:
-    if arr is None or arr.size == 0 or arr.size > SPLAT_SCAN_LIMIT:
+    if arr is None or arr.size == 0 or arr.size > SPLAT_SCAN_LIMIT or np.iscomplexobj(arr):  # a float cannot hold it
         return None
     first = arr.flat[0]
     return float(first) if bool(np.all(arr == first)) else None

@@ -3,7 +3,7 @@ import pytest
 
 from cuvil.errors import ParseError
 from cuvil.interpreter import interpret
-from cuvil.ir import Location
+from cuvil.ir import Builder, Location, Module, TensorType, sym
 from cuvil.ir.parser import parse_module
 from cuvil.ir.printer import print_module
 
@@ -53,3 +53,15 @@ def test_parse_errors_name_the_problem_and_line(mutate, message):
     with pytest.raises(ParseError, match=message) as e:
         parse_module(bad)
     assert str(e.value.loc).startswith("line ")
+
+
+def test_complex_types_and_constants_round_trip():
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("c128", (sym("n"), 2))])
+    w = b.constant(np.array([[1 + 2j, -np.inf + 0.5j]], np.complex128), "w")
+    b.ret(b.mul(b.args[0], b.broadcast_to(w, shape=(sym("n"), 2))), b.real(b.args[0]))
+    text = print_module(m)
+    assert "c128[n,2]" in text and "f64[n,2]" in text
+    again = parse_module(text)
+    assert print_module(again) == text
+    np.testing.assert_array_equal(again.constants["w"], m.constants["w"])

@@ -35,7 +35,13 @@ def test_invalid_types_are_rejected():
     with pytest.raises(ValueError):
         parse_type("f33[2]")
     with pytest.raises(TypeError):
-        DType.from_numpy("complex64")
+        DType.from_numpy("U3")
+
+
+def test_complex_types_map_to_numpy_and_parse():
+    assert DType.from_numpy("complex64") is DType.c64 and DType.c128.numpy == np.complex128
+    assert DType.c64.is_complex and not DType.c64.is_float and DType.c128.real is DType.f64
+    assert parse_type("c64[2,3]") == TensorType(DType.c64, (2, 3)) and DType.c64.itemsize == 8
 
 
 def test_numel_is_symbolic():

@@ -121,3 +121,17 @@ def test_terminator_in_the_middle():
     with pytest.raises(VerificationError, match="no other terminator"):
         verify(m)
 
+
+
+def test_an_op_without_the_complex_trait_refuses_complex_operands():
+    """A pass that rewires a complex value into `exp` is caught by the verifier, as the builder refuses to make it."""
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("c64", (3,)), TensorType("f32", (3,))])
+    z, x = b.args
+    y = b.exp(x)
+    b.ret(b.neg(z), y)
+    verify(m)
+    y.owner.operands = [z]
+    y.owner.results[0].type = TensorType("c64", (3,))
+    with pytest.raises(VerificationError, match="'exp' does not accept complex operands"):
+        verify(m)

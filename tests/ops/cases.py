@@ -14,7 +14,7 @@ import numpy as np
 # Tolerances per dtype, used unless a case states its own: references compute floats in float64 and round
 # once, so an independent NumPy oracle in the same dtype differs by a few ulps at most.
 TOLERANCES = {"float64": (1e-12, 1e-12), "float32": (1e-5, 1e-6), "float16": (2e-3, 1e-3),
-              "bfloat16": (1.6e-2, 1e-2)}
+              "bfloat16": (1.6e-2, 1e-2), "complex64": (1e-5, 1e-6), "complex128": (1e-12, 1e-12)}
 
 
 @dataclass

@@ -58,7 +58,8 @@ def assert_close(got, want, case: Case, what: str):
             np.testing.assert_array_equal(g, w.astype(g.dtype), err_msg=what)
         else:
             rtol, atol = case.tolerance(g.dtype)
-            np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol, err_msg=what)
+            wide = np.complex128 if "c" in g.dtype.kind + w.dtype.kind else np.float64
+            np.testing.assert_allclose(g.astype(wide), w.astype(wide), rtol=rtol, atol=atol, err_msg=what)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name() for c in CASES])

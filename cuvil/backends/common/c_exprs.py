@@ -16,7 +16,7 @@ from ...ops import registry
 
 STORAGE = {DType.f64: "double", DType.f32: "float", DType.f16: "_Float16", DType.bf16: "uint16_t",
            DType.i64: "int64_t", DType.i32: "int32_t", DType.i16: "int16_t", DType.i8: "int8_t",
-           DType.u8: "uint8_t", DType.bool: "uint8_t"}
+           DType.u8: "uint8_t", DType.bool: "uint8_t", DType.c64: "float _Complex", DType.c128: "double _Complex"}
 
 
 @dataclass(frozen=True)
@@ -31,12 +31,13 @@ class CType:
 
     @property
     def is_float(self) -> bool:
-        return self.dtype.is_float
+        """Float arithmetic (`/` divides, literals have a point): the float types and the complex ones."""
+        return self.dtype.is_float or self.dtype.is_complex
 
     @property
     def f(self) -> str:
         """The libm suffix: `expf` for float, `exp` for double."""
-        return "" if self.dtype is DType.f64 else "f"
+        return "" if self.dtype in (DType.f64, DType.c128) else "f"
 
     def lit(self, value: float) -> str:
         if self.dtype is DType.bool:
@@ -48,7 +49,7 @@ class CType:
         if math.isinf(value):
             return "INFINITY" if value > 0 else "(-INFINITY)"
         text = repr(float(value))
-        return text if self.dtype is DType.f64 else text + "f"
+        return text if self.dtype in (DType.f64, DType.c128) else text + "f"
 
 
 def load(dtype: DType, ptr: str, index: str) -> str:
@@ -159,7 +160,9 @@ def _cast(x, a, t, src: DType):
     if target is DType.bool:
         return f"({x[0]} != 0)"
     ct = CType(target)
-    if src.is_float and not target.is_float:  # truncate toward zero; NaN gives 0 as in the reference
+    if src.is_complex and not target.is_complex:  # the real part, as in the reference
+        return _cast([f"(__real__ {x[0]})"], a, CType(src.real), src.real)
+    if src.is_float and not target.is_float and not target.is_complex:  # truncate toward zero; NaN gives 0
         return f"({ct.name})(int64_t)({x[0]} != {x[0]} ? 0 : {x[0]})"
     if target in (DType.f16, DType.bf16) and src != target:  # computed in float: round (and overflow) here
         stored = store_value(target, x[0])
@@ -244,6 +247,12 @@ ELEMENTWISE = {
     "where": lambda x, a, t: f"({x[0]} ? {x[1]} : {x[2]})",
     "random_uniform": lambda x, a, t: (f"cuvil_uniform{'f' if a['dtype'] is DType.f32 else ''}({x[0]}, "
                                        f"{a['stream']}u, {a['seed'] & 0xFFFFFFFF}u, {a['seed'] >> 32}u)"),
+    # complex (GNU C's operators on C99 _Complex, which GCC and Clang share): no <complex.h>, whose `I` would
+    # clash with generated names
+    "complex": lambda x, a, t: f"__builtin_complex(({t.name}){x[0]}, ({t.name}){x[1]})",
+    "real": lambda x, a, t: f"(__real__ {x[0]})",
+    "imag": lambda x, a, t: f"(__imag__ {x[0]})",
+    "conj": lambda x, a, t: f"(~{x[0]})",
     "bitcast": lambda x, a, t: f"CUVIL_BITCAST({t.name}, {STORAGE[a['dtype']]}, {x[0]})",
 }
 

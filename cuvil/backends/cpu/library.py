@@ -200,3 +200,6 @@ EMITTERS.update(library_dynamic.EMITTERS)
 
 from . import library_linalg  # noqa: E402
 EMITTERS.update(library_linalg.EMITTERS)
+
+from . import library_fft  # noqa: E402
+EMITTERS.update(library_fft.EMITTERS)

@@ -90,7 +90,7 @@ def scratch_parts(gen, depth: int, parts: list) -> None:
     (C name, C type, element count as C); each part starts on a 64-byte boundary."""
     if not parts:
         return
-    sizes = [f"({count} * (int64_t)sizeof({ctype}) + 63) / 64 * 64" for _, ctype, count in parts]
+    sizes = [f"(({count}) * (int64_t)sizeof({ctype}) + 63) / 64 * 64" for _, ctype, count in parts]
     gen.line(depth, f"uint8_t *scratch = {gen.scratch(' + '.join(sizes), 'uint8_t')};")
     for (name, ctype, _), size in zip(parts, sizes):
         gen.line(depth, f"{ctype} *restrict {name} = ({ctype} *)scratch;")

@@ -137,4 +137,9 @@ class CudaCodeGen:
 
 def generate(module: Module, fn_name: str | None = None) -> CudaProgram:
     fn = module.functions[fn_name] if fn_name else module.main
+    complex_value = next((v for v in fn.args + [r for op in fn.walk() for r in op.results] if v.type.dtype.is_complex),
+                         None)
+    if complex_value is not None:
+        raise UnsupportedError(f"the CUDA backend (target='cuda') has no complex element type yet (a value of type "
+                               f"{complex_value.type}); compile this model with target='cpu'")
     return CudaCodeGen(module, fn).generate()

@@ -1,6 +1,6 @@
-"""Spectral ops: DFT (forward, inverse, one-sided, inverse one-sided) and STFT, as matmuls with cosine and sine
-matrices made at conversion time (float64, so the transform is as exact as the data allows); MelWeightMatrix's
-filters, a constant made at conversion time from its (known) sizes."""
+"""Spectral ops: DFT (forward, inverse, one-sided, inverse one-sided) and STFT, on the IR's FFT ops in float64 (so
+the transform is as exact as the data allows); MelWeightMatrix's filters, a constant made at conversion time from
+its (known) sizes."""
 from __future__ import annotations
 
 import numpy as np
@@ -30,27 +30,24 @@ def _fit(ctx, v, length: int):
 
 def spectrum(ctx, re, im, n: int, inverse: bool, onesided: bool) -> tuple:
     """The DFT of re + i*im along the last axis (length n after cutting or padding): (real, imag), or
-    (real, None) for the inverse of a one-sided spectrum (a real signal)."""
+    (real, None) for the inverse of a one-sided spectrum (a real signal), by the IR's FFT ops."""
+    last = re.type.rank - 1
     if inverse and onesided:
         bins = n // 2 + 1
-        k, t = np.arange(bins)[:, None], np.arange(n)[None, :]
-        weight = np.where((k == 0) | (2 * k == n), 1.0, 2.0) / n
-        cos, sin = weight * np.cos(2 * np.pi * k * t / n), weight * np.sin(2 * np.pi * k * t / n)
-        re, im = _fit(ctx, re, bins), _fit(ctx, im, bins) if im is not None else None
-        out = ctx.b.matmul(re, ctx.const(cos))
-        return (ctx.b.sub(out, ctx.b.matmul(im, ctx.const(sin))) if im is not None else out), None
-    bins = n // 2 + 1 if onesided else n
-    t, k = np.arange(n)[:, None], np.arange(bins)[None, :]
-    scale = 1.0 / n if inverse else 1.0
-    cos, sin = scale * np.cos(2 * np.pi * t * k / n), scale * np.sin(2 * np.pi * t * k / n)
-    sign = 1.0 if inverse else -1.0  # e^{-i theta} forward, e^{+i theta} inverse
-    re = _fit(ctx, re, n)
-    out_re, out_im = ctx.b.matmul(re, ctx.const(cos)), ctx.b.matmul(re, ctx.const(sign * sin))
-    if im is not None:
-        im = _fit(ctx, im, n)
-        out_re = ctx.b.sub(out_re, ctx.b.matmul(im, ctx.const(sign * sin)))
-        out_im = ctx.b.add(out_im, ctx.b.matmul(im, ctx.const(cos)))
-    return out_re, out_im
+        z = _fit(ctx, ctx.b.complex(re, im if im is not None else _zeros(ctx, re)), bins)
+        return ctx.b.irfft(z, axes=[last], n=n), None
+    if im is None and not inverse and onesided:
+        z = ctx.b.rfft(_fit(ctx, re, n), axes=[last])
+    else:
+        z = ctx.b.complex(re, im if im is not None else _zeros(ctx, re))
+        z = ctx.b.fft(_fit(ctx, z, n), axes=[last], inverse=inverse)
+        if onesided:
+            z = ctx.b.slice(z, starts=(0,), ends=(n // 2 + 1,), axes=(last,))
+    return ctx.b.real(z), ctx.b.imag(z)
+
+
+def _zeros(ctx, v):
+    return ctx.b.full(0.0, v.type.shape, v.type.dtype)
 
 
 def _parts(ctx, x) -> tuple:

@@ -24,7 +24,7 @@ CONVERTERS: dict[str, Callable] = {}
 
 DTYPES = {torch.float32: DType.f32, torch.float64: DType.f64, torch.float16: DType.f16, torch.bfloat16: DType.bf16,
           torch.int64: DType.i64, torch.int32: DType.i32, torch.int16: DType.i16, torch.int8: DType.i8,
-          torch.uint8: DType.u8, torch.bool: DType.bool}
+          torch.uint8: DType.u8, torch.bool: DType.bool, torch.complex64: DType.c64, torch.complex128: DType.c128}
 TORCH_DTYPES = {v: k for k, v in DTYPES.items()}
 INT_MAX = 2 ** 63 - 1  # what torch writes for "to the end" in slices
 
@@ -119,6 +119,11 @@ class Ctx:
     def scalar(self, x, dtype: DType) -> Value:
         if isinstance(x, SymExpr):
             return self.b.dim_size(dim=[x], dtype=dtype)
+        if isinstance(x, (complex, np.complexfloating)) or (dtype.is_complex and isinstance(x, (int, float))):
+            if not dtype.is_complex:
+                raise self.error(f"a complex number ({x}) in a {dtype} computation")
+            parts = (self.b.full(float(p), (), dtype.real) for p in (x.real, x.imag))
+            return self.b.complex(*parts)
         if isinstance(x, (bool, int, float, np.number)):
             return self.b.full(float(x), (), dtype)
         raise self.error(f"expected a tensor or a number, got {type(x).__name__}")

@@ -20,7 +20,7 @@ from ...ir.dynamic import data_sizes
 from ...ir.symbolic import plain_symbol, sym
 from ...ir.types import TensorType
 from . import convert_control, convert_elementwise, convert_movement, convert_nn, convert_reduce  # noqa: F401
-from . import convert_linalg, convert_search  # noqa: F401
+from . import convert_complex, convert_linalg, convert_search  # noqa: F401
 from .context import EFFECT_TOKEN, Ctx, lookup, source_text, to_dtype
 from .signature import Signature, tensor_to_numpy  # noqa: F401 (tensor_to_numpy: also for importers)
 from .symbols import Multiple, implied_by_bounds, to_dim

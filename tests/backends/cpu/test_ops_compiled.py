@@ -10,7 +10,8 @@ from cuvil.compiler import compile_module
 from cuvil.interpreter import interpret
 from tests.ops.test_registry_sweep import CASES, build_case
 
-TOLERANCE = {"float64": 1e-9, "float32": 1e-4, "float16": 1e-2, "bfloat16": 2e-2}
+TOLERANCE = {"float64": 1e-9, "float32": 1e-4, "float16": 1e-2, "bfloat16": 2e-2, "complex128": 1e-9,
+             "complex64": 1e-4}
 # Ops the backend does not compile yet; a case of these must fail (strict), so the list stays honest.
 NOT_YET = set()
 
@@ -23,7 +24,8 @@ def assert_matches(got, want, what=""):
             np.testing.assert_array_equal(g, w, err_msg=what)
         else:
             tol = TOLERANCE[w.dtype.name]
-            np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=tol, atol=tol, err_msg=what)
+            wide = np.complex128 if w.dtype.kind == "c" else np.float64
+            np.testing.assert_allclose(g.astype(wide), w.astype(wide), rtol=tol, atol=tol, err_msg=what)
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.xfail(strict=True, reason="not compiled yet"))

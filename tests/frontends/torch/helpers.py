@@ -12,7 +12,8 @@ import torch.utils._pytree as pytree
 import cuvil
 
 TOLERANCES = {torch.float32: dict(rtol=1e-4, atol=1e-5), torch.float64: dict(rtol=1e-10, atol=1e-12),
-              torch.float16: dict(rtol=1e-2, atol=1e-3), torch.bfloat16: dict(rtol=3e-2, atol=1e-2)}
+              torch.float16: dict(rtol=1e-2, atol=1e-3), torch.bfloat16: dict(rtol=3e-2, atol=1e-2),
+              torch.complex64: dict(rtol=1e-4, atol=1e-5), torch.complex128: dict(rtol=1e-10, atol=1e-12)}
 
 
 def compile_torch(obj, example_inputs, **options):
@@ -37,7 +38,7 @@ def assert_close(got, expected, tol=None):
             continue
         assert isinstance(g, torch.Tensor), type(g)
         assert g.dtype == e.dtype and g.shape == e.shape, (g.dtype, e.dtype, g.shape, e.shape)
-        if e.dtype.is_floating_point:
+        if e.dtype.is_floating_point or e.dtype.is_complex:
             torch.testing.assert_close(g, e, **(tol or TOLERANCES[e.dtype]))
         else:
             np.testing.assert_array_equal(g.numpy(), e.numpy())

@@ -48,6 +48,9 @@ SUBSET = {
     "index_reduce.prod": 4, "index_reduce.mean": 4, "index_reduce.amax": 4, "index_reduce.amin": 4,
     "scatter_reduce.mean": 4, "scatter_reduce.amin": 4, "nn.functional.max_pool2d": 4,
     "nn.functional.adaptive_max_pool3d": 2,
+    # complex and FFT (complex64 results, odd and even lengths among the samples)
+    "fft.fft": 2, "fft.ifft": 2, "fft.rfft": 2, "fft.irfft": 2, "fft.hfft": 2, "fft.ihfft": 2, "fft.fftn": 2,
+    "fft.rfftn": 2, "fft.irfftn": 2, "fft.hfft2": 2, "fft.ihfftn": 2, "view_as_complex": 1, "polar": 1, "complex": 1,
 }
 
 
