@@ -146,7 +146,8 @@ def to_dtype(obj) -> Optional[DType]:
 
 def check_dtype(d: DType) -> DType:
     if d.value not in SUPPORTED_DTYPES:
-        raise UnsupportedError(f"element type {d} is not supported (supported: {', '.join(SUPPORTED_DTYPES)})")
+        raise UnsupportedError(f"element type {d} ({d.numpy}) is not supported in @cuvil.jit functions (supported: "
+                               f"{', '.join(SUPPORTED_DTYPES)})")
     return d
 
 
