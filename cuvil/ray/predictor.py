@@ -24,12 +24,14 @@ class Predictor:
                        concurrency=2, batch_size=64)
 
     `model` is a path every worker can read (memory-mapped: the workers of a node share its pages), the file's
-    bytes, or a `cuvil.ray.put` reference (one copy per node in the object store's shared memory). Each worker
-    loads it once. `num_threads` defaults to the CPUs Ray gave the worker (`num_cpus=` of `map_batches`, 1 by
-    default), so `concurrency` workers never run more threads than Ray reserved for them. A model with a fixed
-    batch size gets batches split into calls of that size (the last padded); ragged or short rows are padded with
-    `pad_value` (a number, or one per input name) to the model's fixed sizes, and symbolic sizes to the batch's
-    longest row rounded up to a multiple of `bucket`. `keep_columns` are passed through to the result (an id)."""
+    bytes, or a `cuvil.ray.put` reference (one copy per node in the object store's shared memory). Each worker loads
+    it once, in `__init__` (a file it cannot run fails the actor's creation), and builds the entry's calls on a
+    thread until its first batch arrives. `num_threads` defaults to the CPUs Ray gave the worker (`num_cpus=` of
+    `map_batches`, 1 by default), so `concurrency` workers never run more threads than Ray reserved for them. A
+    model with a fixed batch size gets batches split into calls of that size (the last padded); ragged or short rows
+    are padded with `pad_value` (a number, or one per input name) to the model's fixed sizes, and symbolic sizes to
+    the batch's longest row rounded up to a multiple of `bucket`. `keep_columns` are passed through to the result
+    (an id)."""
 
     def __init__(self, model, entry: str = "main", *, num_threads: Optional[int] = None,
                  keep_columns: Sequence[str] = (), pad_value=0, bucket: int = 8):
