@@ -131,7 +131,9 @@ def in_process(engine: str, model_file: str, block_file: str, batch: int, repeat
     is: the engine's import, the model's load, the first call and the loop."""
     argv = [sys.executable, "-m", "bench.ray", "--child", engine, model_file, block_file, str(batch), str(repeats),
             str(threads)]
-    out = subprocess.run(argv, capture_output=True, text=True, check=True, cwd=ROOT)
+    out = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT)
+    if out.returncode:
+        raise RuntimeError(f"bench.ray's in-process loop ({engine}) failed:\n{out.stderr}")
     return json.loads(out.stdout.splitlines()[-1])
 
 
