@@ -6,15 +6,18 @@ tokens); `resnet18` is bench/workloads.py's ResNet-18 at --size (64: 3x64x64). E
 its ONNX graph kept for ONNX Runtime. One block of --block rows is put in the object store once and the dataset is
 that block repeated up to --rows rows (Ray Data takes the same reference several times; no N-row copy in memory).
 Round by round, in rotated order, the same batches (--batch rows, sliced from that block) go through:
-- `cuvil-inproc` and `ort-inproc`: one loop in this process over the batches, with the whole thread budget
-  (--workers x --cpus-per-worker threads), model load included;
+- `cuvil-inproc` and `ort-inproc`: one loop over the batches in a fresh process, with the whole thread budget
+  (--workers x --cpus-per-worker threads), timed as a worker's share of a job: the engine's import, the model's
+  load, the first call and the loop (NumPy and Ray imported and the batches read first, as a worker has them);
 - `cuvil-ray` and `ort-ray`: `map_batches` with an actor pool of --workers workers of --cpus-per-worker CPUs
   each, one thread per CPU (what `cuvil.ray.Predictor` chooses; ONNX Runtime's intra-op threads set the same).
 `ray.init`, building the dataset and a first job of each engine over one block (Ray starts its worker pool and
 imports Ray Data lazily, at a session's first job) are outside every timing. A Ray job is timed from the
 `map_batches` call to its last row in this process, so actor start-up and model load are in it, as a user pays
 them. Each worker also stamps every batch with the start and end of its model call (one clock: one machine), which gives
-- start-up: from the `map_batches` call to the first model call (actors started, model loaded);
+- start-up: from the `map_batches` call to the first model call, in parts: Ray's actor start (to the worker's
+  `__init__`: its process, `import ray`, Ray Data's imports), the engine's import and model load, the wait for the
+  first batch, and the first call's time beyond a median call's;
 - steady throughput: the rows over the span from the first model call's start to the last one's end;
 - busy: the share of each worker's span spent inside the model call (the rest is Ray's per-batch cost: block to
   batch, result to block, scheduling).
@@ -26,9 +29,12 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import logging
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 import warnings
@@ -37,6 +43,7 @@ import numpy as np
 import ray
 
 ENGINES = ("cuvil", "ort")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class OrtPredictor:
@@ -68,14 +75,17 @@ class Timed:
     """A Ray worker running one engine, stamping each batch's rows with its model call's start, end and process."""
 
     def __init__(self, engine: str, model, num_threads: int):
+        self.init = time.monotonic()  # Ray's part before it: the worker process, `import ray`, Ray Data's imports
         self.predictor = predictor(engine, model, num_threads)
+        self.ready = time.monotonic()  # the engine's part: its import and the model's load
 
     def __call__(self, batch: dict) -> dict:
         start = time.monotonic()
         out = self.predictor(batch)
         end = time.monotonic()
         rows = len(next(iter(out.values())))
-        out.update(_start=np.full(rows, start), _end=np.full(rows, end), _pid=np.full(rows, os.getpid()))
+        out.update({k: np.full(rows, v) for k, v in (("_start", start), ("_end", end), ("_pid", os.getpid()),
+                                                     ("_init", self.init), ("_ready", self.ready))})
         return out
 
 
@@ -116,14 +126,30 @@ def dataset(block: dict, repeats: int):
     return ray.data.from_arrow_refs([ref] * repeats)
 
 
-def in_process(engine: str, path: str, blob: bytes, batches: list, repeats: int, threads: int) -> dict:
-    """One loop in this process over the batches, `repeats` times, model load included."""
+def in_process(engine: str, model_file: str, block_file: str, batch: int, repeats: int, threads: int) -> dict:
+    """One loop over the batches, `repeats` times, in a fresh process (`child`), timed as a worker's share of a job
+    is: the engine's import, the model's load, the first call and the loop."""
+    argv = [sys.executable, "-m", "bench.ray", "--child", engine, model_file, block_file, str(batch), str(repeats),
+            str(threads)]
+    out = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT)
+    if out.returncode:
+        raise RuntimeError(f"bench.ray's in-process loop ({engine}) failed:\n{out.stderr}")
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def child(engine: str, model_file: str, block_file: str, batch: str, repeats: str, threads: str) -> None:
+    """The in-process loop's process: NumPy and Ray imported and the batches read before the clock starts, as a
+    Ray worker has them before its actor's `__init__`; then what a worker does (`Timed`), without Ray."""
+    block = dict(np.load(block_file))
+    rows, size = len(next(iter(block.values()))), int(batch)
+    batches = [{k: v[i:i + size] for k, v in block.items()} for i in range(0, rows, size)]
+    model = model_file if engine == "cuvil" else open(model_file, "rb").read()  # a worker gets ORT's as bytes
     start = time.monotonic()
-    model = predictor(engine, path if engine == "cuvil" else blob, threads)
-    for _ in range(repeats):
+    worker = predictor(engine, model, int(threads))
+    for _ in range(int(repeats)):
         for b in batches:
-            model(b)
-    return {"seconds": time.monotonic() - start}
+            worker(b)
+    print(json.dumps({"seconds": time.monotonic() - start}))
 
 
 def ray_job(ds, engine: str, model, args) -> dict:
@@ -133,17 +159,29 @@ def ray_job(ds, engine: str, model, args) -> dict:
                          compute=ray.data.ActorPoolStrategy(size=args.workers), num_cpus=cpus,
                          batch_size=args.batch, batch_format=args.format if engine == "cuvil" else "numpy",
                          zero_copy_batch=True)
-    stamps = [(b["_start"], b["_end"], b["_pid"]) for b in out.iter_batches(batch_size=None, batch_format="numpy")]
+    keys = ("_start", "_end", "_pid", "_init", "_ready")
+    stamps = [[b[k] for k in keys] for b in out.iter_batches(batch_size=None, batch_format="numpy")]
     seconds = time.monotonic() - start
-    starts, ends, pids = (np.concatenate(s) for s in zip(*stamps))
-    calls = np.unique(np.stack([starts, ends, pids], 1), axis=0)  # one row per model call, in order of start
+    starts, ends, pids, inits, readies = (np.concatenate(s) for s in zip(*stamps))
+    calls = np.unique(np.stack([starts, ends, pids, inits, readies], 1), axis=0)  # a row per model call, by start
     per_worker = [calls[calls[:, 2] == p] for p in np.unique(calls[:, 2])]
+    first = [c[np.argmin(c[:, 0])] for c in per_worker]
     return {"seconds": seconds, "startup": starts.min() - start, "steady": len(starts) / (ends.max() - starts.min()),
             "busy": statistics.mean((c[:, 1] - c[:, 0]).sum() / (c[:, 1].max() - c[:, 0].min()) for c in per_worker),
-            "gap": statistics.median(np.concatenate([c[1:, 0] - c[:-1, 1] for c in per_worker]))}
+            "gap": statistics.median(np.concatenate([c[1:, 0] - c[:-1, 1] for c in per_worker])),
+            # the start-up's parts, the median over workers: Ray's (the call to the worker's __init__), the
+            # engine's (import and load), waiting for the first batch, and the first call beyond a median one
+            "ray_start": statistics.median(f[3] - start for f in first),
+            "engine_load": statistics.median(f[4] - f[3] for f in first),
+            "first_wait": statistics.median(f[0] - f[4] for f in first),
+            "first_extra": statistics.median((f[1] - f[0]) - np.median(c[:, 1] - c[:, 0])
+                                             for f, c in zip(first, per_worker))}
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--child"]:  # in_process's fresh process
+        child(*sys.argv[2:])
+        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", nargs="?", default="cnn", choices=["cnn", "bert", "resnet18"])
     parser.add_argument("--rows", type=int, default=200_000, help="rows per job (rounded up to whole blocks)")
@@ -181,12 +219,16 @@ def prepare(args, folder: str) -> dict:
     rows_in_block = len(next(iter(block.values())))
     repeats = -(-args.rows // rows_in_block)
     args.rows = repeats * rows_in_block
-    batches = [{k: v[i:i + args.batch] for k, v in block.items()} for i in range(0, rows_in_block, args.batch)]
+    block_file, onnx_file = os.path.join(folder, "block.npz"), os.path.join(folder, "model.onnx")
+    np.savez(block_file, **block)
+    with open(onnx_file, "wb") as f:
+        f.write(blob)
     ds, model_of = dataset(block, repeats), {"cuvil": cuvil.ray.put(path), "ort": blob}
     for e in ENGINES:  # untimed: Ray starts its worker pool and imports Ray Data lazily, at a session's first job
         ray_job(dataset(block, 1), e, model_of[e], args)
-    threads = args.workers * args.cpus_per_worker
-    runs = {f"{e}-inproc": (lambda e=e: in_process(e, path, blob, batches, repeats, threads)) for e in ENGINES}
+    threads, file_of = args.workers * args.cpus_per_worker, {"cuvil": path, "ort": onnx_file}
+    runs = {f"{e}-inproc": (lambda e=e: in_process(e, file_of[e], block_file, args.batch, repeats, threads))
+            for e in ENGINES}
     runs.update({f"{e}-ray": (lambda e=e: ray_job(ds, e, model_of[e], args)) for e in ENGINES})
     return runs
 
@@ -207,7 +249,11 @@ def report(args, results: dict) -> None:
         print(f"  {e:5}  in-process {med(rate(f'{e}-inproc')):9.1f} rows/s   on Ray: end to end "
               f"{med(rate(f'{e}-ray')):9.1f} rows/s, steady {med(rate(f'{e}-ray', 'steady')):9.1f} rows/s, start-up "
               f"{med(r['startup'] for r in ray_runs):.2f} s, busy {100 * med(r['busy'] for r in ray_runs):.0f}% "
-              f"(median gap between calls {1e3 * med(r['gap'] for r in ray_runs):.2f} ms)")
+              f"(median gap between calls {1e3 * med(r['gap'] for r in ray_runs):.2f} ms)\n"
+              f"         start-up: Ray's actor start {med(r['ray_start'] for r in ray_runs):.3f} s, engine import and "
+              f"load {med(r['engine_load'] for r in ray_runs):.3f} s, wait for the first batch "
+              f"{med(r['first_wait'] for r in ray_runs):.3f} s, first call beyond a median one "
+              f"{med(r['first_extra'] for r in ray_runs):.3f} s")
     inproc = rate("cuvil-inproc")
     print(f"  cuvil on Ray / in-process (goal >= 0.9): end to end {ratio(rate('cuvil-ray'), inproc)}, steady "
           f"{ratio(rate('cuvil-ray', 'steady'), inproc)}")

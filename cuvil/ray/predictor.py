@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
 from collections.abc import Mapping
 from typing import Optional, Sequence
 
@@ -23,12 +24,14 @@ class Predictor:
                        concurrency=2, batch_size=64)
 
     `model` is a path every worker can read (memory-mapped: the workers of a node share its pages), the file's
-    bytes, or a `cuvil.ray.put` reference (one copy per node in the object store's shared memory). Each worker
-    loads it once. `num_threads` defaults to the CPUs Ray gave the worker (`num_cpus=` of `map_batches`, 1 by
-    default), so `concurrency` workers never run more threads than Ray reserved for them. A model with a fixed
-    batch size gets batches split into calls of that size (the last padded); ragged or short rows are padded with
-    `pad_value` (a number, or one per input name) to the model's fixed sizes, and symbolic sizes to the batch's
-    longest row rounded up to a multiple of `bucket`. `keep_columns` are passed through to the result (an id)."""
+    bytes, or a `cuvil.ray.put` reference (one copy per node in the object store's shared memory). Each worker loads
+    it once, in `__init__` (a file it cannot run fails the actor's creation), and builds the entry's calls on a
+    thread until its first batch arrives. `num_threads` defaults to the CPUs Ray gave the worker (`num_cpus=` of
+    `map_batches`, 1 by default), so `concurrency` workers never run more threads than Ray reserved for them. A
+    model with a fixed batch size gets batches split into calls of that size (the last padded); ragged or short rows
+    are padded with `pad_value` (a number, or one per input name) to the model's fixed sizes, and symbolic sizes to
+    the batch's longest row rounded up to a multiple of `bucket`. `keep_columns` are passed through to the result
+    (an id)."""
 
     def __init__(self, model, entry: str = "main", *, num_threads: Optional[int] = None,
                  keep_columns: Sequence[str] = (), pad_value=0, bucket: int = 8):
@@ -40,8 +43,12 @@ class Predictor:
         if clash:
             raise ShapeError(f"keep_columns {clash} would overwrite the model's outputs of the same name")
         self.keep_columns = tuple(keep_columns)
+        self._preparing: Optional[_Prepare] = _Prepare(self.function.function)
 
     def __call__(self, batch) -> dict:
+        if self._preparing is not None:  # the first batch: the call machinery built meanwhile (or its error)
+            self._preparing, preparing = None, self._preparing
+            preparing.join()
         columns = batch_columns(batch)
         results = [(self.function.run(inputs), rows) for inputs, rows in self.plan.calls(self.plan.arrays(columns))]
         out = self.plan.columns(results)
@@ -50,6 +57,28 @@ class Predictor:
             raise ShapeError(f"keep_columns {missing} are not columns of the batch ({', '.join(map(str, columns))})")
         out.update({name: columns[name] for name in self.keep_columns})
         return out
+
+
+class _Prepare(threading.Thread):
+    """The entry's call machinery built in the background (the constants' check, the call module's import), from
+    the end of `__init__` until the first batch: Ray starts sending batches only once every actor's `__init__`
+    returned, and the time until the first one arrives would otherwise be idle."""
+
+    def __init__(self, function):
+        super().__init__(name="cuvil-ray-prepare", daemon=True)
+        self.function, self.error = function, None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self.function.prepare()
+        except BaseException as e:  # raised on the thread that waits for it (the first batch's), not lost here
+            self.error = e
+
+    def join(self, timeout=None) -> None:
+        super().join(timeout)
+        if self.error is not None:
+            raise self.error
 
 
 def put(model) -> "ray.ObjectRef":

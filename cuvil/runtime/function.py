@@ -51,6 +51,11 @@ class Function:
                     self._calls = [self._build(CpuFunction, n) for n in self._variants]
         return self._calls
 
+    def prepare(self) -> None:
+        """Build the call machinery now (after the constants' check; ArtifactError if it failed), not at the first
+        call: a caller with idle time before its first call (a Ray worker waiting for its first batch) spends it."""
+        self._compiled()
+
     def _build(self, CpuFunction, name: str) -> "CpuFunction":
         e = self._artifact.metadata["entries"][name]
         consts, prepared = self._artifact.constants(name)

@@ -149,3 +149,29 @@ def test_a_worker_imports_no_frontend(artifacts):
     out = subprocess.run([sys.executable, "-c", code, str(artifacts["cnn"][0])], check=True, capture_output=True,
                          text=True, cwd=Path(__file__).resolve().parents[2])  # this checkout's cuvil
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_the_call_machinery_is_built_before_the_first_batch(artifacts):
+    """A worker builds its entry's calls (the constants' check, the call module) in the background from the end of
+    `__init__`, while Ray has not yet sent the first batch; in a fresh process, without a call."""
+    code = ("import sys, threading, cuvil.ray; p = cuvil.ray.Predictor(sys.argv[1]); "
+            "[t.join() for t in threading.enumerate() if t.name == 'cuvil-ray-prepare']; "
+            "print('cuvil.backends.cpu.executable' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code, str(artifacts["cnn"][0])], check=True, capture_output=True,
+                         text=True, cwd=Path(__file__).resolve().parents[2])
+    assert out.stdout.strip() == "True", out.stdout
+
+
+def test_a_damaged_constant_fails_the_first_batch_with_its_artifact_error(artifacts, tmp_path):
+    """The constants are checked in the background: a damaged byte fails the first batch (and every later one)
+    with the ArtifactError naming the section, never a crash or a wrong answer."""
+    bad = tmp_path / "damaged.cuv"
+    data = bytearray(artifacts["cnn"][0].read_bytes())
+    row = container.Container.open(artifacts["cnn"][0]).rows["consts"]
+    data[row.offset + row.size // 2] ^= 0xFF
+    bad.write_bytes(bytes(data))
+    predictor = cuvil.ray.Predictor(str(bad))
+    for _ in range(2):
+        with pytest.raises(ArtifactError, match="consts"):
+            predictor({"image": models.images(2)})
+
