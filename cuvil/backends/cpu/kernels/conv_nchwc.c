@@ -30,6 +30,41 @@ typedef struct { int64_t x, y, res; } nchwc_steps;
     int64_t iw0, int act, const nchwc_steps *st
 #define STRIP_ARGS xn, wo, ws, bo, rr, yr, ys, left, g, ih0, iw0, act, st
 
+/* Every accumulator of a strip, pixel r of output block j, as `stmt` names it: acc[j][r]. */
+#define STRIP_EACH(stmt) \
+    _Pragma("GCC unroll 2") for (int j = 0; j < NB; j++) _Pragma("GCC unroll 16") for (int r = 0; r < RW; r++) { stmt; }
+
+/* A strip's residual, activation and store, each branch taken once per strip rather than once per vector (a
+ * K = 16 strip spent as long here as in its FMAs). relu, relu6 and hardswish are a few instructions, inline; the
+ * transcendental ones stay a call per vector (nchwc_activate_call), which their own cost dwarfs. */
+CUVIL_INLINE void nchwc_epilogue(cuvil_vf acc[2][NCHWC_W0], const float *restrict rr, float *restrict yr, int64_t ys,
+                                 int64_t left, const nchwc_geom *g, int act, const nchwc_steps *st, const int NB,
+                                 const int RW)
+{
+    const cuvil_vf zero = cuvil_splat(0.0f), six = cuvil_splat(6.0f);
+    if (rr) {
+        const int64_t res = st->res;
+        STRIP_EACH(acc[j][r] += cuvil_load(rr + j * ys + r * res))
+    }
+    switch (act) {
+    case CUVIL_ACT_NONE: break;
+    case CUVIL_ACT_RELU: STRIP_EACH(acc[j][r] = nchwc_activate(acc[j][r], CUVIL_ACT_RELU)) break;
+    case CUVIL_ACT_RELU6:
+        STRIP_EACH(acc[j][r] = cuvil_select(acc[j][r] > six, six, cuvil_select(acc[j][r] < zero, zero, acc[j][r])))
+        break;
+    case CUVIL_ACT_HARDSWISH: STRIP_EACH(acc[j][r] = cuvil_v_hardswish(acc[j][r])) break;
+    default: STRIP_EACH(acc[j][r] = nchwc_activate_call(acc[j][r], act)) break;
+    }
+    const int64_t y = st->y;
+    if (!g->oc) {
+        STRIP_EACH(cuvil_store(yr + j * ys + r * y, acc[j][r]))
+    } else {
+        const int64_t plane = g->oh * g->ow;
+        STRIP_EACH(for (int e = 0; e < CUVIL_VL && j * CUVIL_VL + e < left; e++) yr[j * ys + e * plane + r * y] =
+                       acc[j][r][e])
+    }
+}
+
 /* RW output pixels of NB output blocks from input row ih0, column iw0 (every tap inside x), pixel r's input
  * st->x * r floats on. NB, RW and C are constants at every call, so the loops over them unroll and acc lives
  * in registers. `ws` is the distance between two output blocks' weights, `ys` between their outputs; a plain
@@ -37,6 +72,7 @@ typedef struct { int64_t x, y, res; } nchwc_steps;
 CUVIL_INLINE void nchwc_strip(STRIP_PARAMS, const int NB, const int RW, const int64_t C)
 {
     cuvil_vf acc[2][NCHWC_W0];
+#pragma GCC unroll 2
     for (int j = 0; j < NB; j++) {
         const cuvil_vf b0 = cuvil_load(bo + j * CUVIL_VL);
 #pragma GCC unroll 16
@@ -61,19 +97,7 @@ CUVIL_INLINE void nchwc_strip(STRIP_PARAMS, const int NB, const int RW, const in
                 }
             }
         }
-    for (int j = 0; j < NB; j++) {
-#pragma GCC unroll 16
-        for (int r = 0; r < RW; r++) {
-            cuvil_vf v = acc[j][r];
-            if (rr) v += cuvil_load(rr + j * ys + r * st->res);
-            v = nchwc_activate(v, act);
-            if (!g->oc)
-                cuvil_store(yr + j * ys + r * st->y, v);
-            else
-                for (int e = 0; e < CUVIL_VL && j * CUVIL_VL + e < left; e++)
-                    yr[j * ys + e * g->oh * g->ow + r * st->y] = v[e];
-        }
-    }
+    nchwc_epilogue(acc, rr, yr, ys, left, g, act, st, NB, RW);
 }
 
 /* One out-of-line function per (blocks, width, full or narrow input block): C = CUVIL_VL (a blocked input)
