@@ -1,7 +1,8 @@
 """The blocked convolution kernels of two revisions, layer by layer: `python -m bench.conv_ab [--base REV]`.
 
-ResNet-18's convolutions (batch 1 at 224x224 and batch 32 at 64x64, pad k // 2, blocked input) through the kernel
-library's `cuvil_conv_nchwc` / `cuvil_conv_winograd` as built from this worktree ("new") and from git revision
+ResNet-18's convolutions (batch 1 at 224x224 and batch 32 at 64x64, pad k // 2, blocked input) and MobileNetV2's
+stem and 1x1 convs (with their relu6 epilogues) through the kernel library's `cuvil_conv_nchwc` /
+`cuvil_conv_winograd` as built from this worktree ("new") and from git revision
 `--base` ("old", default HEAD), timed interleaved round by round in one process (2 threads unless
 CUVIL_NUM_THREADS says otherwise). Prints medians (or minima, --min), GFLOP/s, new/old ratios and the largest
 difference between the two results relative to max |y|; a line per layer and the sum over each model's layers.
@@ -30,6 +31,12 @@ RESNET = {
                (128, 128, 3, 1, 8, 32, 1), (64, 128, 1, 2, 16, 32, 0), (128, 256, 3, 2, 8, 32, 0),
                (256, 256, 3, 1, 4, 32, 0), (128, 256, 1, 2, 8, 32, 0), (256, 512, 3, 2, 4, 32, 0),
                (512, 512, 3, 1, 2, 32, 0), (256, 512, 1, 2, 4, 32, 0)],
+    # MobileNetV2's stem and 1x1 convs (expand and project at each map size; 1x1 pads 0), an 8th field: the
+    # CUVIL_ACT_* epilogue (6: relu6)
+    "mnv2 224 b1": [(3, 32, 3, 2, 224, 1, 0, 6), (32, 16, 1, 1, 112, 1, 0), (16, 96, 1, 1, 112, 1, 0, 6),
+                    (96, 24, 1, 1, 56, 1, 0), (24, 144, 1, 1, 56, 1, 0, 6), (144, 32, 1, 1, 28, 1, 0),
+                    (192, 64, 1, 1, 14, 1, 0, 6), (384, 64, 1, 1, 14, 1, 0), (576, 160, 1, 1, 7, 1, 0),
+                    (960, 320, 1, 1, 7, 1, 0), (320, 1280, 1, 1, 7, 1, 0, 6)],
 }
 SOURCES = ("conv_nchwc.c", "winograd.c")
 _SIG = [ctypes.c_void_p] * 6 + [ctypes.c_int]
@@ -56,7 +63,7 @@ def old_units(rev: str) -> dict:
 
 
 def _layer(lib, spec, rng) -> dict:
-    cin, cout, k, stride, size, n, wino = spec
+    cin, cout, k, stride, size, n, wino = spec[:7]
     b, pad = lib.cuvil_conv_nchwc_block(), k // 2
     out = (size + 2 * pad - k) // stride + 1
     lanes = min(b, cin)  # a first layer's narrow input: one block of its cin channels
@@ -71,7 +78,8 @@ def _layer(lib, spec, rng) -> dict:
     bias = kernels.aligned_array(rng.standard_normal(ob * b))
     geom = np.array([n, cb, size, size, x.shape[-1], ob, out, out, k, k, stride, stride, pad, pad, 1, 1, 0], np.int64)
     return {"x": x, "w": w, "bias": bias, "geom": geom, "flops": 2 * k * k * cin * cout * out * out * n,
-            "fn": "cuvil_conv_winograd" if wino else "cuvil_conv_nchwc", "shape": (n, ob, out, out, b)}
+            "fn": "cuvil_conv_winograd" if wino else "cuvil_conv_nchwc", "shape": (n, ob, out, out, b),
+            "act": spec[7] if len(spec) > 7 else 0}
 
 
 def main(base: str, rounds: int, models: list, stat) -> None:
@@ -91,13 +99,13 @@ def main(base: str, rounds: int, models: list, stat) -> None:
             for r in range(rounds + 1):
                 for kind in (("new", "old") if r % 2 else ("old", "new")):
                     t0 = time.perf_counter()
-                    fns[kind](*args, None, ys[kind].ctypes.data, layer["geom"].ctypes.data, 0)
+                    fns[kind](*args, None, ys[kind].ctypes.data, layer["geom"].ctypes.data, layer["act"])
                     if r:  # the first round warms caches and scratch buffers
                         times[kind].append(time.perf_counter() - t0)
             med = {k: float(stat(v)) for k, v in times.items()}
             total = {k: total[k] + med[k] for k in total}
             err = float(np.abs(ys["new"] - ys["old"]).max() / max(np.abs(ys["old"]).max(), 1e-30))
-            cin, cout, k, stride, size, n, wino = spec
+            cin, cout, k, stride, size, n, wino = spec[:7]
             print(f"{model} {cin:3d}->{cout:3d} k{k} s{stride} {size:3d}x{size:<3d} {'wino' if wino else 'direct'}:"
                   f" old {med['old'] * 1e3:7.3f} ms ({layer['flops'] / med['old'] / 1e9:5.0f} GFLOP/s)"
                   f"  new {med['new'] * 1e3:7.3f} ms ({layer['flops'] / med['new'] / 1e9:5.0f})"

@@ -14,7 +14,8 @@ import torch
 from ...errors import UnsupportedError
 from .quantized import exportable_copy, has_quantized_modules
 
-PRESERVED = ("linear", "layer_norm", "scaled_dot_product_attention", "matmul")
+# the activations too: decomposed (x * clamp(x + 3, 0, 6) / 6), they leave a blocked conv's epilogue unfused
+PRESERVED = ("linear", "layer_norm", "scaled_dot_product_attention", "matmul", "hardswish", "hardsigmoid", "silu")
 
 
 class FunctionModule(torch.nn.Module):

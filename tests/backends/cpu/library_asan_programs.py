@@ -81,6 +81,9 @@ def window_programs() -> list:
                              algorithm="winograd"),
                 b.conv_nchwc(xh, const(2, 1, 3, 2, host, host), const(2, host), strides=(2, 1), dilations=(1, 2),
                              pads=(3, 0, 1, 2), activation="relu"),  # the host's direct kernel on a padded copy
+                b.conv_nchwc(xh, const(1, 1, 1, 1, host, host), const(1, host), xh, activation="relu6"),
+                b.conv_nchwc(xh, const(3, 1, 1, 1, host, host), const(3, host), activation="hardswish",
+                             channels=37),  # 1x1: planes as rows, cut into parts
                 b.max_pool(xh, kernel=(3, 2, 1), strides=(2, 1, 1), pads=(1, 0, 0, 2, 1, 0), ceil_mode=True),
                 b.dwconv_nchwc(xh, const(1, 3, 3, host), const(1, host), strides=(2, 1), pads=(1, 0, 2, 1),
                                activation="relu6"),

@@ -65,19 +65,20 @@ def test_narrow_maps_strip_across_images(c, o, kernel, attrs, batch):
 
 @pytest.mark.parametrize("act, attrs", [("relu", {}), ("clip", {"min": 0.0, "max": 6.0}), ("sigmoid", {}),
                                         ("tanh", {}), ("silu", {}), ("hardswish", {})])
-@pytest.mark.parametrize("size", [9, 3])  # 9: Winograd, rows of strips; 3: direct, strips across the images
-def test_activation_epilogues(act, attrs, size):
+# 9: Winograd; 3: direct, strips across the images; 13 with 1x1 kernels: direct, rows of strips (12 and 4)
+@pytest.mark.parametrize("size, k", [(9, 3), (3, 3), (13, 1)])
+def test_activation_epilogues(act, attrs, size, k):
     """conv -> + residual -> activation in the kernel's epilogue, direct and Winograd, blocked and plain output
     (the second conv's result leaves the chain), values spread over every activation's interesting range."""
     m = Module()
     b = Builder.new_function(m, "main", [TensorType("f32", (3, 16, size, size))], ["x"])
 
-    def conv(v, k):
+    def conv(v):
         w = b.constant(RNG.standard_normal((16, 16, k, k)).astype(np.float32) * 0.4)
         return b.conv(v, w, b.constant(RNG.standard_normal(16).astype(np.float32)), pads=(k // 2,) * 4)
     x = b.args[0]
-    y = b.emit(act, b.add(conv(x, 3), x), **attrs)
-    b.ret(b.emit(act, conv(y, 3), **attrs))
+    y = b.emit(act, b.add(conv(x), x), **attrs)
+    b.ret(b.emit(act, conv(y), **attrs))
     exe = compile_module(m)
     ir = cuvil.inspect_ir(exe)
     assert ir.count("= conv_nchwc") == 2 and f"= {act} " not in ir and ('"winograd"' in ir) == (size == 9)

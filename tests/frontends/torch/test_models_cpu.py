@@ -6,6 +6,8 @@ import pytest
 import torch
 from torch.export import Dim
 
+import cuvil
+
 from .helpers import assert_close, compile_torch, run_both
 from .models import MobileNetV2, ResNet18, hf_model, randomize_batch_norm, text_inputs
 
@@ -41,3 +43,14 @@ def test_gpt2_dynamic_batch_and_sequence():
     dims = {"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}}
     check_cpu(hf_model("gpt2"), kwargs=text_inputs(2, 8), dynamic_shapes=dims,
               more=[((), text_inputs(3, 13, pad_from=4)), ((), text_inputs(1, 5))])
+
+
+def test_hardswish_and_hardsigmoid_reach_the_ir_whole_so_they_fuse_into_the_conv():
+    """torch's core-ATen table decomposes them (x * clamp(x + 3, 0, 6) / 6), which left the conv's epilogue unfused:
+    MobileNetV3's torch route ran three times the kernels of its ONNX route."""
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, 2, 1), torch.nn.Hardswish(), torch.nn.Conv2d(16, 8, 1),
+                              torch.nn.Hardsigmoid(), torch.nn.Conv2d(8, 8, 1), torch.nn.SiLU()).eval()
+    compiled = check_cpu(net, torch.randn(1, 3, 19, 21))
+    text = cuvil.inspect_ir(compiled)
+    assert "conv_hardswish" in text and "conv_silu" in text and "hardsigmoid" in text
+    assert " clip " not in text

@@ -30,6 +30,41 @@ typedef struct { int64_t x, y, res; } nchwc_steps;
     int64_t iw0, int act, const nchwc_steps *st
 #define STRIP_ARGS xn, wo, ws, bo, rr, yr, ys, left, g, ih0, iw0, act, st
 
+/* Every accumulator of a strip, pixel r of output block j, as `stmt` names it: acc[j][r]. */
+#define STRIP_EACH(stmt) \
+    _Pragma("GCC unroll 2") for (int j = 0; j < NB; j++) _Pragma("GCC unroll 16") for (int r = 0; r < RW; r++) { stmt; }
+
+/* A strip's residual, activation and store, each branch taken once per strip rather than once per vector (a
+ * K = 16 strip spent as long here as in its FMAs). relu, relu6 and hardswish are a few instructions, inline; the
+ * transcendental ones stay a call per vector (nchwc_activate_call), which their own cost dwarfs. */
+CUVIL_INLINE void nchwc_epilogue(cuvil_vf acc[2][NCHWC_W0], const float *restrict rr, float *restrict yr, int64_t ys,
+                                 int64_t left, const nchwc_geom *g, int act, const nchwc_steps *st, const int NB,
+                                 const int RW)
+{
+    const cuvil_vf zero = cuvil_splat(0.0f), six = cuvil_splat(6.0f);
+    if (rr) {
+        const int64_t res = st->res;
+        STRIP_EACH(acc[j][r] += cuvil_load(rr + j * ys + r * res))
+    }
+    switch (act) {
+    case CUVIL_ACT_NONE: break;
+    case CUVIL_ACT_RELU: STRIP_EACH(acc[j][r] = nchwc_activate(acc[j][r], CUVIL_ACT_RELU)) break;
+    case CUVIL_ACT_RELU6:
+        STRIP_EACH(acc[j][r] = cuvil_select(acc[j][r] > six, six, cuvil_select(acc[j][r] < zero, zero, acc[j][r])))
+        break;
+    case CUVIL_ACT_HARDSWISH: STRIP_EACH(acc[j][r] = cuvil_v_hardswish(acc[j][r])) break;
+    default: STRIP_EACH(acc[j][r] = nchwc_activate_call(acc[j][r], act)) break;
+    }
+    const int64_t y = st->y;
+    if (!g->oc) {
+        STRIP_EACH(cuvil_store(yr + j * ys + r * y, acc[j][r]))
+    } else {
+        const int64_t plane = g->oh * g->ow;
+        STRIP_EACH(for (int e = 0; e < CUVIL_VL && j * CUVIL_VL + e < left; e++) yr[j * ys + e * plane + r * y] =
+                       acc[j][r][e])
+    }
+}
+
 /* RW output pixels of NB output blocks from input row ih0, column iw0 (every tap inside x), pixel r's input
  * st->x * r floats on. NB, RW and C are constants at every call, so the loops over them unroll and acc lives
  * in registers. `ws` is the distance between two output blocks' weights, `ys` between their outputs; a plain
@@ -37,6 +72,7 @@ typedef struct { int64_t x, y, res; } nchwc_steps;
 CUVIL_INLINE void nchwc_strip(STRIP_PARAMS, const int NB, const int RW, const int64_t C)
 {
     cuvil_vf acc[2][NCHWC_W0];
+#pragma GCC unroll 2
     for (int j = 0; j < NB; j++) {
         const cuvil_vf b0 = cuvil_load(bo + j * CUVIL_VL);
 #pragma GCC unroll 16
@@ -61,19 +97,7 @@ CUVIL_INLINE void nchwc_strip(STRIP_PARAMS, const int NB, const int RW, const in
                 }
             }
         }
-    for (int j = 0; j < NB; j++) {
-#pragma GCC unroll 16
-        for (int r = 0; r < RW; r++) {
-            cuvil_vf v = acc[j][r];
-            if (rr) v += cuvil_load(rr + j * ys + r * st->res);
-            v = nchwc_activate(v, act);
-            if (!g->oc)
-                cuvil_store(yr + j * ys + r * st->y, v);
-            else
-                for (int e = 0; e < CUVIL_VL && j * CUVIL_VL + e < left; e++)
-                    yr[j * ys + e * g->oh * g->ow + r * st->y] = v[e];
-        }
-    }
+    nchwc_epilogue(acc, rr, yr, ys, left, g, act, st, NB, RW);
 }
 
 /* One out-of-line function per (blocks, width, full or narrow input block): C = CUVIL_VL (a blocked input)
@@ -183,35 +207,60 @@ typedef struct {
     float *y;
     const nchwc_geom *g;
     int act;
+    int64_t part; /* output pixels per item along a row (g->ow: whole rows) */
 } nchwc_job_t;
 
 /* Whether strips run across images: on maps narrower than the widest strip but one, whose rows would leave
  * most of the registers idle and stream a pair's weights for a pixel or two. */
 static int nchwc_across_images(const nchwc_geom *g) { return g->n > 1 && g->ow < nchwc_widths[1]; }
 
-/* Items [p0, p1) of the output, numbered (pair of output blocks, image, row), or (pair, row, column) when strips
- * run across images: one pair's weights stay in cache over consecutive items. */
+/* Items [p0, p1) of the output, numbered (pair of output blocks, image, row, part of the row), or (pair, row,
+ * column) when strips run across images: one pair's weights stay in cache over consecutive items. */
 static int nchwc_items(void *job, int64_t p0, int64_t p1)
 {
     const nchwc_job_t *j = job;
     const nchwc_geom *g = j->g;
     const int64_t ws = g->cb * g->kh * g->kw * g->c * CUVIL_VL, ys = g->oh * g->ow * CUVIL_VL;
     const int64_t image = g->cb * g->h * g->w * g->c, out_image = g->oc ? g->oc * g->oh * g->ow : g->ob * ys;
-    const int across = nchwc_across_images(g), inner = across ? g->oh * g->ow : g->n * g->oh;
+    const int64_t parts = (g->ow + j->part - 1) / j->part;
+    const int across = nchwc_across_images(g), inner = across ? g->oh * g->ow : g->n * g->oh * parts;
     const nchwc_steps st = across ? (nchwc_steps){image, out_image, g->ob * ys}
                                   : (nchwc_steps){g->sw * g->c, g->oc ? 1 : CUVIL_VL, CUVIL_VL};
     for (int64_t p = p0; p < p1; p++) {
-        const int64_t o = p / inner * 2, q = p % inner;
-        const int64_t n = across ? 0 : q / g->oh, oh = across ? q / g->ow : q % g->oh, ow = across ? q % g->ow : 0;
+        const int64_t o = p / inner * 2, q = p % inner, row = q / parts;
+        const int64_t n = across ? 0 : row / g->oh, oh = across ? q / g->ow : row % g->oh;
+        const int64_t ow = across ? q % g->ow : q % parts * j->part;
         const int64_t at = (n * g->ob + o) * ys + (oh * g->ow + ow) * CUVIL_VL; /* in the blocked output */
         const float *xn = j->x + n * image, *wo = j->w + o * ws, *bo = j->bias + o * CUVIL_VL;
         const float *rr = j->res ? j->res + at : NULL;
         float *yr = g->oc ? j->y + (n * g->oc + o * CUVIL_VL) * g->oh * g->ow + oh * g->ow + ow : j->y + at;
         const int64_t left = g->oc - o * CUVIL_VL; /* a plain output's channels from this block on */
         nchwc_run(xn, wo, ws, bo, rr, yr, ys, left, g, oh * g->sh, ow * g->sw, j->act, &st, o + 1 < g->ob ? 2 : 1,
-                  across ? g->n : g->ow);
+                  across ? g->n : min64(j->part, g->ow - ow));
     }
     return 0;
+}
+
+/* A 1x1, stride-1, unpadded convolution whose rows would run one by one: each plane read and written as one row
+ * (in the blocked layout its pixels are contiguous), so that 7x7 and 14x14 maps run in strips of the widest width
+ * instead of a 7-wide strip and a 12 + 4 pair per row. */
+static void nchwc_flatten_pointwise(nchwc_geom *g)
+{
+    if (g->kh != 1 || g->kw != 1 || g->sh != 1 || g->sw != 1 || g->ph || g->pw || g->oh != g->h || g->ow != g->w ||
+        nchwc_across_images(g))
+        return;
+    g->w = g->ow = g->h * g->w;
+    g->h = g->oh = 1;
+}
+
+/* Output pixels per item along a row: whole rows, unless there are too few items (pairs x images x rows) to
+ * share among threads; then parts of a row, each a whole number of the widest strips. */
+static int64_t nchwc_part(const nchwc_geom *g, int64_t pairs)
+{
+    const int64_t rows = pairs * g->n * g->oh, widest = nchwc_widths[0];
+    const int64_t parts = min64((32 + rows - 1) / rows, (g->ow + widest - 1) / widest);
+    if (parts <= 1) return g->ow;
+    return ((g->ow + parts - 1) / parts + widest - 1) / widest * widest;
 }
 
 int cuvil_conv_nchwc_block(void) { return CUVIL_VL; }
@@ -222,13 +271,16 @@ void cuvil_conv_nchwc(const float *x, const float *w, const float *bias, const f
     const nchwc_geom *given = (const nchwc_geom *)geom;
     if (given->n <= 0 || given->ob <= 0 || given->oh <= 0 || given->ow <= 0) return;
     nchwc_geom unpadded;
-    const nchwc_geom *g = &unpadded;
     x = nchwc_unpadded(x, given, &unpadded);
+    nchwc_flatten_pointwise(&unpadded);
+    const nchwc_geom *g = &unpadded;
     const int64_t pairs = (g->ob + 1) / 2, ws = g->cb * g->kh * g->kw * g->c * CUVIL_VL;
     const int across = nchwc_across_images(g);
-    const int64_t items = pairs * (across ? g->oh * g->ow : g->n * g->oh), pixels = across ? g->n : g->ow; /* per item */
+    const int64_t part = across ? g->ow : nchwc_part(g, pairs);
+    const int64_t items = pairs * (across ? g->oh * g->ow : g->n * g->oh * ((g->ow + part - 1) / part));
+    const int64_t pixels = across ? g->n : part; /* per item */
     const int nt = (int)min64(threads_for(items * 2 * pixels * ws), items);
-    /* Threads split (pair of output blocks, image or column, output row); an odd last block runs alone. */
-    nchwc_job_t job = {x, w, bias, res, y, g, act};
+    /* Threads split (pair of output blocks, image or column, output row, part); an odd last block runs alone. */
+    nchwc_job_t job = {x, w, bias, res, y, g, act, part};
     cuvil_parallel_team(items, nt, nchwc_items, &job);
 }
