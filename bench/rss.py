@@ -111,7 +111,8 @@ def measure(workload: str, route: str, cases, onnx_dir: str, diagnose: bool) -> 
         runs = {}
         for case in ("cold", "warm", "uncached"):
             if case in cases or (case == "cold" and "warm" in cases):  # a warm start needs the cold one's entry
-                runs[case] = run_child(workload, route, cache, onnx_dir, diagnose and case == "cold", case != "uncached")
+                cached = case != "uncached"
+                runs[case] = run_child(workload, route, cache, onnx_dir, diagnose and case == "cold", cached)
     finally:
         shutil.rmtree(cache, ignore_errors=True)
     return {"workload": workload, "route": route, **{c: r for c, r in runs.items() if c in cases}}
