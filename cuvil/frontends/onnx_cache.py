@@ -103,7 +103,7 @@ class LazyOnnxModel:
             return self.converted().optimize(target, precision, enable_fuse, calibrate_dataset, passes, calibration)
         key = Key("onnx").add("model", self.digest).add("fuse", enable_fuse).add("precision", precision) \
             .add("env", environment()).hexdigest()
-        hit = store.load(key, rebuild=lambda: self._compile(key, enable_fuse, precision).executable)
+        hit = store.load(key, rebuild=lambda: self._compile(key, enable_fuse, precision, mapped=False).executable)
         if hit is not None:
             return CompiledOnnxModel(*hit, for_sizes=lambda shapes: self._for_sizes(shapes, enable_fuse, precision))
         return self._compile(key, enable_fuse, precision)
@@ -115,7 +115,9 @@ class LazyOnnxModel:
             return None
         return sized(shapes).optimize(enable_fuse=enable_fuse, precision=precision)
 
-    def _compile(self, key: str, enable_fuse: bool, precision: str):
+    def _compile(self, key: str, enable_fuse: bool, precision: str, mapped: bool = True):
+        """Convert, compile and save; then, with `mapped`, serve the saved entry (see `_mapped`). A rebuild (the IR
+        asked of a mapped entry) keeps what it compiled: it is what the IR was asked for."""
         from ..quantize import compile_module
         from .onnx.model import OnnxModel
 
@@ -123,11 +125,24 @@ class LazyOnnxModel:
         exe = compile_module(model.module, target="cpu", enable_fusion=enable_fuse, precision=precision)
         exe.cache = "miss"
         route = {"inputs": [_spec_json(s) for s in model.inputs], "outputs": [_spec_json(s) for s in model.outputs]}
-        store.save(key, exe, route)
+        saved = store.save(key, exe, route)
+        hit = saved and mapped and store.load(key, rebuild=lambda: self._compile(key, enable_fuse, precision,
+                                                                                  mapped=False).executable)
+        if hit:  # served as a warm start serves it
+            return self._mapped(hit, enable_fuse, precision)
         compiled = OnnxModel(exe.module, model.inputs, model.outputs, lambda arrays: exe(*arrays),
                              model.for_sizes and (lambda shapes: self._for_sizes(shapes, enable_fuse, precision)))
         compiled.executable = exe
         return compiled
+
+    def _mapped(self, hit: tuple, enable_fuse: bool, precision: str):
+        """The entry just saved, loaded as a warm start loads it: its weights are pages of the file (shared with the
+        page cache, evictable) and the compile's private arrays (the converted initializers and the packed forms made
+        from them, 1.85x BERT-base's weights) are freed, with the converted model, until something asks for the IR
+        (converted and compiled again then, as after a warm start)."""
+        hit[0].cache = "miss"
+        self._converted = None
+        return CompiledOnnxModel(*hit, for_sizes=lambda shapes: self._for_sizes(shapes, enable_fuse, precision))
 
 
 def _spec_json(spec) -> list:
