@@ -152,6 +152,26 @@ def test_torch_warm_start_runs_no_export(cache, monkeypatch):
     torch.testing.assert_close(changed(x), model(x))
 
 
+@pytest.mark.parametrize("write", ["numpy", "data"])
+def test_a_weight_written_past_torch_version_counter_is_a_miss(cache, write):
+    """Writes through a NumPy view or `.data` leave `Tensor._version` as it was, so neither a version nor a storage
+    pointer witnesses the weights: the key reads every byte, and one changed element is another key."""
+    torch = pytest.importorskip("torch")
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU())
+    x = torch.randn(2, 4)
+    assert cuvil.compile(model, (x,)).executable.cache == "miss"
+    assert cuvil.compile(model, (x,)).executable.cache == "hit"
+    version = model[0].weight._version
+    if write == "numpy":
+        model[0].weight.detach().numpy()[1, 2] += 1.0
+    else:
+        model[0].weight.data[1, 2] += 1.0
+    assert model[0].weight._version == version
+    changed = cuvil.compile(model, (x,))
+    assert changed.executable.cache == "miss"
+    torch.testing.assert_close(changed(x), model(x))
+
+
 def test_modules_without_a_stable_key_are_compiled_uncached(cache):
     torch = pytest.importorskip("torch")
     from cuvil.frontends.torch.cache_key import module_key
