@@ -4,7 +4,8 @@ The key is the model file's digest (remembered by its stat, see keys.py), the op
 The first time a model is seen it is converted at once, as without the cache (so a bad model still fails in
 `load_onnx`), and a marker records that it converts; later `load_onnx` calls return a `LazyOnnxModel` that
 converts only when something needs its IR. A warm `.optimize()` then loads the saved artifact and imports
-neither `onnx` nor the frontend: no parsing, no conversion, no pass, no C compiler.
+neither `onnx` nor the frontend: no parsing, no conversion, no pass, no C compiler. A cold `.optimize()` saves the
+entry and then serves it the same way, its weights mapped from the file rather than held twice in private memory.
 
 A model with external data files (as `torch.onnx.export` writes them) is keyed by those files' digests too,
 each remembered by its stat like the model's; the marker lists the files. Models given as bytes with external
