@@ -126,10 +126,11 @@ class LazyOnnxModel:
         exe = compile_module(model.module, target="cpu", enable_fusion=enable_fuse, precision=precision)
         exe.cache = "miss"
         route = {"inputs": [_spec_json(s) for s in model.inputs], "outputs": [_spec_json(s) for s in model.outputs]}
-        saved = store.save(key, exe, route)
-        hit = saved and mapped and store.load(key, rebuild=lambda: self._compile(key, enable_fuse, precision,
-                                                                                  mapped=False).executable)
-        if hit:  # served as a warm start serves it
+        rebuild = lambda: self._compile(key, enable_fuse, precision, mapped=False).executable  # noqa: E731
+        if not mapped:
+            store.save(key, exe, route)
+        hit = store.load_saved(key, exe, route, rebuild) if mapped else None
+        if hit is not None:  # served as a warm start serves it
             return self._mapped(hit, enable_fuse, precision)
         compiled = OnnxModel(exe.module, model.inputs, model.outputs, lambda arrays: exe(*arrays),
                              model.for_sizes and (lambda shapes: self._for_sizes(shapes, enable_fuse, precision)))
