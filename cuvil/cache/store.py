@@ -16,6 +16,7 @@ lives under `CUVIL_CACHE_DIR` beside the C compiler's cache.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import gc
 import logging
@@ -112,6 +113,17 @@ def load_saved(key: str, exe, route: dict, rebuild):
     except (OSError, CuvilError, ValueError, KeyError, TypeError) as e:  # keep `exe`: it runs all the same
         log.warning("artifact %s was saved but does not load (%s): keeping the compiled one", entry, e)
         return None
+
+
+def return_freed_memory() -> None:
+    """Collect the cycles a dropped IR module forms, then hand the C heap's free pages back to the system (glibc's
+    malloc_trim): weights of 2-10 MB lie in the heap, not in mappings of their own, and freeing them alone leaves
+    the resident set as it was (BERT-base's ONNX cold compile kept 1.84x its weights)."""
+    gc.collect()
+    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
+    if trim is not None:
+        trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+        trim(0)
 
 
 def _identity(st) -> tuple:

@@ -131,6 +131,7 @@ class LazyOnnxModel:
             store.save(key, exe, route)
         hit = store.load_saved(key, exe, route, rebuild) if mapped else None
         if hit is not None:  # served as a warm start serves it
+            del exe, model
             return self._mapped(hit, enable_fuse, precision)
         compiled = OnnxModel(exe.module, model.inputs, model.outputs, lambda arrays: exe(*arrays),
                              model.for_sizes and (lambda shapes: self._for_sizes(shapes, enable_fuse, precision)))
@@ -144,6 +145,7 @@ class LazyOnnxModel:
         (converted and compiled again then, as after a warm start)."""
         hit[0].cache = "miss"
         self._converted = None
+        store.return_freed_memory()
         return CompiledOnnxModel(*hit, for_sizes=lambda shapes: self._for_sizes(shapes, enable_fuse, precision))
 
 
