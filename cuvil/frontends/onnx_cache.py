@@ -4,7 +4,8 @@ The key is the model file's digest (remembered by its stat, see keys.py), the op
 The first time a model is seen it is converted at once, as without the cache (so a bad model still fails in
 `load_onnx`), and a marker records that it converts; later `load_onnx` calls return a `LazyOnnxModel` that
 converts only when something needs its IR. A warm `.optimize()` then loads the saved artifact and imports
-neither `onnx` nor the frontend: no parsing, no conversion, no pass, no C compiler.
+neither `onnx` nor the frontend: no parsing, no conversion, no pass, no C compiler. A cold `.optimize()` saves the
+entry and then serves it the same way, its weights mapped from the file rather than held twice in private memory.
 
 A model with external data files (as `torch.onnx.export` writes them) is keyed by those files' digests too,
 each remembered by its stat like the model's; the marker lists the files. Models given as bytes with external
@@ -103,7 +104,7 @@ class LazyOnnxModel:
             return self.converted().optimize(target, precision, enable_fuse, calibrate_dataset, passes, calibration)
         key = Key("onnx").add("model", self.digest).add("fuse", enable_fuse).add("precision", precision) \
             .add("env", environment()).hexdigest()
-        hit = store.load(key, rebuild=lambda: self._compile(key, enable_fuse, precision).executable)
+        hit = store.load(key, rebuild=lambda: self._compile(key, enable_fuse, precision, mapped=False).executable)
         if hit is not None:
             return CompiledOnnxModel(*hit, for_sizes=lambda shapes: self._for_sizes(shapes, enable_fuse, precision))
         return self._compile(key, enable_fuse, precision)
@@ -115,7 +116,9 @@ class LazyOnnxModel:
             return None
         return sized(shapes).optimize(enable_fuse=enable_fuse, precision=precision)
 
-    def _compile(self, key: str, enable_fuse: bool, precision: str):
+    def _compile(self, key: str, enable_fuse: bool, precision: str, mapped: bool = True):
+        """Convert, compile and save; then, with `mapped`, serve the saved entry (see `_mapped`). A rebuild (the IR
+        asked of a mapped entry) keeps what it compiled: it is what the IR was asked for."""
         from ..quantize import compile_module
         from .onnx.model import OnnxModel
 
@@ -123,11 +126,27 @@ class LazyOnnxModel:
         exe = compile_module(model.module, target="cpu", enable_fusion=enable_fuse, precision=precision)
         exe.cache = "miss"
         route = {"inputs": [_spec_json(s) for s in model.inputs], "outputs": [_spec_json(s) for s in model.outputs]}
-        store.save(key, exe, route)
+        rebuild = lambda: self._compile(key, enable_fuse, precision, mapped=False).executable  # noqa: E731
+        if not mapped:
+            store.save(key, exe, route)
+        hit = store.load_saved(key, exe, route, rebuild) if mapped else None
+        if hit is not None:  # served as a warm start serves it
+            del exe, model
+            return self._mapped(hit, enable_fuse, precision)
         compiled = OnnxModel(exe.module, model.inputs, model.outputs, lambda arrays: exe(*arrays),
                              model.for_sizes and (lambda shapes: self._for_sizes(shapes, enable_fuse, precision)))
         compiled.executable = exe
         return compiled
+
+    def _mapped(self, hit: tuple, enable_fuse: bool, precision: str):
+        """The entry just saved, loaded as a warm start loads it: its weights are pages of the file (shared with the
+        page cache, evictable) and the compile's private arrays (the converted initializers and the packed forms made
+        from them, 1.85x BERT-base's weights) are freed, with the converted model, until something asks for the IR
+        (converted and compiled again then, as after a warm start)."""
+        hit[0].cache = "miss"
+        self._converted = None
+        store.return_freed_memory()
+        return CompiledOnnxModel(*hit, for_sizes=lambda shapes: self._for_sizes(shapes, enable_fuse, precision))
 
 
 def _spec_json(spec) -> list:

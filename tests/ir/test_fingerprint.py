@@ -58,3 +58,29 @@ def test_one_flipped_constant_bit_changes_it():
     flipped = w.copy()
     flipped.view(np.uint32)[2] ^= 1
     assert fingerprint(small(weight=w)) != fingerprint(small(weight=flipped))
+
+
+def test_constants_are_hashed_in_place_not_copied():
+    """A model's largest weight was copied twice to be hashed (bytes, then prefix + bytes): 2x its size at peak."""
+    import tracemalloc
+
+    weight = np.ones(1 << 22, np.float32)  # 16 MiB
+    module = small(weight=weight, dim=weight.size)
+    tracemalloc.start()
+    try:
+        fingerprint(module)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < weight.nbytes // 8
+
+
+def test_a_constant_counts_by_its_dtype_shape_and_bytes():
+    """The digest of a constant is SHA-256 over dtype, shape and raw bytes: fingerprints made before stay valid."""
+    import hashlib
+
+    from cuvil.ir.fingerprint import _array_digest
+
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    assert _array_digest(a) == hashlib.sha256(b"<f4(2, 3)" + a.tobytes()).hexdigest()
+    assert _array_digest(a.T) == hashlib.sha256(b"<f4(3, 2)" + a.T.copy().tobytes()).hexdigest()
