@@ -142,6 +142,27 @@ CUVIL_INLINE void micro_kernel(const int mr, int64_t kc, const float *restrict a
         for (int v = 0; v < NV; v++) acc[r][v] = c[r][v];
 }
 
+#if defined(__wasm_simd128__) && VL == 4
+/* wasm32, one row of A (M = 1, W2's GEMV) against a packed panel: K in steps of four, one set of NV accumulators
+ * per step, so that no chain of adds (of relaxed_madds at the relaxed level) paces the stream of B: 4 x NV + NV + 1
+ * v128 values, within the 15 xmm registers V8 allocates on x86-64. */
+CUVIL_INLINE void row_kernel(int64_t kc, const float *restrict a, const float *restrict b, vf acc[MR][NV])
+{
+    vf c[4][NV];
+    for (int u = 0; u < 4; u++)
+        for (int v = 0; v < NV; v++) c[u][v] = (vf){0};
+    int64_t k = 0;
+    for (; k + 4 <= kc; k += 4)
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++)
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) c[u][v] += a[k + u] * cuvil_load(b + (k + u) * NR + v * VL);
+    for (; k < kc; k++)
+        for (int v = 0; v < NV; v++) c[0][v] += a[k] * cuvil_load(b + k * NR + v * VL);
+    for (int v = 0; v < NV; v++) acc[0][v] = (c[0][v] + c[1][v]) + (c[2][v] + c[3][v]);
+}
+#endif
+
 enum { FROM_PACKED, FROM_B, FROM_B_PACKING };
 
 #define KERNEL_CASE(m)                                                                                 \
@@ -154,6 +175,12 @@ enum { FROM_PACKED, FROM_B, FROM_B_PACKING };
 static void run_kernel(int mode, int mr, int64_t kc, const float *a, int64_t lda, const float *b, int64_t ldb,
                        float *pack, vf acc[MR][NV])
 {
+#if defined(__wasm_simd128__) && VL == 4
+    if (mr == 1 && mode == FROM_PACKED) {
+        row_kernel(kc, a, b, acc);
+        return;
+    }
+#endif
     switch (mr) {
         KERNEL_CASE(1) KERNEL_CASE(2) KERNEL_CASE(3) KERNEL_CASE(4)
 #if MR >= 5
