@@ -100,27 +100,33 @@ def _node_round(folder: Path, module: Path, steps: int, rounds: int) -> dict:
     return json.loads(done.stdout)
 
 
+def measure(seconds: float, rounds: int) -> dict:
+    """{name: GFLOP/s of CPU time, best of `rounds`}: native first, then wasm32 SIMD128 and relaxed-SIMD."""
+    with tempfile.TemporaryDirectory(prefix="cuvil-bench-wasm-peak-") as tmp:
+        folder = Path(tmp)
+        lib = _native(folder)
+        lanes = lib.lanes()
+        steps = max(1, int(seconds * 3e9 / CHAINS))  # about `seconds` at one step per chain and cycle
+        best = float("inf")
+        for _ in range(rounds):
+            c0 = time.process_time()
+            lib.peak(steps, 0.999, 0.001)
+            best = min(best, time.process_time() - c0)
+        peaks = {f"native ({lanes} lanes)": 2 * CHAINS * lanes * steps / max(best, 1e-9) / 1e9}
+        for relaxed in (False, True):
+            r = _node_round(folder, _wasm(folder, relaxed), steps, rounds)
+            peaks[f"wasm {'relaxed-SIMD' if relaxed else 'SIMD128'} ({r['lanes']} lanes)"] = (
+                2 * CHAINS * r["lanes"] * steps / max(r["cpu_s"], 1e-9) / 1e9)
+    return peaks
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=1.0, help="about this long per round")
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)
     print(f"load: {os.getloadavg()[0]:.2f} (1-minute average); one thread", flush=True)
-    with tempfile.TemporaryDirectory(prefix="cuvil-bench-wasm-peak-") as tmp:
-        folder = Path(tmp)
-        lib = _native(folder)
-        lanes = lib.lanes()
-        steps = int(args.seconds * 3e9 / CHAINS)  # about a second at one step per chain and cycle
-        best = float("inf")
-        for _ in range(args.rounds):
-            c0 = time.process_time()
-            lib.peak(steps, 0.999, 0.001)
-            best = min(best, time.process_time() - c0)
-        peaks = {f"native ({lanes} lanes)": 2 * CHAINS * lanes * steps / best / 1e9}
-        for relaxed in (False, True):
-            r = _node_round(folder, _wasm(folder, relaxed), steps, args.rounds)
-            peaks[f"wasm {'relaxed-SIMD' if relaxed else 'SIMD128'} ({r['lanes']} lanes)"] = (
-                2 * CHAINS * r["lanes"] * steps / r["cpu_s"] / 1e9)
+    peaks = measure(args.seconds, args.rounds)
     native = next(iter(peaks.values()))
     for name, gflops in peaks.items():
         print(f"  {name:28s} {gflops:8.1f} GFLOP/s (CPU time)  native / this {native / gflops:5.2f}x", flush=True)
