@@ -136,7 +136,7 @@ def native_round(fn, x: np.ndarray, calls: int, cpu: list) -> list:
     return times
 
 
-def measure(key: str, rounds: int, calls: int, blocks: list) -> dict:
+def measure(key: str, rounds: int, calls: int, blocks: list, warm_s: float = 3.0) -> dict:
     name, build = WORKLOADS[key]
     with tempfile.TemporaryDirectory(prefix="cuvil-bench-wasm-") as tmp:
         folder = Path(tmp)
@@ -155,9 +155,10 @@ def measure(key: str, rounds: int, calls: int, blocks: list) -> dict:
                 raise AssertionError(f"{name}: outputs differ from PyTorch's: {bad}")
             times, cpu, cpu_per_call = {"native": [], **{p: [] for p in outs}}, [], {p: [] for p in outs}
             # warm-up: V8 runs a module's functions in its baseline compiler first and moves the hot ones to
-            # TurboFan in the background, which for the large unrolled kernels takes a few hundred calls' time
+            # TurboFan in background threads, which for the large unrolled kernels takes a few hundred calls' time
+            # (seconds on a loaded machine, whose CPU time would otherwise be charged to the first rounds' peers)
             native_round(native, data["x"], max(calls, WARM_UP_CALLS), [])
-            node.ask(f"round {max(calls, WARM_UP_CALLS)}")
+            node.ask(f"warm {warm_s}")
             for _ in range(rounds):
                 times["native"] += native_round(native, data["x"], calls, cpu)
                 answer = node.ask(f"round {calls}")
@@ -187,6 +188,7 @@ def main(argv=None) -> None:
     parser.add_argument("--gemm-blocks", nargs="*", default=[None], metavar="MRxNV",
                         help="the wasm32 GEMM's register blocks to compare, MRxNV[wW] with W the blocked "
                              "convolution's strip (default: the targets table's)")
+    parser.add_argument("--warm-s", type=float, default=3.0, help="seconds each Node.js peer runs before timing")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args(argv)
     if not (HERE / "node_modules" / "onnxruntime-web").exists():
@@ -194,7 +196,7 @@ def main(argv=None) -> None:
     print(f"load: {os.getloadavg()[0]:.2f} (1-minute average); one thread everywhere", flush=True)
     results = []
     for key in args.only:
-        r = measure(key, args.rounds, args.calls, args.gemm_blocks)
+        r = measure(key, args.rounds, args.calls, args.gemm_blocks, args.warm_s)
         results.append(r)
         m = r["median_s"]
         print(f"{r['workload']}: native {m['native'] * 1e3:.3f} ms ({r['native_threads']:.2f} CPU s per s), "

@@ -6,6 +6,8 @@
 //   round N   -> {peer: [seconds per call ...], ..., cpu: {peer: CPU seconds per call of this process}}: N calls of
 //                each, the order rotating by round
 //   levels    -> {peer: the .cuv section cuvil.js runs ("native": SIMD128, "native.1": relaxed-SIMD)}
+//   warm S    -> {peer: calls made}: each peer called for S seconds (at least 30 calls), so that V8's background
+//                tier-up to TurboFan is done before timing and its CPU time is charged to no round
 import { readFileSync, writeFileSync } from "node:fs";
 import { createInterface } from "node:readline";
 import { engineFeatures, load } from "../cuvil/runtime/js/cuvil.js";
@@ -44,6 +46,13 @@ for await (const line of createInterface({ input: process.stdin })) {
     }
   } else if (op === "levels") {
     answer = levels;
+  } else if (op === "warm") {
+    for (const [name, run] of Object.entries(peers)) {
+      const end = process.hrtime.bigint() + BigInt(Math.round(Number(n) * 1e9));
+      let calls = 0;
+      while (calls < 30 || process.hrtime.bigint() < end) await run(), calls++;
+      answer[name] = calls;
+    }
   } else if (op === "round") {
     const names = Object.keys(peers);
     const turn = round++ % names.length;

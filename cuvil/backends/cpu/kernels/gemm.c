@@ -453,6 +453,46 @@ static void gemv_t_cols(const gemm_t *g, int64_t j0, int64_t j1)
 
 /* ---- the drivers ---- */
 
+#if defined(__wasm_simd128__) && VL == 4
+/* wasm32, one row of A (M = 1, W2's GEMV; packed_row_panels) against a packed panel: K in steps of four, one set
+ * of NV accumulators per step, so that no chain of adds (of relaxed_madds at the relaxed level) paces the stream of
+ * B: 4 x NV + NV + 1 v128 values, within the 15 xmm registers V8 allocates on x86-64. */
+CUVIL_INLINE void row_kernel(int64_t kc, const float *restrict a, const float *restrict b, vf out[NV])
+{
+    vf c[4][NV];
+    for (int u = 0; u < 4; u++)
+        for (int v = 0; v < NV; v++) c[u][v] = (vf){0};
+    int64_t k = 0;
+    for (; k + 4 <= kc; k += 4)
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++)
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) c[u][v] += a[k + u] * cuvil_load(b + (k + u) * NR + v * VL);
+    for (; k < kc; k++)
+        for (int v = 0; v < NV; v++) c[0][v] += a[k] * cuvil_load(b + k * NR + v * VL);
+    for (int v = 0; v < NV; v++) out[v] = (c[0][v] + c[1][v]) + (c[2][v] + c[3][v]);
+}
+
+/* wasm32, M = 1 against packed B, panels [lo, hi): each panel's K blocks summed in registers by the row kernel and
+ * stored once (the blocked driver makes C a round trip and runs the epilogue per K block). */
+static int packed_row_panels(void *job, int64_t lo, int64_t hi)
+{
+    const gemm_t *g = job;
+    int64_t nk = ceil_div(g->K, KC);
+    for (int64_t p = lo; p < hi; p++) {
+        vf acc[MR][NV], part[NV];
+        for (int v = 0; v < NV; v++) acc[0][v] = (vf){0};
+        for (int64_t kb = 0; kb < nk; kb++) {
+            int64_t k0 = split_at(g->K, nk, kb), kc = split_at(g->K, nk, kb + 1) - k0;
+            row_kernel(kc, g->A + k0, g->packed + k0 * padded_n(g->N) + p * kc * NR, part);
+            for (int v = 0; v < NV; v++) acc[0][v] += part[v];
+        }
+        store_tile(g, acc, 1, (int)min64(NR, g->N - p * NR), 0, p * NR, 1, 1);
+    }
+    return 0;
+}
+#endif
+
 /* Work items for nt threads: row groups x column chunks, handed out dynamically so that a thread the OS
  * preempts (shared machines) delays the call by one item, not by its whole share. About four items per thread;
  * a row group packs (or, pre-packed, streams from memory) its own copy of B, so groups stay above MIN_GROUP_ROWS
@@ -507,6 +547,12 @@ static void gemm_run(const gemm_t *g, int max_threads)
         cuvil_parallel_team(ceil_div(N, 16), nt, gemv_lines, (void *)g);
         return;
     }
+#if defined(__wasm_simd128__) && VL == 4
+    if (M == 1 && g->packed) {
+        cuvil_parallel_team(ceil_div(N, NR), nt, packed_row_panels, (void *)g);
+        return;
+    }
+#endif
     items_t it = {g, 0, 0, ceil_div(N, NR)};
     plan_items(g, nt, &it.groups, &it.chunks);
     cuvil_parallel_team(it.groups * it.chunks, nt, gemm_items, &it);

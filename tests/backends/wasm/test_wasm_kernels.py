@@ -1,0 +1,55 @@
+"""The kernel library's wasm-only paths (gemm.c's `__wasm_simd128__` blocks) at sizes that leave tails: each level
+(SIMD128, relaxed-SIMD) under wasmtime and Node.js equals PyTorch's float64 result within fp32 tolerances."""
+import numpy as np
+import pytest
+
+import cuvil
+from cuvil.backends.cpu import codegen, targets
+
+from . import node
+from .conftest import require
+from .test_wasm import _close
+
+
+@pytest.fixture(scope="module")
+def gemv(tmp_path_factory):
+    """A batch-1 MLP whose weights are packed constants (W2's path: gemm.c's row kernel). K = 523 and 1030 leave
+    K blocks whose length is no multiple of four, N = 1030 a partial panel (the second layer, unpacked, reads W
+    in place); (path, input, want)."""
+    require("ziglang")
+    import torch
+
+    torch.manual_seed(19)
+    net = torch.nn.Sequential(torch.nn.Linear(523, 1030), torch.nn.ReLU(), torch.nn.Linear(1030, 37)).eval()
+    x = torch.randn(1, 523)
+    compiled = cuvil.compile(net, (x,), target="wasm32")
+    with targets.use("wasm32"):
+        source = codegen.generate(compiled.executable.module).source
+    assert "cuvil_sgemm_packed(1, 1030, 523," in source
+    path = tmp_path_factory.mktemp("wasm-kernels") / "gemv.cuv"
+    cuvil.export(compiled, path, "wasm32")
+    with torch.no_grad():
+        want = net.double()(x.double()).float().numpy()
+    return path, x.numpy(), [want]
+
+
+@pytest.mark.parametrize("masked,native", [("", "native.1"), ("relaxed_simd", "native")])
+def test_the_packed_gemv_under_wasmtime(gemv, monkeypatch, masked, native):
+    require("wasmtime")
+    from cuvil.runtime import wasm
+
+    path, x, want = gemv
+    monkeypatch.setenv("CUVIL_DISABLE_CPU_FEATURES", masked)
+    art = wasm.load(path)
+    assert art.native == native
+    _close([np.asarray(art(x))], want)
+
+
+@pytest.mark.parametrize("relaxed,native", [(False, "native"), (True, "native.1")])
+def test_the_packed_gemv_under_node(gemv, tmp_path, relaxed, native):
+    require("node")
+    path, x, want = gemv
+    result = node.run(path, [x], tmp_path, relaxed=relaxed)
+    assert "error" not in result, result
+    assert result["native"] == native
+    _close(result["outputs"], want)
