@@ -342,3 +342,27 @@ def test_both_format_versions_load_and_a_flip_in_any_piece_is_refused(natives, t
         (tmp_path / "bad.cuv").write_bytes(bytes(flipped))
         with pytest.raises(cuvil.ArtifactError, match="section 'future' does not match its SHA-256"):
             Container.open(tmp_path / "bad.cuv").check("future", threads=3)
+
+
+# Sections whose full pieces the C runtime hashes side by side, sixteen in AVX-512 lanes: 9 full pieces and a
+# short last one, 9 full pieces and none short, an empty one (no piece), so a batch holds pieces of two sections.
+SIDE_BY_SIDE = [("many", BIG[:1 << 20] * 9 + BIG[:4096]), ("exact", BIG[1:(1 << 20) + 1] * 9), ("empty", b"")]
+
+
+@pytest.mark.parametrize("disabled", ["", "avx512f", "avx512f,sha_ni,sha2"], ids=["cpu", "pairs", "portable"])
+def test_full_pieces_of_several_sections_hashed_together_are_each_checked(natives, tmp_path, disabled, monkeypatch):
+    """The full pieces of every section are hashed first, side by side, then the short last ones: each section's
+    digest is still over its own pieces in order. A flip in the first or last full piece of either section, or in
+    the short one, is refused, on every hashing path."""
+    monkeypatch.setenv("CUVIL_DISABLE_CPU_FEATURES", disabled)
+    data = _own_file(natives, version=2, extra=SIDE_BY_SIDE)
+    x = np.ones((2, 4), np.float32)
+    assert _run_own(tmp_path, data, x).returncode == 0
+    found = {p.name: p for p in cuv_writer.parts(data)}
+    many, exact = found["many"], found["exact"]
+    for name, at in (("many", many.offset), ("many", many.offset + (9 << 20) - 1), ("many", many.offset + (9 << 20)),
+                     ("exact", exact.offset + 7), ("exact", exact.offset + exact.size - 1)):
+        flipped = bytearray(data)
+        flipped[at] ^= 0x01
+        out = _run_own(tmp_path, bytes(flipped), x)
+        assert out.returncode != 0 and f"section '{name}' does not match its SHA-256" in out.stderr, out.stderr
