@@ -89,14 +89,16 @@ void *cuvil_take(cuvil_model *m, size_t n)
 }
 
 /* 64-byte aligned; from 2 MiB on (prepared weights, arenas) on transparent huge pages where the kernel offers them:
- * first touching 4 KiB pages costs 3x the time of the memory's writes (a fault each). */
+ * first touching 4 KiB pages costs 3x the time of the memory's writes (a fault each). Such a block is rounded up
+ * to whole huge pages, so its last part is not left on 4 KiB pages (what is never touched costs nothing). */
 static void *aligned(size_t n)
 {
     const size_t huge = (size_t)2 << 20;
     void *p = NULL;
+    if (n >= huge && n <= SIZE_MAX - huge) n = (n + huge - 1) / huge * huge;
     if (posix_memalign(&p, n >= huge ? huge : 64, n > 64 ? n : 64) != 0) return NULL;
 #ifdef MADV_HUGEPAGE
-    if (n >= huge) madvise(p, n / huge * huge, MADV_HUGEPAGE);
+    if (n >= huge) madvise(p, n, MADV_HUGEPAGE);
 #endif
     return p;
 }
