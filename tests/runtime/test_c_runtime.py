@@ -167,16 +167,18 @@ def natives(tmp_path_factory):
 
 
 def _own_file(natives, *, levels=((0, 0),), triple="x86_64-linux-gnu", version=1, features=0, extra=(),
-              meta=b'{"format": 1, "entries": {"main": {}}}', more_checks=(), consts=((0, 16),)):
+              meta=b'{"format": 1, "entries": {"main": {}}}', more_checks=(), consts=((0, 16),),
+              prepared=((0, 0, 16),)):
     """A .cuv from the tests' writer: entry `main` (x f32[n, 4] -> y f32[n, 4]), one constant, prepared buffer 0
-    saved and 1 made at load; `levels` = (LEVEL, feature bits) of each native section."""
+    saved (`prepared`: (index, offset, bytes) of the saved ones) and 1 made at load; `levels` = (LEVEL, feature
+    bits) of each native section."""
     n = sym("n")
     t = TensorType("f32", (n, 4))
     c = np.array([1, 2, 3, 4], np.float32)
     checks = check_program([t], [t], ["n"], [(0, 0)], []) + list(more_checks)
     entries = cuv_writer.entries_text([{"name": "main", "prefix": "t_", "inputs": [("x", "f32", 2)],
                                         "outputs": [("y", "f32", 2)], "symbols": ["n"], "consts": list(consts),
-                                        "prepared": [(0, 0, 16)], "checks": checks}])
+                                        "prepared": list(prepared), "checks": checks}])
     sections = [("meta", meta), ("entries", entries)]
     sections += [("native" if k == 0 else f"native.{k}", natives[level], 0, bits)
                  for k, (level, bits) in enumerate(levels)]
@@ -194,6 +196,20 @@ def _run_own(tmp_path, data, x):
 def test_own_writer_file_with_saved_and_made_prepared_buffers(natives, tmp_path):
     x = np.arange(12, dtype=np.float32).reshape(3, 4)
     out = _run_own(tmp_path, _own_file(natives, extra=[("future", b"ignored section")]), x)
+    assert out.returncode == 0, out.stderr
+    c = np.array([1, 2, 3, 4], np.float32)
+    np.testing.assert_array_equal(np.load(tmp_path / "out" / "output_0.npy"), x * c + 2 * c + 3 * c)
+
+
+@pytest.mark.parametrize("sanitize", [False, pytest.param(True, marks=needs_asan)], ids=["release", "asan"])
+def test_prepared_buffers_made_at_load_share_one_block_without_overlapping(natives, tmp_path, sanitize):
+    """With none saved, both prepared buffers are made at load, in one block: each its own 16 bytes (the second
+    one's 3c is not the first one's 2c), none past the block's end (AddressSanitizer)."""
+    built = c_build.runtime(sanitize=sanitize)
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    (tmp_path / "m.cuv").write_bytes(_own_file(natives, prepared=()))
+    np.save(tmp_path / "x.npy", x)
+    out = c_build.run(built, built.cli, tmp_path / "m.cuv", tmp_path / "x.npy", "-o", tmp_path / "out")
     assert out.returncode == 0, out.stderr
     c = np.array([1, 2, 3, 4], np.float32)
     np.testing.assert_array_equal(np.load(tmp_path / "out" / "output_0.npy"), x * c + 2 * c + 3 * c)
@@ -342,3 +358,27 @@ def test_both_format_versions_load_and_a_flip_in_any_piece_is_refused(natives, t
         (tmp_path / "bad.cuv").write_bytes(bytes(flipped))
         with pytest.raises(cuvil.ArtifactError, match="section 'future' does not match its SHA-256"):
             Container.open(tmp_path / "bad.cuv").check("future", threads=3)
+
+
+# Sections whose full pieces the C runtime hashes side by side, sixteen in AVX-512 lanes: 9 full pieces and a
+# short last one, 9 full pieces and none short, an empty one (no piece), so a batch holds pieces of two sections.
+SIDE_BY_SIDE = [("many", BIG[:1 << 20] * 9 + BIG[:4096]), ("exact", BIG[1:(1 << 20) + 1] * 9), ("empty", b"")]
+
+
+@pytest.mark.parametrize("disabled", ["", "avx512f", "avx512f,sha_ni,sha2"], ids=["cpu", "pairs", "portable"])
+def test_full_pieces_of_several_sections_hashed_together_are_each_checked(natives, tmp_path, disabled, monkeypatch):
+    """The full pieces of every section are hashed first, side by side, then the short last ones: each section's
+    digest is still over its own pieces in order. A flip in the first or last full piece of either section, or in
+    the short one, is refused, on every hashing path."""
+    monkeypatch.setenv("CUVIL_DISABLE_CPU_FEATURES", disabled)
+    data = _own_file(natives, version=2, extra=SIDE_BY_SIDE)
+    x = np.ones((2, 4), np.float32)
+    assert _run_own(tmp_path, data, x).returncode == 0
+    found = {p.name: p for p in cuv_writer.parts(data)}
+    many, exact = found["many"], found["exact"]
+    for name, at in (("many", many.offset), ("many", many.offset + (9 << 20) - 1), ("many", many.offset + (9 << 20)),
+                     ("exact", exact.offset + 7), ("exact", exact.offset + exact.size - 1)):
+        flipped = bytearray(data)
+        flipped[at] ^= 0x01
+        out = _run_own(tmp_path, bytes(flipped), x)
+        assert out.returncode != 0 and f"section '{name}' does not match its SHA-256" in out.stderr, out.stderr

@@ -125,9 +125,9 @@ static cuvil_status check_table(cuvil_model *m, uint64_t table_at, uint32_t coun
 
 /* Check 3 for every section, known or not: weights are checked before the first call reads them, so at open.
  * Format 2 hashes a section in pieces of CUVIL_PIECE bytes and its digest is the SHA-256 of the pieces' digests,
- * so the pieces of all sections are shared out to threads (one per CPU, this one among them), sixteen at a time
- * in AVX-512 lanes while enough remain for every thread to have work, then two at a time (their SHA-NI rounds
- * interleave); format 1 hashes each section whole, a section a job. Where a thread cannot start, the others (and
+ * so the pieces of all sections are shared out to threads (one per CPU, this one among them; full pieces first,
+ * lay_out_jobs), sixteen at a time in AVX-512 lanes while enough remain for every thread to have work, then two
+ * at a time (their SHA-NI rounds interleave); format 1 hashes each section whole, a section a job. Where a thread cannot start, the others (and
  * at least this one) do its share. */
 typedef struct {
     const cuvil_model *m;
@@ -162,11 +162,6 @@ static void *digest_worker(void *arg)
     }
 }
 
-static unsigned long pieces(const cuvil_model *m, uint64_t size)
-{
-    return m->version < 2 ? 1 : (unsigned long)((size + CUVIL_PIECE - 1) / CUVIL_PIECE);
-}
-
 static int cpu_count(void)
 {
     int n = (int)sysconf(_SC_NPROCESSORS_ONLN);
@@ -188,33 +183,74 @@ static void run_digests(digest_work *w)
     for (int k = 0; k < started; k++) pthread_join(threads[k], NULL);
 }
 
+/* Where a section's jobs are: its full pieces from `full` on (`n_full` of them), then its short last piece (or, in
+ * format 1, the whole section) at job `tail`, if it has one (`tail` = -1 if not). */
+typedef struct {
+    unsigned long full, n_full;
+    long tail;
+} section_jobs;
+
+/* The jobs of every section, the full pieces of all sections first, then the short ones: so every batch of sixteen
+ * taken from the front has one length and fills the AVX-512 lanes (pieces in section order would break runs of
+ * equal length at each section's short last piece and at the small sections before the weights). */
+static unsigned long lay_out_jobs(const cuvil_model *m, section_jobs *jobs)
+{
+    unsigned long n = 0;
+    for (int k = 0; k < m->n_sections; k++) {
+        uint64_t size = m->sections[k].size;
+        jobs[k].n_full = m->version < 2 ? 0 : (unsigned long)(size / CUVIL_PIECE);
+        jobs[k].full = n, n += jobs[k].n_full;
+    }
+    for (int k = 0; k < m->n_sections; k++) {
+        int has_tail = m->version < 2 || m->sections[k].size % CUVIL_PIECE != 0;
+        jobs[k].tail = has_tail ? (long)n++ : -1;
+    }
+    return n;
+}
+
+static void set_job(digest_work *w, unsigned long j, const uint8_t *start, uint64_t size)
+{
+    w->start[j] = start, w->size[j] = size;
+}
+
+/* A section's digest from its jobs' (docs/artifact.md): format 1 its one job's, format 2 the SHA-256 of its
+ * pieces' in order, gathered into `scratch`. */
+static void section_digest(const cuvil_model *m, const digest_work *w, const section_jobs *j, uint8_t *scratch,
+                           uint8_t top[32])
+{
+    if (m->version < 2) { memcpy(top, w->digests + 32 * j->tail, 32); return; }
+    size_t n = 32 * j->n_full;
+    memcpy(scratch, w->digests + 32 * j->full, n);
+    if (j->tail >= 0) memcpy(scratch + n, w->digests + 32 * j->tail, 32), n += 32;
+    cuvil_sha256(scratch, n, top);
+}
+
 static cuvil_status check_digests(cuvil_model *m)
 {
-    unsigned long n = 0, first[CUVIL_MAX_SECTIONS + 1];
-    for (int k = 0; k < m->n_sections; k++) first[k] = n, n += pieces(m, m->sections[k].size);
-    first[m->n_sections] = n;
+    section_jobs jobs[CUVIL_MAX_SECTIONS];
+    unsigned long n = lay_out_jobs(m, jobs);
     digest_work w = {m, malloc(32 * n + 1), malloc(n * sizeof(uint8_t *) + 1), malloc(n * sizeof(uint64_t) + 1), n, 0,
                      1};
+    uint8_t *scratch = malloc(32 * n + 1);
     cuvil_status rc = CUVIL_OK;
-    if (!w.digests || !w.start || !w.size) rc = cuvil_fail(CUVIL_ERR_MEMORY, "out of memory");
+    if (!w.digests || !w.start || !w.size || !scratch) rc = cuvil_fail(CUVIL_ERR_MEMORY, "out of memory");
     for (int k = 0; k < m->n_sections && !rc; k++) {
         const cuvil_section *s = &m->sections[k];
-        for (unsigned long j = first[k]; j < first[k + 1]; j++) {
-            uint64_t at = m->version < 2 ? 0 : (uint64_t)(j - first[k]) * CUVIL_PIECE;
-            w.start[j] = m->data + s->offset + at;
-            w.size[j] = m->version < 2 || s->size - at < CUVIL_PIECE ? s->size - at : CUVIL_PIECE;
-        }
+        const uint8_t *at = m->data + s->offset;
+        for (unsigned long p = 0; p < jobs[k].n_full; p++)
+            set_job(&w, jobs[k].full + p, at + (uint64_t)p * CUVIL_PIECE, CUVIL_PIECE);
+        uint64_t done = (uint64_t)jobs[k].n_full * CUVIL_PIECE;
+        if (jobs[k].tail >= 0) set_job(&w, (unsigned long)jobs[k].tail, at + done, s->size - done);
     }
     if (!rc) run_digests(&w);
     for (int k = 0; k < m->n_sections && !rc; k++) {
         uint8_t top[32];
-        if (m->version < 2) memcpy(top, w.digests + 32 * first[k], 32);
-        else cuvil_sha256(w.digests + 32 * first[k], 32 * (first[k + 1] - first[k]), top);
+        section_digest(m, &w, &jobs[k], scratch, top);
         if (memcmp(top, m->sections[k].sha256, 32) != 0)
             rc = cuvil_fail(CUVIL_ERR_CHECKSUM, "%s: section '%s' does not match its SHA-256 (corrupt)", m->where,
                             m->sections[k].name);
     }
-    free(w.digests), free(w.start), free(w.size);
+    free(w.digests), free(w.start), free(w.size), free(scratch);
     return rc;
 }
 

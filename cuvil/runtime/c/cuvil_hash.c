@@ -118,24 +118,42 @@ static int has_fast(void)
     return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & (1u << 29));
 }
 
-/* AVX-512: sixteen messages at once, one a 32-bit lane (the pieces of a large section), about 1.35x the SHA-NI
+/* AVX-512: sixteen messages at once, one a 32-bit lane (the pieces of a large section), about 1.4x the SHA-NI
  * pair's bytes a second on one core here; h[i] lane l is word i of message l's state. */
 #define AVX512 __attribute__((target("avx512f")))
 #define VROR(x, n) _mm512_ror_epi32(x, n)
 #define XOR3(a, b, c) _mm512_ternarylogic_epi32(a, b, c, 0x96)
+/* Word t of the 16 messages' 64-byte blocks at p[l] + at, lane l of w[t]: the 16 x 16 words transposed in registers
+ * (4 steps of 16 shuffles: cheaper than 32 gathers), then each word byte-swapped (SHA-256 is big-endian). */
+static AVX512 void words_x16(const uint8_t *const *p, size_t at, __m512i w[16])
+{
+    const __m512i bytes = _mm512_set1_epi32(0x00ff00ff);
+    __m512i r[16], t[16];
+    for (int l = 0; l < 16; l++) r[l] = _mm512_loadu_si512(p[l] + at);
+    for (int k = 0; k < 16; k += 2) /* per 128-bit lane j: words 4j..4j+3 of two messages, interleaved */
+        t[k] = _mm512_unpacklo_epi32(r[k], r[k + 1]), t[k + 1] = _mm512_unpackhi_epi32(r[k], r[k + 1]);
+    for (int k = 0; k < 16; k += 4) { /* r[k + i]: word 4j + i of messages k..k+3 */
+        r[k] = _mm512_unpacklo_epi64(t[k], t[k + 2]), r[k + 1] = _mm512_unpackhi_epi64(t[k], t[k + 2]);
+        r[k + 2] = _mm512_unpacklo_epi64(t[k + 1], t[k + 3]), r[k + 3] = _mm512_unpackhi_epi64(t[k + 1], t[k + 3]);
+    }
+    for (int h = 0; h < 16; h += 8) /* t[h + i] (words 0, 8 of 4 messages twice), t[h + 4 + i] (words 4, 12) */
+        for (int i = 0; i < 4; i++)
+            t[h + i] = _mm512_shuffle_i32x4(r[h + i], r[h + 4 + i], 0x88),
+            t[h + 4 + i] = _mm512_shuffle_i32x4(r[h + i], r[h + 4 + i], 0xdd);
+    for (int i = 0; i < 8; i++) {
+        __m512i lo = _mm512_shuffle_i32x4(t[i], t[8 + i], 0x88), hi = _mm512_shuffle_i32x4(t[i], t[8 + i], 0xdd);
+        w[i] = _mm512_ternarylogic_epi32(_mm512_rol_epi32(lo, 8), _mm512_ror_epi32(lo, 8), bytes, 0xE4);
+        w[8 + i] = _mm512_ternarylogic_epi32(_mm512_rol_epi32(hi, 8), _mm512_ror_epi32(hi, 8), bytes, 0xE4);
+    }
+}
+
 static AVX512 void blocks_x16(uint32_t h[8][16], const uint8_t *const *p, size_t nblocks)
 {
-    const __m512i lo = _mm512_loadu_si512(p), hi = _mm512_loadu_si512(p + 8), bytes = _mm512_set1_epi32(0x00ff00ff);
     __m512i s[8], w[16];
     for (int i = 0; i < 8; i++) s[i] = _mm512_loadu_si512(h[i]);
     for (size_t b = 0; b < nblocks; b++) {
         __m512i a = s[0], bb = s[1], c = s[2], d = s[3], e = s[4], f = s[5], g = s[6], hh = s[7];
-        for (int t = 0; t < 16; t++) { /* word t of each message, big-endian */
-            const char *at = (const char *)(64 * b + 4 * t);
-            __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_i64gather_epi32(lo, at, 1)),
-                                           _mm512_i64gather_epi32(hi, at, 1), 1);
-            w[t] = _mm512_ternarylogic_epi32(_mm512_rol_epi32(x, 8), VROR(x, 8), bytes, 0xE4);
-        }
+        words_x16(p, 64 * b, w);
         for (int t = 0; t < 64; t++) {
             __m512i wt = w[t & 15];
             if (t >= 16) {
