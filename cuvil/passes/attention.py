@@ -94,7 +94,7 @@ def _swaps_last_two(tr: Op) -> bool:
 
 def _regrouped_swap(kt, users: dict):
     """[reshape, transpose, reshape] when `kt` is K^T made with the batch axes regrouped around the swap of the last
-    two (the ONNX exporter's [B,H,S,D] -> [B*H,S,D] -> [B*H,D,S] -> [B,H,D,S]), each used only by the next; else None."""
+    two (the ONNX exporter's [B,H,S,D] -> [B*H,S,D] -> [B*H,D,S] -> [B,H,D,S]), each used only by the next, or None."""
     outer = kt.owner
     tr = outer.operands[0].owner if isinstance(outer, Op) and outer.name == "reshape" else None
     inner = tr.operands[0].owner if isinstance(tr, Op) and tr.name == "transpose" else None
@@ -240,7 +240,8 @@ def fill_scalar_constants(region: Region, module) -> None:
         value = splat_value(op.operands[0], module) if isinstance(c, Op) and c.name == "constant" and \
             c.results[0].type.rank == 0 and c.results[0].type.dtype.value == "f32" else None
         if value is not None and all(_reads_a_pattern_scalar(u) for u in users.get(id(op.results[0]), [])):
-            f = Op("full", [], {"value": float(value), "shape": (), "dtype": c.results[0].type.dtype}, [c.results[0].type], loc=c.loc)
+            t = c.results[0].type
+            f = Op("full", [], {"value": float(value), "shape": (), "dtype": t.dtype}, [t], loc=c.loc)
             f.parent = region
             out.append(f)
             op.operands[0] = f.results[0]

@@ -97,8 +97,8 @@ def emit_attention(gen, op: Op) -> None:
     p = attention_parts(op)
     q, k, v, kind = p.q, p.k, p.v, p.mask_kind
     d, dv = q.type.shape[-1], v.type.shape[-1]
-    name = f"cuvil_attention_d{d}_dv{dv}" + (f"_{kind}" if kind else "") + ("", "_guarded", "_nan_guarded")[p.guarded] + \
-        ("_kt" if p.k_transposed else "")
+    guard = ("", "_guarded", "_nan_guarded")[p.guarded]
+    name = f"cuvil_attention_d{d}_dv{dv}" + (f"_{kind}" if kind else "") + guard + ("_kt" if p.k_transposed else "")
     k_at = f"(b * {d} + e % {d}) * keys + key" if p.k_transposed else f"(b * keys + key) * {d} + e % {d}"
     mask_param, mask_code = MASKS[kind]
     gen.helpers[name] = _KERNEL.format(name=name, threads=WARPS * 32, warps=WARPS, d=d, dv=dv, mask_param=mask_param,

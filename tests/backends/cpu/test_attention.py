@@ -7,7 +7,7 @@ import cuvil
 from cuvil.compiler import compile_module
 from cuvil.interpreter import interpret
 from cuvil.ir import Builder, Module, TensorType, sym
-from tests.passes.test_attention import attention_inputs, attention_module
+from tests.passes.test_attention import SCORES, SHAPE, _exported_attention, attention_inputs, attention_module
 
 from .test_ops_compiled import assert_matches
 
@@ -89,3 +89,18 @@ def test_attention_with_symbolic_sequence_lengths():
     for rows, keys in ((1, 1), (5, 300), (70, 3)):
         inputs = [rng.standard_normal(s).astype(np.float32) for s in ((2, rows, 8), (2, keys, 8), (2, keys, 8))]
         assert_matches(exe(*inputs), interpret(m, inputs))
+
+
+@pytest.mark.parametrize("row", [0, 5])
+def test_attention_as_the_onnx_exporter_writes_it_with_its_isnan_guard(row):
+    """A row of -inf scores and, row 5, a NaN score: the isnan guard makes both rows 0."""
+    m = _exported_attention(scale_in_constant=True)
+    rng = np.random.default_rng(5)
+    inputs = [rng.standard_normal(s).astype(np.float32) for s in (SHAPE, SHAPE, SHAPE, SCORES)]
+    inputs[3][1, 3, row, :] = -np.inf
+    inputs[3][0, 2, row, 4] = np.nan if row else 0.0
+    exe = compile_module(m)
+    _fused_once(exe)
+    got, want = exe(*inputs), interpret(m, inputs)
+    assert_matches(got, want)
+    assert not np.isnan(want[0]).any()
