@@ -41,11 +41,12 @@ static void softmax_row(float *s, int64_t n, int64_t padded, int guarded)
     vf m = cuvil_splat(-INFINITY);
     for (int64_t j = 0; j < padded; j += VL) m = cuvil_max(m, cuvil_load(s + j));
     float top = hmax(m);
-    for (int64_t j = 0; j < n; j++) top = s[j] != s[j] ? s[j] : top; /* NaN wins, as in the reference */
-    if (top == -INFINITY) {
-        fill_row(s, n, guarded ? 0.0f : NAN);
+    if (top == -INFINITY) { /* no key left, or only NaN beside -inf: a NaN row, which the -inf guard keeps */
+        int nan = 0;
+        for (int64_t j = 0; j < n; j++) nan |= s[j] != s[j];
+        fill_row(s, n, guarded == 2 || (guarded && !nan) ? 0.0f : NAN);
         return;
-    }
+    } /* elsewhere a NaN makes the sum NaN, so the row */
     vf sum = cuvil_splat(0.0f), shift = cuvil_splat(top);
     for (int64_t j = 0; j < padded; j += VL) {
         vf x = cuvil_load(s + j) - shift; /* below -104 (a masked key) exp is 0, not its clamp's 7e-46 */
@@ -110,9 +111,10 @@ void cuvil_attention(const cuvil_attention_t *a)
     }
     attention_job_t job = {a, 0, 0, ceil_div(a->keys, VL) * VL};
     int nt = threads_for(a->batch * a->rows * a->keys * (a->d + a->dv));
-    job.block = min64(a->rows, max64(ATTENTION_MIN_ROWS, ATTENTION_SCORES_FLOATS / job.ld));
+    /* whole GEMM row tiles a block (a multiple of ATTENTION_MIN_ROWS), and enough blocks to share out */
+    job.block = min64(a->rows, max64(1, ATTENTION_SCORES_FLOATS / job.ld / ATTENTION_MIN_ROWS) * ATTENTION_MIN_ROWS);
     while (job.block > ATTENTION_MIN_ROWS && a->batch * ceil_div(a->rows, job.block) < 4 * nt)
-        job.block = max64(ATTENTION_MIN_ROWS, ceil_div(job.block, 2)); /* enough blocks to share out */
+        job.block = ceil_div(ceil_div(job.block, 2), ATTENTION_MIN_ROWS) * ATTENTION_MIN_ROWS;
     job.blocks_per_item = ceil_div(a->rows, job.block);
     cuvil_parallel_team(a->batch * job.blocks_per_item, nt, attention_blocks, &job);
 }
