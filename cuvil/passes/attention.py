@@ -1,12 +1,14 @@
 """FuseAttention: softmax(Q @ K^T * scale) @ V as one `fused` op of kind "library" (name "attention"), for a backend
-with a fused attention kernel (the CUDA backend's flash-style one: scores never reach memory).
+with a fused attention kernel (the CUDA backend's flash-style one: scores never reach memory; the C backend's
+cuvil_attention: a block of query rows' scores stays in L2).
 
-Matched (f32): matmul(Q, transpose(K) of the last two axes, or K^T made by another transpose), optionally divided
-or multiplied by a broadcast scalar constant, optionally masked (`add` of an f32 tensor of the scores' shape: an
-additive mask; or `where(bool mask, scores, -inf)`: torch SDPA's padding and causal masks), softmax over the last
-axis, optionally guarded (`where(reduce_max(scores) == -inf, 0, softmax)`: a row with no key left gives 0), matmul
-with V; Q, K, V of one rank and equal batch axes, head sizes static and at most MAX_HEAD; every intermediate used
-only inside the pattern.
+Matched (f32): matmul(Q, transpose(K) of the last two axes (also with the batch axes regrouped by reshapes around
+it, as the ONNX exporter writes it), or K^T made by any other op, read as it is stored), optionally divided or
+multiplied by a broadcast scalar (a `full`, or a rank-0 constant), optionally masked (`add` of an f32 tensor of the
+scores' shape: an additive mask; or `where(bool mask, scores, -inf)`: torch SDPA's padding and causal masks),
+softmax over the last axis, optionally guarded (`where(reduce_max(scores) == -inf, 0, softmax)`: a row with no key
+left gives 0; or the ONNX exporter's `where(isnan(p), 0, p)`: a NaN row gives 0), matmul with V; Q, K, V of one rank
+and equal batch axes, head sizes static and at most MAX_HEAD; every intermediate used only inside the pattern.
 Anything else is left as it is.
 """
 from __future__ import annotations
