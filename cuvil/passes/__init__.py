@@ -36,7 +36,7 @@ def default_pipeline(target: str = "cpu", level: int = 2, passes: Iterable[Pass]
             pb.add(BlockLayout(conv_block()))
         pb.add_fixpoint("cleanup-lowered", FoldConstants(), Simplify(), Canonicalize(), CSE(), DCE())
         if enable_fusion:
-            pb.add(FuseLibraryEpilogue())
+            pb.add(FuseAttention(), FuseLibraryEpilogue())
         pb.add(FuseOps(is_loop_op, REDUCE_OPS, join=enable_fusion))
     elif target == "cuda":
         from ..backends.common.index import is_loop_op

@@ -92,3 +92,47 @@ def test_scores_used_outside_the_pattern_are_left_alone():
     s = b.matmul(q, b.transpose(k, perm=(0, 1, 3, 2)))
     b.ret(b.matmul(b.softmax(s, axis=3), v), s)
     assert _fused(m) == []
+
+
+def _exported_attention(scale_in_constant: bool) -> Module:
+    """The ONNX exporter's SDPA: Q and K^T each scaled by sqrt(scale), K^T regrouped by reshapes around its swap, a
+    constant additive mask, softmax, where(isnan(p), 0, p); the scalars rank-0 constants when `scale_in_constant`."""
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", SHAPE)] * 3 + [TensorType("f32", SCORES)])
+    q, k, v, mask = b.args
+
+    def scalar(value, shape, name):
+        if not scale_in_constant:
+            return _filled(b, value, shape)
+        return b.broadcast_to(b.constant(np.array(value, np.float32), name), shape=shape)
+    kt = b.reshape(b.transpose(b.reshape(k, shape=(8, 8, 16)), perm=(0, 2, 1)), shape=(2, 4, 16, 8))
+    s = b.matmul(b.mul(q, scalar(0.5, SHAPE, "sq")), b.mul(kt, scalar(0.5, (2, 4, 16, 8), "sk")))
+    p = b.softmax(b.add(s, mask), axis=3)
+    p = b.where(b.isnan(p), scalar(0.0, SCORES, "zero"), p)
+    b.ret(b.matmul(p, v))
+    return m
+
+
+@pytest.mark.parametrize("scale_in_constant", [False, True])
+def test_the_onnx_exporters_attention_is_one_library_op(scale_in_constant):
+    m = _exported_attention(scale_in_constant)
+    rng = np.random.default_rng(3)
+    inputs = [rng.standard_normal(s).astype(np.float32) for s in (SHAPE, SHAPE, SHAPE, SCORES)]
+    inputs[3][0, 1, 2, :] = -np.inf  # a row with no key left: NaN, then 0 through the isnan guard
+    want = interpret(m, inputs)[0]
+    (fused,) = [op for op in _fused(m) if op.attrs["name"] == "attention"]
+    assert any(o.name == "isnan" for o in fused.regions[0].ops)
+    np.testing.assert_allclose(interpret(m, inputs)[0], want, rtol=1e-6, atol=1e-6)
+    assert not np.isnan(want).any() and (want[0, 1, 2] == 0).all()
+
+
+def test_a_scaled_matmul_that_is_not_attention_is_left_alone():
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", (4, 4))])
+    x = b.args[0]
+    s = b.mul(b.matmul(x, x), b.broadcast_to(b.constant(np.array(3.0, np.float32), "c"), shape=(4, 4)))
+    b.ret(b.relu(s))
+    inputs = [np.random.default_rng(4).standard_normal((4, 4)).astype(np.float32)]
+    want = interpret(m, inputs)[0]
+    assert _fused(m) == []
+    np.testing.assert_array_equal(interpret(m, inputs)[0], want)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from ...errors import UnsupportedError
 from ...ir.dtypes import DType
 from ...passes.fuse import GEMM_ACTIVATIONS
-from . import library_rows
+from . import library_attention, library_rows
 from .c_exprs import STORAGE, CType, c_dim
 from .kernels import activation_code
 
@@ -16,6 +16,9 @@ from .kernels import activation_code
 
 def emit_fused(gen, op, depth: int) -> None:
     """A `fused` op of kind "library": the kernel of the op its body is built around, with the epilogue."""
+    if op.attrs["name"] == "attention":  # FuseAttention's group
+        library_attention.emit_attention(gen, op, depth)
+        return
     anchor = next(o for o in op.regions[0].ops if o.name in FUSED_EMITTERS)
     FUSED_EMITTERS[anchor.name](gen, op, depth)
 

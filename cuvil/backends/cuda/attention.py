@@ -13,6 +13,7 @@ padding and GPT-2's causal mask). A row with no key left is NaN, as its softmax;
 from __future__ import annotations
 
 from ...ir.core import Op
+from ...passes.attention import attention_parts
 from .kernels import KernelLaunch
 
 WARPS = 8  # warps (query rows) a block on a GPU
@@ -71,7 +72,7 @@ _KERNEL = """extern "C" __global__ void __launch_bounds__({threads}) {name}(int6
             float *ob = o + at * {dv};
             for (int i = 0; i < ({dv} + CUVIL_WARP - 1) / CUVIL_WARP; i++) {{
                 const int c = lane + CUVIL_WARP * i;
-                if (c < {dv}) ob[c] = l == 0.0f ? {empty} : acc[i] / l; /* no key left: the row's softmax */
+                if (c < {dv}) ob[c] = {empty_row} ? {empty} : acc[i] / l; /* no key left: the row's softmax */
             }}
         }}
     }}
@@ -93,47 +94,19 @@ MASKS = {"add": ("const float *__restrict__ mask, ", "                s += mask[
 
 
 def emit_attention(gen, op: Op) -> None:
-    body = op.regions[0].ops
-    source = dict(zip((id(a) for a in op.regions[0].args), op.operands))
-    kind, mask = attention_mask(body)
-    tr = next((o for o in body if o.name == "transpose"), None)
-    mm = next(o for o in body if o.name == "matmul")
-    pv = [o for o in body if o.name == "matmul"][-1]
-    k_in = tr.operands[0] if tr is not None else mm.operands[1]  # K [.., keys, d], or K^T [.., d, keys] as stored
-    q, k, v = source[id(mm.operands[0])], source[id(k_in)], source[id(pv.operands[1])]
-    scale = 1.0
-    for o in body:
-        if o.name in ("div", "mul"):
-            c = float(o.operands[1].owner.operands[0].owner.attrs["value"])
-            scale = 1.0 / c if o.name == "div" else c
+    p = attention_parts(op)
+    q, k, v, kind = p.q, p.k, p.v, p.mask_kind
     d, dv = q.type.shape[-1], v.type.shape[-1]
-    guarded = any(o.name == "reduce_max" for o in body)
-    name = f"cuvil_attention_d{d}_dv{dv}" + (f"_{kind}" if kind else "") + ("_guarded" if guarded else "") + \
-        ("" if tr is not None else "_kt")
-    k_at = f"(b * keys + key) * {d} + e % {d}" if tr is not None else f"(b * {d} + e % {d}) * keys + key"
+    guard = ("", "_guarded", "_nan_guarded")[p.guarded]
+    name = f"cuvil_attention_d{d}_dv{dv}" + (f"_{kind}" if kind else "") + guard + ("_kt" if p.k_transposed else "")
+    k_at = f"(b * {d} + e % {d}) * keys + key" if p.k_transposed else f"(b * keys + key) * {d} + e % {d}"
     mask_param, mask_code = MASKS[kind]
     gen.helpers[name] = _KERNEL.format(name=name, threads=WARPS * 32, warps=WARPS, d=d, dv=dv, mask_param=mask_param,
-                                       mask=mask_code, empty="0.0f" if guarded else "NAN", k_at=k_at)
-    batch, rows, keys = _prod(q.type.shape[:-2]), q.type.shape[-2], k.type.shape[-2 if tr is not None else -1]
-    ins = [q, k, v] + ([source[id(mask)]] if kind else [])
+                                       mask=mask_code, empty="0.0f" if p.guarded else "NAN", k_at=k_at,
+                                       empty_row="(l == 0.0f || l != l)" if p.guarded == 2 else "l == 0.0f")
+    batch, rows, keys = _prod(q.type.shape[:-2]), q.type.shape[-2], k.type.shape[-1 if p.k_transposed else -2]
+    ins = [q, k, v] + ([p.mask] if kind else [])
     kinds = [("dim", batch), ("dim", rows), ("dim", keys), "in", "in", "in", *(["in"] if kind else []),
-             ("f32", scale), "out"]
+             ("f32", p.scale), "out"]
     work = batch * ((rows + WARPS - 1) // WARPS)
     gen.launch(KernelLaunch(name, work, 1, kinds, threads=WARPS * 32), ins, op.results, kinds)
-
-
-def attention_mask(body: list) -> tuple:
-    """("add", the f32 mask value), ("keep", the bool mask value) or (None, None): the mask of a FuseAttention group
-    (its add or where before the softmax; the guard's where comes after it)."""
-    softmax = next(k for k, o in enumerate(body) if o.name == "softmax")
-    for o in body[:softmax]:
-        if o.name == "add":
-            return "add", next(x for x in o.operands if x.type.dtype.value == "f32" and not _is_scores(x, body))
-        if o.name == "where":
-            return "keep", o.operands[0]
-    return None, None
-
-
-def _is_scores(x, body: list) -> bool:
-    """Whether `x` is computed in the group (the scores), not the mask coming in."""
-    return any(x is r for o in body for r in o.results)

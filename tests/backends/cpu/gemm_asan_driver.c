@@ -92,6 +92,47 @@ static int run_dwconv(const int64_t *g, int64_t batch, int64_t C, int64_t mult, 
     return bad;
 }
 
+/* Attention on exactly-sized buffers: batch x rows queries of d, keys of d (transposed or not), values of dv, an
+ * additive or keep mask, against a reference in double. */
+static int run_attention(const int64_t *g, int mask_kind, int k_transposed, unsigned seed)
+{
+    int64_t batch = g[0], rows = g[1], keys = g[2], d = g[3], dv = g[4];
+    float *q = random_buffer(batch * rows * d, &seed), *k = random_buffer(batch * keys * d, &seed);
+    float *v = random_buffer(batch * keys * dv, &seed), *o = malloc(sizeof(float) * (batch * rows * dv + 1));
+    float *add = random_buffer(batch * rows * keys, &seed);
+    unsigned char *keep = malloc(batch * rows * keys + 1);
+    for (int64_t i = 0; i < batch * rows * keys; i++) keep[i] = (i % 3) != 0;
+    const void *mask = mask_kind == CUVIL_ATTENTION_ADD ? (const void *)add : mask_kind ? (const void *)keep : NULL;
+    cuvil_attention_t a = {batch, rows, keys, d, dv, q, k, v, mask, mask_kind, k_transposed, 1, 0.37f, o};
+    cuvil_attention(&a);
+    int bad = 0;
+    double *p = malloc(sizeof(double) * (keys + 1));
+    for (int64_t b = 0; b < batch; b++)
+        for (int64_t i = 0; i < rows; i++) {
+            double top = -INFINITY, sum = 0.0;
+            for (int64_t j = 0; j < keys; j++) {
+                double s = 0.0;
+                for (int64_t c = 0; c < d; c++)
+                    s += (double)q[(b * rows + i) * d + c] *
+                         k[k_transposed ? (b * d + c) * keys + j : (b * keys + j) * d + c];
+                int64_t at = (b * rows + i) * keys + j;
+                s = s * 0.37 + (mask_kind == CUVIL_ATTENTION_ADD ? add[at] : 0.0);
+                p[j] = mask_kind == CUVIL_ATTENTION_KEEP && !keep[at] ? -INFINITY : s;
+                top = p[j] > top ? p[j] : top;
+            }
+            for (int64_t j = 0; j < keys; j++) sum += p[j] = top == -INFINITY ? 0.0 : exp(p[j] - top);
+            for (int64_t c = 0; c < dv; c++) {
+                double want = 0.0;
+                for (int64_t j = 0; j < keys; j++) want += p[j] / (sum > 0 ? sum : 1.0) * v[(b * keys + j) * dv + c];
+                if (fabs(want - o[(b * rows + i) * dv + c]) > 1e-4) bad = 1;
+            }
+        }
+    if (bad) printf("attention %lld %lld %lld %lld %lld mask %d kt %d: wrong\n", (long long)batch, (long long)rows,
+                    (long long)keys, (long long)d, (long long)dv, mask_kind, k_transposed);
+    free(q), free(k), free(v), free(o), free(add), free(keep), free(p);
+    return bad;
+}
+
 int main(void)
 {
     static const int64_t convs[][12] = {
@@ -104,6 +145,9 @@ int main(void)
         {7, 33, 17}, {6, 64, 256}, {6, 130, 40}, {13, 65, 257}, {29, 129, 300}, {50, 70, 520}, {9, 600, 20},
         {7, 193, 769}, {3, 577, 1537},
     };
+    static const int64_t attentions[][5] = {
+        {1, 1, 1, 1, 1}, {3, 7, 13, 5, 9}, {2, 40, 2000, 16, 8}, {12, 1, 129, 64, 64}, {1, 33, 3, 3, 17}, {2, 0, 4, 4, 4},
+    };
     int bad = 0;
     for (int threads = 1; threads <= 2; threads++) {
         cuvil_set_num_threads(threads);
@@ -111,6 +155,8 @@ int main(void)
             bad |= run_shape(shapes[s][0], shapes[s][1], shapes[s][2], s);
         for (unsigned s = 0; s < sizeof convs / sizeof convs[0]; s++)
             bad |= run_dwconv(convs[s], 1 + s % 2, 3 + s % 4, 1 + s % 3 / 2, s);
+        for (unsigned s = 0; s < sizeof attentions / sizeof attentions[0]; s++)
+            bad |= run_attention(attentions[s], s % 3, s % 2, s);
     }
     puts(bad ? "FAILED" : "OK");
     return bad;

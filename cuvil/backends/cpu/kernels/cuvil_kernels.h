@@ -91,6 +91,29 @@ void cuvil_sgemm_batched(int64_t batch, int64_t M, int64_t N, int64_t K, float a
                          float beta, float *C, int64_t ldc, int64_t sc,
                          const float *bias, int act);
 
+/* cuvil_sgemm on the calling thread alone, for kernels that share their own work out over the pool. */
+void cuvil_sgemm_serial(int64_t M, int64_t N, int64_t K, float alpha,
+                        const float *A, int64_t rsa, int64_t csa,
+                        const float *B, int64_t rsb, int64_t csb,
+                        float beta, float *C, int64_t ldc,
+                        const float *bias, int act);
+
+/* Fused attention, for each batch item b: O[b] = softmax(scale Q[b] K[b]^T + mask[b]) V[b], rows of the softmax over
+ * the keys. q[batch, rows, d]; k[batch, keys, d], or k[batch, d, keys] when k_transposed; v[batch, keys, dv];
+ * o[batch, rows, dv]; mask NULL, or [batch, rows, keys] of f32 added to the scores (CUVIL_ATTENTION_ADD) or of uint8
+ * keeping the keys where it is nonzero (CUVIL_ATTENTION_KEEP). A row with no key left is NaN, or 0 when guarded is 1
+ * or 2; guarded 2 also gives 0 for a row whose softmax is NaN (where(isnan(p), 0, p)). */
+enum { CUVIL_ATTENTION_ADD = 1, CUVIL_ATTENTION_KEEP = 2 };
+typedef struct {
+    int64_t batch, rows, keys, d, dv;
+    const float *q, *k, *v;
+    const void *mask;
+    int mask_kind, k_transposed, guarded;
+    float scale;
+    float *o;
+} cuvil_attention_t;
+void cuvil_attention(const cuvil_attention_t *a);
+
 /* Depthwise 2-D convolution, NCHW: x[batch, C, H, W], w[O, 1, KH, KW] (O a multiple of C; output channel o
  * reads input channel o / (O / C)), bias[O] or NULL, y[batch, O, OH, OW] = clamp(conv + bias, lo, hi) (lo = 0,
  * hi = INFINITY: relu; -INFINITY, INFINITY: none; NaN passes). geom: H, W, OH, OW, KH, KW, stride h, w,

@@ -594,6 +594,14 @@ void cuvil_sgemm(int64_t M, int64_t N, int64_t K, float alpha, const float *A, i
     gemm_dispatch(g, csa, cuvil_get_num_threads());
 }
 
+void cuvil_sgemm_serial(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t rsa, int64_t csa,
+                        const float *B, int64_t rsb, int64_t csb, float beta, float *C, int64_t ldc,
+                        const float *bias, int act)
+{
+    gemm_t g = {M, N, K, alpha, beta, A, rsa, B, rsb, csb, NULL, C, ldc, bias, NULL, act};
+    gemm_dispatch(g, csa, 1);
+}
+
 void cuvil_sgemm_row_bias(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t rsa, int64_t csa,
                           const float *B, int64_t rsb, int64_t csb, float beta, float *C, int64_t ldc,
                           const float *row_bias, int act)
