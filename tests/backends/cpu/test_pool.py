@@ -135,3 +135,25 @@ def test_a_call_after_a_gap_wakes_the_sleeping_workers_at_its_first_loop():
     np.testing.assert_array_equal(small(np.ones(64, np.float32)), add_one(np.ones(64, np.float32)))
     assert lib.cuvil_last_team() == 1
     assert _until(lambda: _pool_state(lib)[2] > woken)
+
+
+def _pool_waits(lib) -> np.ndarray:
+    out = np.zeros(5, np.int64)
+    lib.cuvil_pool_waits(out.ctypes.data)
+    return out
+
+
+def test_pool_waits_counts_the_loops_and_chunks_of_a_threaded_call():
+    """bench/overhead.py --trace reads these: loops, chunks (4 per thread of the team), the workers' share of them,
+    and the caller's waits for a worker's chunk."""
+    lib = _lib()
+    f = cuvil.jit(add_one, num_threads=2)
+    x = np.ones(1 << 20, np.float32)
+    f(x)
+    before = _pool_waits(lib)
+    for _ in range(5):
+        np.testing.assert_array_equal(f(x), add_one(x))
+    regions, chunks, by_workers, waits, waited_ns = _pool_waits(lib) - before
+    assert regions == 5 and chunks == 5 * 2 * 4
+    assert 0 <= by_workers <= chunks and 0 <= waits <= regions and waited_ns >= 0
+    assert (waits == 0) == (waited_ns == 0)

@@ -51,6 +51,7 @@ typedef struct {
     atomic_uint wakes;            /* wake-ups without a job (cuvil_parallel_team's small loops) */
     atomic_uint slept_at;         /* `wakes` when the last worker fell asleep: later ones are woken already */
     _Atomic int64_t woken;        /* times a worker left its sleep, for tests (cuvil_pool_state) */
+    _Atomic int64_t regions, chunks, worker_chunks, waits, waited_ns; /* what cuvil_pool_waits reports */
     atomic_int result;
     int64_t n, chunk;             /* the current job, published before its ticket, unchanged while a worker is active */
     cuvil_range_fn fn;
@@ -107,14 +108,16 @@ static int64_t now_ns(void)
     return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
-/* Takes and runs chunks of generation `gen` until none is left; the caller counted itself in `active`, so the job's
- * fields stay as published while it runs one. */
-static void run_chunks(uint64_t gen)
+/* Takes and runs chunks of generation `gen` until none is left, and returns how many it ran; the caller counted itself
+ * in `active`, so the job's fields stay as published while it runs one. */
+static int64_t run_chunks(uint64_t gen)
 {
+    int64_t ran = 0;
     uint64_t t = atomic_load(&pool.ticket);
     while (GEN(t) == gen && NEXT(t) < CHUNKS(t)) {
         if (!atomic_compare_exchange_weak(&pool.ticket, &t, t + 1))
             continue;
+        ran++;
         int64_t lo = (int64_t)NEXT(t) * pool.chunk;
         int64_t hi = lo + pool.chunk < pool.n ? lo + pool.chunk : pool.n;
         int r = pool.fn(pool.ctx, lo, hi);
@@ -122,6 +125,7 @@ static void run_chunks(uint64_t gen)
             atomic_fetch_or(&pool.result, r);
         t = atomic_load(&pool.ticket);
     }
+    return ran;
 }
 
 /* Spins, then sleeps, until a job after generation `seen` is published or the sleepers are woken without one. */
@@ -153,7 +157,9 @@ static void *worker(void *arg)
         wait_for_job(seen);
         atomic_fetch_add(&pool.active, 1);
         seen = GEN(atomic_load(&pool.ticket));
-        run_chunks(seen); /* nothing when woken without a job: its chunks are all taken */
+        int64_t ran = run_chunks(seen); /* nothing when woken without a job: its chunks are all taken */
+        if (ran)
+            atomic_fetch_add_explicit(&pool.worker_chunks, ran, memory_order_relaxed);
         atomic_fetch_sub(&pool.active, 1);
     }
     return NULL;
@@ -177,6 +183,15 @@ void cuvil_pool_state(int64_t *out)
     out[0] = pool.started;
     out[1] = atomic_load(&pool.sleepers);
     out[2] = atomic_load(&pool.woken);
+}
+
+void cuvil_pool_waits(int64_t *out)
+{
+    out[0] = atomic_load(&pool.regions);
+    out[1] = atomic_load(&pool.chunks);
+    out[2] = atomic_load(&pool.worker_chunks);
+    out[3] = atomic_load(&pool.waits);
+    out[4] = atomic_load(&pool.waited_ns);
 }
 
 #if CUVIL_POOL_THREADS
@@ -244,10 +259,17 @@ int cuvil_parallel_team(int64_t n, int team, cuvil_range_fn fn, void *ctx)
     atomic_store(&pool.result, 0);
     uint64_t gen = (GEN(atomic_load(&pool.ticket)) + 1) & 0xffffffu;
     atomic_store(&pool.ticket, gen << 40 | (uint64_t)chunks << 20);
+    atomic_fetch_add_explicit(&pool.regions, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&pool.chunks, chunks, memory_order_relaxed);
     wake_sleepers(1);
     run_chunks(gen);
-    while (atomic_load(&pool.active) != 0) /* only workers that took a chunk: they are running */
-        cpu_relax();
+    if (atomic_load(&pool.active) != 0) { /* only workers that took a chunk: they are running (or preempted) */
+        int64_t t0 = now_ns();
+        while (atomic_load(&pool.active) != 0)
+            cpu_relax();
+        atomic_fetch_add_explicit(&pool.waits, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&pool.waited_ns, now_ns() - t0, memory_order_relaxed);
+    }
     int result = atomic_load(&pool.result);
     atomic_store(&pool.busy, 0);
     return result;
