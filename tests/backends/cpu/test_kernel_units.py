@@ -131,3 +131,24 @@ def test_the_per_machine_builds_start_before_the_passes(monkeypatch):
     module, _ = mlp_module(batch=2)
     compile_module(module)
     assert asked[:3] == ["kernels", "fastcall", "passes"]
+
+
+def test_prefetch_builds_the_kernel_core_and_the_call_path_at_once(monkeypatch):
+    """On a new machine the GEMM unit and the call extension compile for about 1.3 s and 0.5 s: one after the other,
+    a first call waited for the sum."""
+    import threading
+
+    both = threading.Barrier(2, timeout=10)
+    met = []
+
+    def build(name):
+        both.wait()  # returns only when the other build has started too
+        met.append(name)
+
+    monkeypatch.setattr(backend, "_PREFETCHED", {})
+    monkeypatch.setattr(backend.kernels, "load", lambda *a, **k: build("kernels"))
+    monkeypatch.setattr(backend.fastcall, "extension", lambda: build("extension"))
+    backend.prefetch()
+    for t in backend._PREFETCHED[backend.opt_level()]:
+        t.join(20)
+    assert sorted(met) == ["extension", "kernels"]
