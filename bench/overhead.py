@@ -5,14 +5,16 @@
 Two models, one ONNX graph each, built here: a chain of 8 (ReduceMax, Sub) pairs, 16 kernels in Cuvil.
 - **fixed cost**: the chain on 8K floats (every kernel below the size worth a second thread): microseconds per call,
   the least disturbed of `rounds` interleaved batches of `calls` calls (as timeit reports).
-- **tails**: the chain on 256K floats (every kernel threaded), one call every `gap_ms` milliseconds, `gapped`
+- **tails**: the chain on 256K floats (each Sub threaded; each ReduceMax, one row, on the calling thread), one call every `gap_ms` milliseconds, `gapped`
   calls per peer alternately: median, p90, p99 and max, and p99 over the median. A thread pool whose workers have
   gone to sleep between calls shows here: a kernel that waits for a worker the scheduler has not woken.
 - **trace** (`--trace`): where the tail calls' time went, against the middle calls'. Per call, from the kernel's
   per-thread `/proc/self/task/*/schedstat`: time on a CPU and time runnable but waiting for one (run queue: the
   host's other work, or a wake-up not yet served), of the calling thread and of the peer's workers (the threads
   that ran while that peer warmed up alone); the process's minor page faults; and for Cuvil the pool's counters
-  (`cuvil_pool_waits`): the share of chunks its workers ran, and the time the caller spun for a worker's chunk.
+  (`cuvil_pool_waits`): the share of chunks its workers ran, the loops whose caller spun for a worker's chunk and
+  the us it spun ("pool waits", "pool waited"), the threaded loops that no worker joined, and the us from a loop's
+  start to a worker's joining it ("join after", mean over the joins).
 Thread counts: `--threads` for both (CUVIL_NUM_THREADS and ORT's intra-op threads). The report prints `uptime`'s
 load first: figures from a loaded machine mean little.
 """
@@ -103,8 +105,8 @@ def _pool_libraries() -> list:
 
 def _pool_waits(libs: list) -> np.ndarray:
     """cuvil_pool_waits' counters summed over `libs`: loops, chunks, chunks run by workers, loops that waited for a
-    worker, ns waited."""
-    total, out = np.zeros(5, np.int64), np.zeros(5, np.int64)
+    worker, ns waited, workers' joins of a loop, ns from the loops' starts to the joins."""
+    total, out = np.zeros(7, np.int64), np.zeros(7, np.int64)
     for lib in libs:
         lib.cuvil_pool_waits(ctypes.c_void_p(out.ctypes.data))
         total += out
@@ -132,10 +134,11 @@ class Tracer:
 
     def after(self, wall_us: float):
         d = self._sample() - self._start
-        self.rows.append([wall_us, *(d[:4] / 1e3), d[4], d[7] / max(d[6], 1), d[8], d[9] / 1e3])
+        self.rows.append([wall_us, *(d[:4] / 1e3), d[4], d[7] / max(d[6], 1), d[8], d[9] / 1e3, d[5] - d[10],
+                          d[11] / max(d[10], 1) / 1e3])
 
-    COLUMNS = ("wall us", "caller cpu", "caller waits", "workers cpu", "workers wait", "faults",
-               "worker chunk share", "pool waits", "pool waited us")
+    COLUMNS = ("wall us", "caller cpu", "caller rq wait", "workers cpu", "workers rq", "faults", "worker share",
+               "pool waits", "pool waited", "not joined", "join after")
 
     def summary(self) -> dict:
         """Mean of each column over the middle calls (40th-60th percentile of wall time) and the top 2%."""
@@ -204,10 +207,10 @@ def main(argv=None) -> None:
                                             for k, v in row.items()))
     if traces:
         print("trace, per call (us unless named; workers: the peer's other threads):")
-        print(f"  {'':26s}" + "".join(f"{c:>13s}" for c in Tracer.COLUMNS))
+        print(f"  {'':24s}" + "".join(f"{c:>15s}" for c in Tracer.COLUMNS))
         for name, summary in traces.items():
             for part, means in summary.items():
-                print(f"  {name + ', ' + part:26s}" + "".join(f"{v:13.2f}" for v in means))
+                print(f"  {name + ', ' + part:24s}" + "".join(f"{v:15.2f}" for v in means))
 
 
 if __name__ == "__main__":

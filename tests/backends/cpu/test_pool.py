@@ -138,7 +138,7 @@ def test_a_call_after_a_gap_wakes_the_sleeping_workers_at_its_first_loop():
 
 
 def _pool_waits(lib) -> np.ndarray:
-    out = np.zeros(5, np.int64)
+    out = np.zeros(7, np.int64)
     lib.cuvil_pool_waits(out.ctypes.data)
     return out
 
@@ -153,7 +153,8 @@ def test_pool_waits_counts_the_loops_and_chunks_of_a_threaded_call():
     before = _pool_waits(lib)
     for _ in range(5):
         np.testing.assert_array_equal(f(x), add_one(x))
-    regions, chunks, by_workers, waits, waited_ns = _pool_waits(lib) - before
+    regions, chunks, by_workers, waits, waited_ns, joins, join_ns = _pool_waits(lib) - before
     assert regions == 5 and chunks == 5 * 2 * 4
     assert 0 <= by_workers <= chunks and 0 <= waits <= regions and waited_ns >= 0
     assert (waits == 0) == (waited_ns == 0)
+    assert 0 <= joins <= regions and (joins == 0) == (by_workers == 0) and join_ns >= 0

@@ -51,7 +51,8 @@ typedef struct {
     atomic_uint wakes;            /* wake-ups without a job (cuvil_parallel_team's small loops) */
     atomic_uint slept_at;         /* `wakes` when the last worker fell asleep: later ones are woken already */
     _Atomic int64_t woken;        /* times a worker left its sleep, for tests (cuvil_pool_state) */
-    _Atomic int64_t regions, chunks, worker_chunks, waits, waited_ns; /* what cuvil_pool_waits reports */
+    _Atomic int64_t regions, chunks, worker_chunks, waits, waited_ns, arrivals, arrival_ns; /* cuvil_pool_waits' */
+    int64_t published_ns;         /* when the current job was published, unchanged while a worker is active */
     atomic_int result;
     int64_t n, chunk;             /* the current job, published before its ticket, unchanged while a worker is active */
     cuvil_range_fn fn;
@@ -157,9 +158,13 @@ static void *worker(void *arg)
         wait_for_job(seen);
         atomic_fetch_add(&pool.active, 1);
         seen = GEN(atomic_load(&pool.ticket));
+        int64_t arrived = now_ns();
         int64_t ran = run_chunks(seen); /* nothing when woken without a job: its chunks are all taken */
-        if (ran)
+        if (ran) {
             atomic_fetch_add_explicit(&pool.worker_chunks, ran, memory_order_relaxed);
+            atomic_fetch_add_explicit(&pool.arrivals, 1, memory_order_relaxed);
+            atomic_fetch_add_explicit(&pool.arrival_ns, arrived - pool.published_ns, memory_order_relaxed);
+        }
         atomic_fetch_sub(&pool.active, 1);
     }
     return NULL;
@@ -192,6 +197,8 @@ void cuvil_pool_waits(int64_t *out)
     out[2] = atomic_load(&pool.worker_chunks);
     out[3] = atomic_load(&pool.waits);
     out[4] = atomic_load(&pool.waited_ns);
+    out[5] = atomic_load(&pool.arrivals);
+    out[6] = atomic_load(&pool.arrival_ns);
 }
 
 #if CUVIL_POOL_THREADS
@@ -257,6 +264,7 @@ int cuvil_parallel_team(int64_t n, int team, cuvil_range_fn fn, void *ctx)
     pool.chunk = (n + chunks - 1) / chunks;
     chunks = (n + pool.chunk - 1) / pool.chunk;
     atomic_store(&pool.result, 0);
+    pool.published_ns = now_ns();
     uint64_t gen = (GEN(atomic_load(&pool.ticket)) + 1) & 0xffffffu;
     atomic_store(&pool.ticket, gen << 40 | (uint64_t)chunks << 20);
     atomic_fetch_add_explicit(&pool.regions, 1, memory_order_relaxed);
