@@ -5,9 +5,10 @@
 Two models, one ONNX graph each, built here: a chain of 8 (ReduceMax, Sub) pairs, 16 kernels in Cuvil.
 - **fixed cost**: the chain on 8K floats (every kernel below the size worth a second thread): microseconds per call,
   the least disturbed of `rounds` interleaved batches of `calls` calls (as timeit reports).
-- **tails**: the chain on 256K floats (each Sub threaded; each ReduceMax, one row, on the calling thread), one call every `gap_ms` milliseconds, `gapped`
-  calls per peer alternately: median, p90, p99 and max, and p99 over the median. A thread pool whose workers have
-  gone to sleep between calls shows here: a kernel that waits for a worker the scheduler has not woken.
+- **tails**: the chain on 256K floats (each Sub threaded; each ReduceMax, one row, on the calling thread), one call
+  every `gap_ms` milliseconds, `gapped` calls per peer alternately: median, p90, p99 and max, and p99 over the
+  median. A thread pool whose workers have gone to sleep between calls shows here: a kernel that waits for a worker
+  the scheduler has not woken.
 - **trace** (`--trace`): where the tail calls' time went, against the middle calls'. Per call, from the kernel's
   per-thread `/proc/self/task/*/schedstat`: time on a CPU and time runnable but waiting for one (run queue: the
   host's other work, or a wake-up not yet served), of the calling thread and of the peer's workers (the threads
