@@ -58,6 +58,10 @@ int cuvil_swap_call_threads(int n);
 int cuvil_last_team(void);
 /* The pool's workers started, those asleep, and the times a worker left its sleep (out[0..2]), for tests. */
 void cuvil_pool_state(int64_t *out);
+/* Counters since the process started, for benchmarks (out[0..6]): threaded loops run, their chunks, the chunks workers
+ * ran, the loops whose caller waited for a worker's chunk after running out of its own, the nanoseconds it waited,
+ * the times a worker joined a loop (ran a chunk of it), and the nanoseconds from each loop's start to those joins. */
+void cuvil_pool_waits(int64_t *out);
 
 void cuvil_sgemm(int64_t M, int64_t N, int64_t K, float alpha,
                  const float *A, int64_t rsa, int64_t csa,

@@ -7,7 +7,8 @@
  * awake, then sleep on a condition variable until the next job. A loop that runs on the calling thread alone wakes
  * sleeping workers without giving them work: a call that arrives after a gap (a server's request) usually starts
  * with such a loop, and its threaded kernels then find the workers spinning instead of waking them, a scheduler's
- * wake-up later, for the first of them.
+ * wake-up later, for the first of them. A worker on the CPU of the caller's last loop neither spins nor takes chunks
+ * (beside_caller): there it could only take that CPU from the caller.
  *
  * The team of a call is its work over CUVIL_MIN_WORK (`work` is the cost of one of the n items, in elements), at
  * most cuvil_get_num_threads(): small loops run on the calling thread without touching the pool. The thread count
@@ -51,6 +52,9 @@ typedef struct {
     atomic_uint wakes;            /* wake-ups without a job (cuvil_parallel_team's small loops) */
     atomic_uint slept_at;         /* `wakes` when the last worker fell asleep: later ones are woken already */
     _Atomic int64_t woken;        /* times a worker left its sleep, for tests (cuvil_pool_state) */
+    _Atomic int64_t regions, chunks, worker_chunks, waits, waited_ns, arrivals, arrival_ns; /* cuvil_pool_waits' */
+    int64_t published_ns;         /* when the current job was published, unchanged while a worker is active */
+    atomic_int caller_cpu;        /* the CPU the last loop's caller ran on, or -1 */
     atomic_int result;
     int64_t n, chunk;             /* the current job, published before its ticket, unchanged while a worker is active */
     cuvil_range_fn fn;
@@ -58,7 +62,7 @@ typedef struct {
     int64_t spin_ns;
 } cuvil_pool_t;
 
-static cuvil_pool_t pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
+static cuvil_pool_t pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, .caller_cpu = -1};
 
 void cuvil_set_num_threads(int n) { num_threads = n > 0 ? n : 1; }
 
@@ -100,6 +104,22 @@ static inline void cpu_relax(void)
 #endif
 }
 
+#if defined(__linux__) && CUVIL_POOL_THREADS
+extern int sched_getcpu(void); /* glibc and musl; declared here because <sched.h> wants _GNU_SOURCE before any include */
+static inline int current_cpu(void) { return sched_getcpu(); }
+#else
+static inline int current_cpu(void) { return -1; }
+#endif
+
+/* Whether this worker runs on the CPU of the caller's last loop. There it can only slow the caller: spinning takes
+ * half of that CPU from the caller's serial kernels (the scheduler shares it fairly, sched_yield or not), and a
+ * chunk it takes shares the CPU too, while the caller may end up waiting for it. */
+static inline int beside_caller(void)
+{
+    int cpu = current_cpu();
+    return cpu >= 0 && cpu == atomic_load_explicit(&pool.caller_cpu, memory_order_relaxed);
+}
+
 static int64_t now_ns(void)
 {
     struct timespec t;
@@ -107,14 +127,16 @@ static int64_t now_ns(void)
     return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
-/* Takes and runs chunks of generation `gen` until none is left; the caller counted itself in `active`, so the job's
- * fields stay as published while it runs one. */
-static void run_chunks(uint64_t gen)
+/* Takes and runs chunks of generation `gen` until none is left, and returns how many it ran; the caller counted itself
+ * in `active`, so the job's fields stay as published while it runs one. */
+static int64_t run_chunks(uint64_t gen)
 {
+    int64_t ran = 0;
     uint64_t t = atomic_load(&pool.ticket);
     while (GEN(t) == gen && NEXT(t) < CHUNKS(t)) {
         if (!atomic_compare_exchange_weak(&pool.ticket, &t, t + 1))
             continue;
+        ran++;
         int64_t lo = (int64_t)NEXT(t) * pool.chunk;
         int64_t hi = lo + pool.chunk < pool.n ? lo + pool.chunk : pool.n;
         int r = pool.fn(pool.ctx, lo, hi);
@@ -122,15 +144,17 @@ static void run_chunks(uint64_t gen)
             atomic_fetch_or(&pool.result, r);
         t = atomic_load(&pool.ticket);
     }
+    return ran;
 }
 
-/* Spins, then sleeps, until a job after generation `seen` is published or the sleepers are woken without one. */
+/* Spins, then sleeps, until a job after generation `seen` is published or the sleepers are woken without one; sleeps
+ * at once on the caller's CPU. */
 static void wait_for_job(uint64_t seen)
 {
     int64_t deadline = now_ns() + pool.spin_ns;
     for (int i = 0; GEN(atomic_load_explicit(&pool.ticket, memory_order_acquire)) == seen; i++) {
         cpu_relax();
-        if ((i & 255) == 255 && now_ns() > deadline) {
+        if ((i & 255) == 255 && (now_ns() > deadline || beside_caller())) {
             pthread_mutex_lock(&pool.lock);
             atomic_fetch_add(&pool.sleepers, 1);
             unsigned wakes = atomic_load(&pool.wakes);
@@ -153,7 +177,14 @@ static void *worker(void *arg)
         wait_for_job(seen);
         atomic_fetch_add(&pool.active, 1);
         seen = GEN(atomic_load(&pool.ticket));
-        run_chunks(seen); /* nothing when woken without a job: its chunks are all taken */
+        int64_t arrived = now_ns();
+        /* nothing when woken without a job (its chunks are all taken), nor beside the caller (see beside_caller) */
+        int64_t ran = beside_caller() ? 0 : run_chunks(seen);
+        if (ran) {
+            atomic_fetch_add_explicit(&pool.worker_chunks, ran, memory_order_relaxed);
+            atomic_fetch_add_explicit(&pool.arrivals, 1, memory_order_relaxed);
+            atomic_fetch_add_explicit(&pool.arrival_ns, arrived - pool.published_ns, memory_order_relaxed);
+        }
         atomic_fetch_sub(&pool.active, 1);
     }
     return NULL;
@@ -177,6 +208,17 @@ void cuvil_pool_state(int64_t *out)
     out[0] = pool.started;
     out[1] = atomic_load(&pool.sleepers);
     out[2] = atomic_load(&pool.woken);
+}
+
+void cuvil_pool_waits(int64_t *out)
+{
+    out[0] = atomic_load(&pool.regions);
+    out[1] = atomic_load(&pool.chunks);
+    out[2] = atomic_load(&pool.worker_chunks);
+    out[3] = atomic_load(&pool.waits);
+    out[4] = atomic_load(&pool.waited_ns);
+    out[5] = atomic_load(&pool.arrivals);
+    out[6] = atomic_load(&pool.arrival_ns);
 }
 
 #if CUVIL_POOL_THREADS
@@ -226,8 +268,10 @@ int cuvil_parallel_team(int64_t n, int team, cuvil_range_fn fn, void *ctx)
     team = team < n ? team : (int)n;
     int expected = 0;
     if (!CUVIL_POOL_THREADS || team <= 1 || !atomic_compare_exchange_strong(&pool.busy, &expected, 1)) {
-        if (CUVIL_POOL_THREADS && team <= 1)
+        if (CUVIL_POOL_THREADS && team <= 1 && pool.started) {
+            atomic_store_explicit(&pool.caller_cpu, current_cpu(), memory_order_relaxed);
             wake_sleepers(0); /* for the threaded kernels after this one */
+        }
         last_team = 1;
         return fn(ctx, 0, n);
     }
@@ -242,12 +286,21 @@ int cuvil_parallel_team(int64_t n, int team, cuvil_range_fn fn, void *ctx)
     pool.chunk = (n + chunks - 1) / chunks;
     chunks = (n + pool.chunk - 1) / pool.chunk;
     atomic_store(&pool.result, 0);
+    pool.published_ns = now_ns();
+    atomic_store_explicit(&pool.caller_cpu, current_cpu(), memory_order_relaxed);
     uint64_t gen = (GEN(atomic_load(&pool.ticket)) + 1) & 0xffffffu;
     atomic_store(&pool.ticket, gen << 40 | (uint64_t)chunks << 20);
+    atomic_fetch_add_explicit(&pool.regions, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&pool.chunks, chunks, memory_order_relaxed);
     wake_sleepers(1);
     run_chunks(gen);
-    while (atomic_load(&pool.active) != 0) /* only workers that took a chunk: they are running */
-        cpu_relax();
+    if (atomic_load(&pool.active) != 0) { /* only workers that took a chunk: they are running (or preempted) */
+        int64_t t0 = now_ns();
+        while (atomic_load(&pool.active) != 0)
+            cpu_relax();
+        atomic_fetch_add_explicit(&pool.waits, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&pool.waited_ns, now_ns() - t0, memory_order_relaxed);
+    }
     int result = atomic_load(&pool.result);
     atomic_store(&pool.busy, 0);
     return result;
