@@ -31,8 +31,8 @@ ACTIVATIONS = {"none": 0, "relu": 1, "gelu_tanh": 2, "gelu_erf": 3, "sigmoid": 4
 ABI_VERSION = 1
 # Every kernel runs on cuvil_pool.c's threads; the sources share cuvil_internal.h's helpers. wasm32 and the sanitizer
 # test compile them as one unit, in this order.
-SOURCES = ("cuvil_pool.c", "gemm.c", "attention.c", "dwconv.c", "conv_nchwc.c", "winograd.c", "gemm_int8.c", "gemm_int4.c",
-           "gemm_lowp.c", "gemm_int8_amx.c", "conv_int8.c", "conv_lowp.c")
+SOURCES = ("cuvil_pool.c", "gemm.c", "attention.c", "dwconv.c", "conv_nchwc.c", "winograd.c", "gemm_int8.c",
+           "gemm_int4.c", "gemm_lowp.c", "gemm_int8_amx.c", "conv_int8.c", "conv_lowp.c")
 HEADERS = ("cuvil_kernels.h", "cuvil_internal.h", "cuvil_nchwc.h", "cuvil_simd.h", "cuvil_math.inc", "cuvil_scalar.inc",
            "cuvil_omp.h")
 # On the host the library is built in units, one source each, each its own cached object, compiled at once (a first
