@@ -222,7 +222,7 @@ typedef struct {
     const uint8_t *res_u8; /* a uint8 residual instead of res: (r - res_zero) * res_scale is added */
     float res_scale;
     int32_t res_zero;
-    int isa; /* cuvil_int8_isa: from 2 on, a uint8 result is requantised in 512-bit vectors */
+    int isa; /* cuvil_int8_isa (AVX-512BW from 2 on): the epilogue in 512-bit registers (qc_channel512) */
 } qc_job;
 
 static void qc_tile_scalar(int nv, const qconv_layout *l, int64_t vp0, const void *w, qc_acc *acc)
@@ -392,7 +392,8 @@ static inline QC_X512 __m512 qc_fmadd512(__m512 a, __m512 b, __m512 c)
 /* The lanes of vector v that run r covers, and (at) the plane offset of the vector's lane 0. */
 static inline __mmask16 qc_run_mask(const qc_run *r, int v, int64_t *at)
 {
-    int64_t v0 = v * QC_LANES, lo = r->i > v0 ? r->i : v0, hi = r->i + r->n < v0 + QC_LANES ? r->i + r->n : v0 + QC_LANES;
+    int64_t v0 = v * QC_LANES, end = r->i + r->n, lo = r->i > v0 ? r->i : v0;
+    int64_t hi = end < v0 + QC_LANES ? end : v0 + QC_LANES;
     *at = r->p - r->i + v0;
     return lo < hi ? (__mmask16)(((1u << (hi - lo)) - 1) << (lo - v0)) : 0;
 }
@@ -436,11 +437,17 @@ QC_X512 static void qc_channel512(const qc_job *j, int64_t o, const qc_acc *acc,
                                   int nruns)
 {
     int64_t base = o * j->g->oh * j->g->ow;
-    const __m512 b = _mm512_set1_ps(j->bias ? j->bias[o] : 0.0f), s = _mm512_set1_ps(j->sa * j->w_scale[o]);
-    const __m512i zs = _mm512_set1_epi32(j->za * j->sums[o]);
+    const __m512 b = _mm512_set1_ps(j->bias ? j->bias[o] : 0.0f);
     __m512 y[QC_NV];
-    for (int v = 0; v < QC_NV; v++)
-        y[v] = qc_fmadd512(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_loadu_si512(acc->i[jo] + v * QC_LANES), zs)), s, b);
+    if (j->lowp) { /* conv_lowp.c: f32 sums */
+        for (int v = 0; v < QC_NV; v++) y[v] = _mm512_add_ps(_mm512_loadu_ps(acc->f[jo] + v * QC_LANES), b);
+    } else {
+        const __m512 s = _mm512_set1_ps(j->sa * j->w_scale[o]);
+        const __m512i zs = _mm512_set1_epi32(j->za * j->sums[o]);
+        for (int v = 0; v < QC_NV; v++)
+            y[v] = qc_fmadd512(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_loadu_si512(acc->i[jo] + v * QC_LANES),
+                                                                   zs)), s, b);
+    }
     if (j->res || j->res_u8) qc_residual512(j, base, runs, nruns, y);
     if (j->act == CUVIL_ACT_RELU || j->act == CUVIL_ACT_RELU6) { /* max(0, y): NaN passes, as in relu_act */
         for (int v = 0; v < QC_NV; v++) {
@@ -468,7 +475,7 @@ QC_X512 static void qc_channel512(const qc_job *j, int64_t o, const qc_acc *acc,
 static void qc_channel(const qc_job *j, int64_t o, const qc_acc *acc, int jo, const qc_run *runs, int nruns)
 {
 #ifdef CUVIL_X86
-    if (j->isa >= 2 && !j->lowp) {
+    if (j->isa >= 2) {
         qc_channel512(j, o, acc, jo, runs, nruns);
         return;
     }
