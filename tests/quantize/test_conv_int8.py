@@ -91,3 +91,29 @@ def test_a_residual_of_the_wrong_shape_is_refused():
     x, w, ws, bias, full = _layer(GEOMETRIES["1x1"])
     with pytest.raises(ShapeError, match="residual must have shape"):
         k8.qconv2d(x, w, ws, bias, opt_level=1, **full, residual=np.zeros((1, 40, 8, 7), np.float32))
+
+
+def _requantisation_cases(div):
+    """Biases at and one ulp either side of every tie (k + 0.5) * div over the uint8 range, and the extremes."""
+    ties = ((np.arange(-300, 300) + 0.5) * div).astype(np.float32)
+    big = np.array([np.inf, -np.inf, 3e38, -3e38, 1e-40, -1e-40, 0.0, -0.0], np.float32)
+    return np.concatenate([ties, np.nextafter(ties, np.float32(np.inf)), np.nextafter(ties, np.float32(-np.inf)), big])
+
+
+@pytest.mark.parametrize("div", [0.1, 0.02486344799399376, 0.3])
+def test_requantisation_divides_exactly_at_ties_and_extremes(div):
+    """The uint8 epilogue multiplies by 1 / out_scale and corrects the quotient with an fma (no division): it must
+    still round every value as rint(y / out_scale) does, at ties and for infinities, on every path."""
+    bias = _requantisation_cases(np.float32(div))
+    o = len(bias)
+    attrs = {"strides": (1, 1), "pads": (0, 0, 0, 0), "dilations": (1, 1), "x_scale": 0.05, "x_zero": 3,
+             "act": "none", "out_scale": div, "out_zero": 7}
+    x = RNG.integers(0, 256, (1, 4, 3, 5)).astype(np.uint8)
+    w, ws = np.zeros((o, 4, 1, 1), np.int8), np.ones(o, np.float32)  # y is the bias, exactly
+    want = get_op("qconv_i8").reference([x, w, ws, bias], attrs)
+    np.testing.assert_array_equal(_run_paths(x, w, ws, bias, attrs), want)
+    for path in PATHS:
+        with k8.isa(path, 1):
+            got = k8.qlinear(x[0, :, 0].T, w[:, :, 0, 0], ws, bias, x_scale=0.05, x_zero=3, out_scale=div,
+                             out_zero=7, opt_level=1)
+        np.testing.assert_array_equal(got, np.broadcast_to(want[0, :, 0, 0], got.shape), err_msg=f"path {path}")

@@ -67,6 +67,40 @@ def test_static_blocks_fold_their_skip_and_pass_uint8_between_them(resnet):
     np.testing.assert_allclose(got, interpret(q, [x])[0], rtol=0, atol=0.05 * np.abs(got).max())
 
 
+def test_a_max_pool_between_static_layers_runs_on_uint8():
+    """ResNet's stem: conv, relu, max_pool, then a block reading the pool twice (its input and its skip). The conv
+    writes uint8 in the pooled tensor's range, the pool runs on uint8, and the block reads it as uint8."""
+    from cuvil.frontend import build_ir
+    torch.manual_seed(4)
+    nn = torch.nn
+    model = nn.Sequential(nn.Conv2d(3, 16, 7, 2, 3), nn.ReLU(), nn.MaxPool2d(3, 2, 1), _Block(16, 16, 1),
+                          nn.Flatten(), nn.Linear(16 * 5 * 5, 10)).eval()
+    q = quantize_module(build_ir(model, input_spec={"x": (1, 3, 20, 20)}), "int8", _data((1, 3, 20, 20), 8))
+    stem, first, second = _convs(q)
+    pool = next(op for op in q.main.walk() if op.name == "max_pool")
+    assert stem.results[0].type.dtype is DType.u8 and pool.operands[0] is stem.results[0]
+    assert pool.results[0].type.dtype is DType.u8
+    assert first.operands[0] is pool.results[0] and second.operands[-1] is pool.results[0]
+    assert (stem.attrs["out_scale"], stem.attrs["out_zero"]) == (first.attrs["x_scale"], first.attrs["x_zero"])
+    assert (second.attrs["res_scale"], second.attrs["res_zero"]) == (first.attrs["x_scale"], first.attrs["x_zero"])
+    x = _data((1, 3, 20, 20), 1)[0][0]
+    got = compile_module(q)(x)[0]
+    assert cosine(got, _torch(model, x)) >= 0.999
+    np.testing.assert_allclose(got, interpret(q, [x])[0], rtol=0, atol=0.05 * np.abs(got).max())
+
+
+def test_a_max_pool_read_by_a_float_op_stays_float():
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType(DType.f32, (1, 4, 8, 8))])
+    w = b.constant(np.random.default_rng(0).standard_normal((8, 4, 3, 3)).astype(np.float32) / 8)
+    y = b.relu(b.conv(b.args[0], w, strides=(1, 1), pads=(1, 1, 1, 1), dilations=(1, 1), groups=1))
+    b.ret(b.exp(b.emit("max_pool", y, kernel=[2, 2], strides=[2, 2], pads=[0, 0, 0, 0], ceil_mode=False,
+                       dilations=[1, 1])))
+    q = quantize_module(m, "int8", _data((1, 4, 8, 8), 4))
+    assert [op.results[0].type.dtype for op in q.main.walk() if op.name in ("qconv_i8", "max_pool")] == \
+        [DType.f32, DType.f32]
+
+
 def test_dynamic_blocks_fold_an_f32_skip(resnet):
     model, module = resnet
     q = quantize_module(module, "int8")

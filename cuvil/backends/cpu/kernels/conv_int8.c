@@ -222,6 +222,7 @@ typedef struct {
     const uint8_t *res_u8; /* a uint8 residual instead of res: (r - res_zero) * res_scale is added */
     float res_scale;
     int32_t res_zero;
+    int isa; /* cuvil_int8_isa (AVX-512BW from 2 on): the epilogue in 512-bit registers (qc_channel512) */
 } qc_job;
 
 static void qc_tile_scalar(int nv, const qconv_layout *l, int64_t vp0, const void *w, qc_acc *acc)
@@ -366,8 +367,119 @@ static int qc_runs(const qc_job *j, int64_t vp0, int64_t nvp, qc_run *runs)
     return count;
 }
 
+#ifdef __FMA__ /* fused where the 512-bit epilogue below is, so that every path gives the same bits at every -O */
+#define QC_FMA(a, b, c) fmaf(a, b, c)
+#else
+#define QC_FMA(a, b, c) ((a) * (b) + (c))
+#endif
+
+#ifdef CUVIL_X86
+/* The generic epilogue below in 512-bit registers, operation for operation (its bits), for the AVX-512 paths: the
+ * generic one went through y[] in memory, and GCC's 256-bit stores of it stalled the 512-bit loads after them (the
+ * uint8-writing 3x3 conv's epilogue took longer than its AMX tiles). Residuals and results move run by run as
+ * masked loads and stores; lanes outside every run (ox >= OW) compute garbage that is never stored. */
+#define QC_X512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
+
+static inline QC_X512 __m512 qc_fmadd512(__m512 a, __m512 b, __m512 c)
+{
+#ifdef __FMA__
+    return _mm512_fmadd_ps(a, b, c);
+#else
+    return _mm512_add_ps(_mm512_mul_ps(a, b), c);
+#endif
+}
+
+/* The lanes of vector v that run r covers, and (at) the plane offset of the vector's lane 0. */
+static inline __mmask16 qc_run_mask(const qc_run *r, int v, int64_t *at)
+{
+    int64_t v0 = v * QC_LANES, end = r->i + r->n, lo = r->i > v0 ? r->i : v0;
+    int64_t hi = end < v0 + QC_LANES ? end : v0 + QC_LANES;
+    *at = r->p - r->i + v0;
+    return lo < hi ? (__mmask16)(((1u << (hi - lo)) - 1) << (lo - v0)) : 0;
+}
+
+static inline QC_X512 void qc_residual512(const qc_job *j, int64_t base, const qc_run *runs, int nruns, __m512 *y)
+{
+    for (int v = 0; v < QC_NV; v++) {
+        __m512 rf = _mm512_setzero_ps();
+        __m128i rq = _mm_setzero_si128();
+        for (int r = 0; r < nruns; r++) {
+            int64_t at;
+            __mmask16 m = qc_run_mask(&runs[r], v, &at);
+            if (m && j->res) rf = _mm512_mask_loadu_ps(rf, m, j->res + base + at);
+            if (m && j->res_u8) rq = _mm_mask_loadu_epi8(rq, m, j->res_u8 + base + at);
+        }
+        if (j->res) y[v] = _mm512_add_ps(y[v], rf);
+        if (j->res_u8) {
+            __m512i d = _mm512_sub_epi32(_mm512_cvtepu8_epi32(rq), _mm512_set1_epi32(j->res_zero));
+            y[v] = qc_fmadd512(_mm512_cvtepi32_ps(d), _mm512_set1_ps(j->res_scale), y[v]);
+        }
+    }
+}
+
+static inline QC_X512 __m128i qc_requantize512(const qc_job *j, __m512 y)
+{
+    const __m512 d = _mm512_set1_ps(j->out_scale), lim = _mm512_set1_ps(512.0f * j->out_scale);
+    __m512 c = _mm512_min_ps(_mm512_max_ps(y, _mm512_sub_ps(_mm512_setzero_ps(), lim)), lim);
+#ifdef __FMA__
+    const __m512 inv = _mm512_set1_ps(1.0f / j->out_scale);
+    __m512 q = _mm512_mul_ps(c, inv);
+    q = _mm512_fmadd_ps(_mm512_fnmadd_ps(q, d, c), inv, q);
+#else
+    __m512 q = _mm512_div_ps(c, d);
+#endif
+    __m512i i = _mm512_add_epi32(_mm512_cvt_roundps_epi32(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
+                                 _mm512_set1_epi32(j->out_zero));
+    return _mm512_cvtepi32_epi8(_mm512_min_epi32(_mm512_max_epi32(i, _mm512_setzero_si512()), _mm512_set1_epi32(255)));
+}
+
+QC_X512 static void qc_channel512(const qc_job *j, int64_t o, const qc_acc *acc, int jo, const qc_run *runs,
+                                  int nruns)
+{
+    int64_t base = o * j->g->oh * j->g->ow;
+    const __m512 b = _mm512_set1_ps(j->bias ? j->bias[o] : 0.0f);
+    __m512 y[QC_NV];
+    if (j->lowp) { /* conv_lowp.c: f32 sums */
+        for (int v = 0; v < QC_NV; v++) y[v] = _mm512_add_ps(_mm512_loadu_ps(acc->f[jo] + v * QC_LANES), b);
+    } else {
+        const __m512 s = _mm512_set1_ps(j->sa * j->w_scale[o]);
+        const __m512i zs = _mm512_set1_epi32(j->za * j->sums[o]);
+        for (int v = 0; v < QC_NV; v++)
+            y[v] = qc_fmadd512(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_loadu_si512(acc->i[jo] + v * QC_LANES),
+                                                                   zs)), s, b);
+    }
+    if (j->res || j->res_u8) qc_residual512(j, base, runs, nruns, y);
+    if (j->act == CUVIL_ACT_RELU || j->act == CUVIL_ACT_RELU6) { /* max(0, y): NaN passes, as in relu_act */
+        for (int v = 0; v < QC_NV; v++) {
+            y[v] = _mm512_max_ps(_mm512_setzero_ps(), y[v]);
+            if (j->act == CUVIL_ACT_RELU6) y[v] = _mm512_min_ps(_mm512_set1_ps(6.0f), y[v]);
+        }
+    } else if (j->act) {
+        float t[QC_PIX];
+        for (int v = 0; v < QC_NV; v++) _mm512_storeu_ps(t + v * QC_LANES, y[v]);
+        cuvil_activation(j->act, QC_PIX, t, t);
+        for (int v = 0; v < QC_NV; v++) y[v] = _mm512_loadu_ps(t + v * QC_LANES);
+    }
+    for (int v = 0; v < QC_NV; v++) {
+        __m128i q = j->out_scale > 0.0f ? qc_requantize512(j, y[v]) : _mm_setzero_si128();
+        for (int r = 0; r < nruns; r++) {
+            int64_t at;
+            __mmask16 m = qc_run_mask(&runs[r], v, &at);
+            if (m && j->out_scale > 0.0f) _mm_mask_storeu_epi8((uint8_t *)j->y + base + at, m, q);
+            else if (m) _mm512_mask_storeu_ps((float *)j->y + base + at, m, y[v]);
+        }
+    }
+}
+#endif
+
 static void qc_channel(const qc_job *j, int64_t o, const qc_acc *acc, int jo, const qc_run *runs, int nruns)
 {
+#ifdef CUVIL_X86
+    if (j->isa >= 2) {
+        qc_channel512(j, o, acc, jo, runs, nruns);
+        return;
+    }
+#endif
     int64_t plane = j->g->oh * j->g->ow;
     float b = j->bias ? j->bias[o] : 0.0f, y[QC_PIX];
     if (j->lowp) {
@@ -377,7 +489,7 @@ static void qc_channel(const qc_job *j, int64_t o, const qc_acc *acc, int jo, co
         float scale = j->sa * j->w_scale[o];
         int32_t zs = j->za * j->sums[o];
 #pragma omp simd
-        for (int i = 0; i < QC_PIX; i++) y[i] = (float)(acc->i[jo][i] - zs) * scale + b;
+        for (int i = 0; i < QC_PIX; i++) y[i] = QC_FMA((float)(acc->i[jo][i] - zs), scale, b);
     }
     for (int r = 0; j->res && r < nruns; r++)
         for (int64_t i = 0; i < runs[r].n; i++) y[runs[r].i + i] += j->res[o * plane + runs[r].p + i];
@@ -385,7 +497,7 @@ static void qc_channel(const qc_job *j, int64_t o, const qc_acc *acc, int jo, co
         const uint8_t *rq = j->res_u8 + o * plane + runs[r].p;
         float *yr = y + runs[r].i, rs = j->res_scale;
         int32_t rz = j->res_zero;
-        for (int64_t i = 0; i < runs[r].n; i++) yr[i] += (float)((int32_t)rq[i] - rz) * rs;
+        for (int64_t i = 0; i < runs[r].n; i++) yr[i] = QC_FMA((float)((int32_t)rq[i] - rz), rs, yr[i]);
     }
     if (j->act == CUVIL_ACT_RELU || j->act == CUVIL_ACT_RELU6) {
 #pragma omp simd
@@ -395,18 +507,15 @@ static void qc_channel(const qc_job *j, int64_t o, const qc_acc *acc, int jo, co
     }
     if (j->out_scale > 0.0f) {
         uint8_t q[QC_PIX], *out = (uint8_t *)j->y + o * plane;
-        float inv = j->out_scale, zero = (float)j->out_zero;
+        float div = j->out_scale, inv = 1.0f / div;
+        int32_t zero = j->out_zero;
 #pragma omp simd
-        for (int i = 0; i < QC_PIX; i++) {
-            float v = rintf(y[i] / inv) + zero;
-            q[i] = (uint8_t)(int32_t)(v < 0.0f ? 0.0f : v > 255.0f ? 255.0f : v);
-        }
-        for (int r = 0; r < nruns; r++)
-            for (int64_t i = 0; i < runs[r].n; i++) out[runs[r].p + i] = q[runs[r].i + i];
+        for (int i = 0; i < QC_PIX; i++) q[i] = requantize_u8(y[i], div, inv, zero);
+        /* memcpy: a byte loop's stores may alias runs[], so it ran a byte at a time, reloading them */
+        for (int r = 0; r < nruns; r++) memcpy(out + runs[r].p, q + runs[r].i, (size_t)runs[r].n);
     } else {
         float *out = (float *)j->y + o * plane;
-        for (int r = 0; r < nruns; r++)
-            for (int64_t i = 0; i < runs[r].n; i++) out[runs[r].p + i] = y[runs[r].i + i];
+        for (int r = 0; r < nruns; r++) memcpy(out + runs[r].p, y + runs[r].i, (size_t)runs[r].n * 4);
     }
 }
 
@@ -520,7 +629,8 @@ void cuvil_qconv(const void *x, int x_is_u8, float x_scale, int32_t x_zero, cons
         const uint8_t *res_u8 = res && res_scale > 0.0f ? (const uint8_t *)res + n * out_plane : NULL;
         qc_job job = {&g, &l, qc_tile_for(cuvil_int8_isa()), QC_OB, 0, wblock, w,
                       (const int32_t *)(w + qc_blocks(g.o) * wblock), s, z, w_scale, bias, res_f32, act,
-                      (uint8_t *)y + n * out_plane * out_bytes, out_scale, out_zero, res_u8, res_scale, res_zero};
+                      (uint8_t *)y + n * out_plane * out_bytes, out_scale, out_zero, res_u8, res_scale, res_zero,
+                      cuvil_int8_isa()};
         cuvil_range_fn run = qc_blocks_run;
 #if QGEMM_AMX
         if (cuvil_int8_isa() >= 4 && qc_amx_layout(g.c)) { /* a tile configuration per thread */

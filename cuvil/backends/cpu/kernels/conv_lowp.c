@@ -154,7 +154,8 @@ void cuvil_conv_bf16(const float *x, const void *packed, const float *bias, cons
     for (int64_t n = 0; n < g.n; n++) {
         qc_fill_job fill = {&g, &l, x + n * image, QC_TO_BF16, 1.0f, 0};
         qc_job job = {&g, &l, cl_tile_for(path), CL_OB, 1, l.taps * l.c4 * CL_OB * 4, (const uint8_t *)packed,
-                      NULL, 1.0f, 0, NULL, bias, res ? res + n * out_plane : NULL, act, y + n * out_plane, 0.0f, 0};
+                      NULL, 1.0f, 0, NULL, bias, res ? res + n * out_plane : NULL, act, y + n * out_plane, 0.0f, 0,
+                      NULL, 0.0f, 0, cuvil_int8_isa()};
         qc_image(&fill, &job, run);
     }
 }
