@@ -2,8 +2,6 @@
 compiled function, small loops on the calling thread (which wake sleeping workers), concurrent callers and fork."""
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 
@@ -161,46 +159,3 @@ def test_pool_waits_counts_the_loops_and_chunks_of_a_threaded_call():
     assert (waits == 0) == (waited_ns == 0)
     assert 0 <= joins <= regions and (joins == 0) == (by_workers == 0) and join_ns >= 0
 
-
-SPINNER_BESIDE_CALLER = r"""
-import os, threading, time
-import numpy as np
-os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # the caller and the worker it starts share a CPU
-import cuvil
-
-def stat(tid):
-    with open(f"/proc/self/task/{tid}/schedstat") as f:
-        return int(f.read().split()[0])
-
-def add_one(x):
-    return x * 2.0 + 1.0
-
-f = cuvil.jit(add_one, num_threads=2)
-x = np.ones(1 << 20, np.float32)
-before = set(os.listdir("/proc/self/task"))
-f(x)  # starts the worker, which now spins (CUVIL_SPIN_US: 3 s)
-workers = [int(t) for t in set(os.listdir("/proc/self/task")) - before]
-me = threading.get_native_id()
-mine, theirs = stat(me), sum(stat(t) for t in workers)
-y = np.random.default_rng(0).standard_normal(1 << 21)
-deadline = time.perf_counter() + 0.3
-while time.perf_counter() < deadline:  # the caller's own serial work, the worker still spinning beside it
-    np.sort(y)
-print(len(workers), (sum(stat(t) for t in workers) - theirs) / (stat(me) - mine))
-"""
-
-
-@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity")
-def test_a_spinning_worker_gives_its_cpu_to_the_caller_beside_it(tmp_path):
-    """A worker spinning for the next loop on the CPU of its caller's serial kernels took half of that CPU (the
-    scheduler shares it fairly), doubling them; it yields the CPU between short spins."""
-    root = os.path.dirname(os.path.dirname(cuvil.__file__))  # this checkout's cuvil, not another installed one
-    env = {**os.environ, "CUVIL_SPIN_US": "3000000", "CUVIL_ARTIFACT_CACHE": "0",
-           "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
-    script = tmp_path / "spinner_beside_caller.py"
-    script.write_text(SPINNER_BESIDE_CALLER)
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
-    assert out.returncode == 0, out.stderr
-    workers, share = out.stdout.split()
-    assert int(workers) == 1
-    assert float(share) < 0.3  # the worker's CPU time over the caller's while the caller works; fair sharing is 1

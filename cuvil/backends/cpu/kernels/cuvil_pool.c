@@ -7,8 +7,7 @@
  * awake, then sleep on a condition variable until the next job. A loop that runs on the calling thread alone wakes
  * sleeping workers without giving them work: a call that arrives after a gap (a server's request) usually starts
  * with such a loop, and its threaded kernels then find the workers spinning instead of waking them, a scheduler's
- * wake-up later, for the first of them. A worker on the CPU of the caller's last loop neither spins nor takes chunks
- * (beside_caller): there it could only take that CPU from the caller.
+ * wake-up later, for the first of them.
  *
  * The team of a call is its work over CUVIL_MIN_WORK (`work` is the cost of one of the n items, in elements), at
  * most cuvil_get_num_threads(): small loops run on the calling thread without touching the pool. The thread count
@@ -54,7 +53,6 @@ typedef struct {
     _Atomic int64_t woken;        /* times a worker left its sleep, for tests (cuvil_pool_state) */
     _Atomic int64_t regions, chunks, worker_chunks, waits, waited_ns, arrivals, arrival_ns; /* cuvil_pool_waits' */
     int64_t published_ns;         /* when the current job was published, unchanged while a worker is active */
-    atomic_int caller_cpu;        /* the CPU the last loop's caller ran on, or -1 */
     atomic_int result;
     int64_t n, chunk;             /* the current job, published before its ticket, unchanged while a worker is active */
     cuvil_range_fn fn;
@@ -62,7 +60,7 @@ typedef struct {
     int64_t spin_ns;
 } cuvil_pool_t;
 
-static cuvil_pool_t pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, .caller_cpu = -1};
+static cuvil_pool_t pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
 
 void cuvil_set_num_threads(int n) { num_threads = n > 0 ? n : 1; }
 
@@ -104,22 +102,6 @@ static inline void cpu_relax(void)
 #endif
 }
 
-#if defined(__linux__) && CUVIL_POOL_THREADS
-extern int sched_getcpu(void); /* glibc and musl; declared here because <sched.h> wants _GNU_SOURCE before any include */
-static inline int current_cpu(void) { return sched_getcpu(); }
-#else
-static inline int current_cpu(void) { return -1; }
-#endif
-
-/* Whether this worker runs on the CPU of the caller's last loop. There it can only slow the caller: spinning takes
- * half of that CPU from the caller's serial kernels (the scheduler shares it fairly, sched_yield or not), and a
- * chunk it takes shares the CPU too, while the caller may end up waiting for it. */
-static inline int beside_caller(void)
-{
-    int cpu = current_cpu();
-    return cpu >= 0 && cpu == atomic_load_explicit(&pool.caller_cpu, memory_order_relaxed);
-}
-
 static int64_t now_ns(void)
 {
     struct timespec t;
@@ -147,14 +129,13 @@ static int64_t run_chunks(uint64_t gen)
     return ran;
 }
 
-/* Spins, then sleeps, until a job after generation `seen` is published or the sleepers are woken without one; sleeps
- * at once on the caller's CPU. */
+/* Spins, then sleeps, until a job after generation `seen` is published or the sleepers are woken without one. */
 static void wait_for_job(uint64_t seen)
 {
     int64_t deadline = now_ns() + pool.spin_ns;
     for (int i = 0; GEN(atomic_load_explicit(&pool.ticket, memory_order_acquire)) == seen; i++) {
         cpu_relax();
-        if ((i & 255) == 255 && (now_ns() > deadline || beside_caller())) {
+        if ((i & 255) == 255 && now_ns() > deadline) {
             pthread_mutex_lock(&pool.lock);
             atomic_fetch_add(&pool.sleepers, 1);
             unsigned wakes = atomic_load(&pool.wakes);
@@ -178,8 +159,7 @@ static void *worker(void *arg)
         atomic_fetch_add(&pool.active, 1);
         seen = GEN(atomic_load(&pool.ticket));
         int64_t arrived = now_ns();
-        /* nothing when woken without a job (its chunks are all taken), nor beside the caller (see beside_caller) */
-        int64_t ran = beside_caller() ? 0 : run_chunks(seen);
+        int64_t ran = run_chunks(seen); /* nothing when woken without a job: its chunks are all taken */
         if (ran) {
             atomic_fetch_add_explicit(&pool.worker_chunks, ran, memory_order_relaxed);
             atomic_fetch_add_explicit(&pool.arrivals, 1, memory_order_relaxed);
@@ -268,10 +248,8 @@ int cuvil_parallel_team(int64_t n, int team, cuvil_range_fn fn, void *ctx)
     team = team < n ? team : (int)n;
     int expected = 0;
     if (!CUVIL_POOL_THREADS || team <= 1 || !atomic_compare_exchange_strong(&pool.busy, &expected, 1)) {
-        if (CUVIL_POOL_THREADS && team <= 1 && pool.started) {
-            atomic_store_explicit(&pool.caller_cpu, current_cpu(), memory_order_relaxed);
+        if (CUVIL_POOL_THREADS && team <= 1)
             wake_sleepers(0); /* for the threaded kernels after this one */
-        }
         last_team = 1;
         return fn(ctx, 0, n);
     }
@@ -287,7 +265,6 @@ int cuvil_parallel_team(int64_t n, int team, cuvil_range_fn fn, void *ctx)
     chunks = (n + pool.chunk - 1) / pool.chunk;
     atomic_store(&pool.result, 0);
     pool.published_ns = now_ns();
-    atomic_store_explicit(&pool.caller_cpu, current_cpu(), memory_order_relaxed);
     uint64_t gen = (GEN(atomic_load(&pool.ticket)) + 1) & 0xffffffu;
     atomic_store(&pool.ticket, gen << 40 | (uint64_t)chunks << 20);
     atomic_fetch_add_explicit(&pool.regions, 1, memory_order_relaxed);
