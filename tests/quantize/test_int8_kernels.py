@@ -90,10 +90,13 @@ def test_qconv_matches_the_reference(path, geom, static):
 
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("m,k,n,group,zeros", [(1, 64, 10, 32, 16), (2, 96, 7, 32, 16), (3, 256, 33, 64, 16),
-                                               (4, 128, 13, 32, 16), (1, 64, 6, 64, 256), (9, 256, 70, 128, 16)])
+                                               (4, 128, 13, 32, 16), (1, 64, 6, 64, 256), (9, 256, 70, 128, 16),
+                                               (16, 96, 9, 32, 256), (17, 64, 200, 32, 256),
+                                               (70, 256, 300, 128, 16)])
 def test_int4_matches_the_reference(path, m, k, n, group, zeros):
-    """Up to 4 rows the weights are looked up in per-group tables (AVX-512) or unpacked in the dot product; more rows
-    dequantise blocks for the fp32 GEMM. Columns past a multiple of 4 and zero points above 15 (any u8) included."""
+    """Up to 16 rows, in runs of 4, the weights are looked up in per-group tables (AVX-512) or unpacked in the dot
+    product; more rows dequantise blocks of 64 rows of W, each by one thread, for the fp32 GEMM against x^T (several
+    blocks, a partial one, x^T wider than one panel). Columns past a multiple of 4, zero points above 15 included."""
     x = RNG.standard_normal((m, k)).astype(np.float32)
     q = pack_int4(RNG.integers(0, 16, (n, k)))
     scale = (RNG.random((n, k // group)) * 0.1).astype(np.float32)
@@ -103,6 +106,35 @@ def test_int4_matches_the_reference(path, m, k, n, group, zeros):
     with k8.isa(path, 1):
         got = k8.gemm_int4(x, q, scale, zero, group, bias, act="relu", opt_level=1)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+def _worker_chunks(lib) -> int:
+    """Chunks of parallel loops that the pool's workers (not the caller) ran, since the process started."""
+    counts = np.zeros(7, np.int64)
+    lib.cuvil_pool_waits(counts.ctypes.data)
+    return int(counts[2])
+
+
+@pytest.mark.parametrize("threads", [2, 3, 9])
+def test_int4_blocks_of_w_shared_by_threads(threads):
+    """Past 16 rows each thread dequantises its own blocks of W into its own part of the scratch: 2, 3 and more
+    threads than the 8 buffers or the 5 blocks give the reference's result, and the pool's workers take part."""
+    from cuvil.backends.cpu import kernels
+    m, k, n, group = 70, 256, 300, 32
+    x = RNG.standard_normal((m, k)).astype(np.float32)
+    q = pack_int4(RNG.integers(0, 16, (n, k)))
+    scale = (RNG.random((n, k // group)) * 0.1).astype(np.float32)
+    zero = RNG.integers(0, 16, (n, k // group)).astype(np.uint8)
+    want = get_op("linear_i4").reference([x, q, scale, zero], {"group": group, "act": "none"})
+    lib = kernels.load(1)
+    lib.cuvil_set_num_threads(threads)
+    try:
+        before = _worker_chunks(lib)
+        for _ in range(5):  # a worker may be late for one call (the caller then runs every slice)
+            np.testing.assert_allclose(k8.gemm_int4(x, q, scale, zero, group, opt_level=1), want, rtol=1e-5, atol=1e-4)
+        assert _worker_chunks(lib) > before
+    finally:
+        lib.cuvil_set_num_threads(kernels.default_num_threads())
 
 
 def test_pack_int4_round_trips():

@@ -5,7 +5,7 @@
  * holds k0 + j in its low nibble and k0 + 16 + j in its high nibble, so one 16-byte load widens to two vectors of
  * 16 consecutive k with no shuffle. A few rows (decode): the weights are dequantised in registers and read once
  * (AVX-512 looks them up in per-group tables, AVX2 widens and scales them; C sums x q - zero * sum_k x per group).
- * More rows: blocks of W dequantised to f32 and the fp32 GEMM.
+ * More rows: blocks of W dequantised to f32 and the fp32 GEMM, each block by one thread into its own buffer.
  * The paths follow cuvil_int8_isa (2 or more: AVX-512, 1: AVX2, 0: C).
  */
 #include <stdlib.h>
@@ -19,7 +19,9 @@
 #endif
 
 #define I4_ROWS 4  /* up to this many rows the weights are unpacked inside the dot product */
+#define I4_FEW_ROWS 16 /* up to this many, in runs of I4_ROWS: the fp32 GEMM would pad x^T to its panel width */
 #define I4_BLOCK 64 /* rows of W dequantised per fp32 GEMM for more rows */
+#define I4_SLICES 8 /* at most this many threads share those blocks, each with its own buffer in the scratch */
 
 /* sum_k x[k] * q[k] over one group of G k (q's bytes as in the layout). */
 static float dot_q4_scalar(const float *x, const uint8_t *q, int64_t G)
@@ -160,7 +162,8 @@ static int i4_rows_avx2(void *ctx, int64_t lo, int64_t hi)
 
 int64_t cuvil_gemm_int4_scratch_bytes(int64_t M, int64_t K, int64_t G)
 {
-    return M <= I4_ROWS ? M * (K / G) * 4 + 64 : (int64_t)I4_BLOCK * K * 4 + 64;
+    if (M <= I4_FEW_ROWS) return I4_ROWS * (K / G) * 4 + 64;
+    return ((int64_t)I4_SLICES * I4_BLOCK * (K + M) + cuvil_sgemm_packed_size(K, M)) * 4 + 64;
 }
 
 typedef struct {
@@ -168,7 +171,6 @@ typedef struct {
     const float *x, *scale, *bias, *xsum;
     const uint8_t *w, *zero;
     float *out;
-    int64_t n0; /* dequantize_int4_rows: the first weight row */
 } i4_scalar_job_t;
 
 /* Output columns [lo, hi) of every row, portable C, from the rows' group sums of x. */
@@ -200,57 +202,119 @@ static void gemm_int4_rows(int64_t M, int64_t N, int64_t K, int64_t G, const flo
             for (int64_t k = 0; k < G; k++) s += x[m * K + g * G + k];
             xsum[m * groups + g] = s;
         }
-    i4_scalar_job_t j = {M, N, K, G, x, scale, bias, xsum, w, zero, y, 0};
+    i4_scalar_job_t j = {M, N, K, G, x, scale, bias, xsum, w, zero, y};
     cuvil_parallel_team(N, threads_for(M * N * K), i4_columns_scalar, &j);
 }
 
-/* Weight rows n0 + [lo, hi) widened to f32 into out (K floats a row). */
-static int i4_dequantize(void *ctx, int64_t lo, int64_t hi)
+/* Weight rows [n0, n0 + rows) widened to f32 into out (K floats a row). */
+static void i4_dequantize(int64_t n0, int64_t rows, int64_t K, int64_t G, const uint8_t *w, const float *scale,
+                          const uint8_t *zero, float *out)
 {
-    const i4_scalar_job_t *j = ctx;
-    int64_t K = j->K, G = j->G;
-    for (int64_t r = lo; r < hi; r++) {
-        const uint8_t *q = j->w + (j->n0 + r) * (K / 2);
+    for (int64_t r = 0; r < rows; r++) {
+        const uint8_t *q = w + (n0 + r) * (K / 2);
         for (int64_t k0 = 0; k0 < K; k0 += 32, q += 16) {
-            int64_t at = (j->n0 + r) * (K / G) + k0 / G;
-            float s = j->scale[at], z = (float)j->zero[at];
+            int64_t at = (n0 + r) * (K / G) + k0 / G;
+            float s = scale[at], z = (float)zero[at];
             for (int i = 0; i < 16; i++) {
-                j->out[r * K + k0 + i] = ((float)(q[i] & 15) - z) * s;
-                j->out[r * K + k0 + 16 + i] = ((float)(q[i] >> 4) - z) * s;
+                out[r * K + k0 + i] = ((float)(q[i] & 15) - z) * s;
+                out[r * K + k0 + 16 + i] = ((float)(q[i] >> 4) - z) * s;
             }
+        }
+    }
+}
+
+#ifdef CUVIL_X86_I4
+/* i4_dequantize on AVX-512: each group's 16 values (j - zero) * scale in a table, each nibble looked up (same bits). */
+__attribute__((target("avx512f,avx512bw")))
+static void i4_dequantize_avx512(int64_t n0, int64_t rows, int64_t K, int64_t G, const uint8_t *w, const float *scale,
+                                 const uint8_t *zero, float *out)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        const uint8_t *q = w + (n0 + r) * (K / 2);
+        for (int64_t g = 0, k0 = 0; k0 < K; g++) {
+            int64_t at = (n0 + r) * (K / G) + g;
+            __m512 lut = _mm512_mul_ps(_mm512_load_ps(i4_minus_zero[zero[at]]), _mm512_set1_ps(scale[at]));
+            for (int64_t end = k0 + G; k0 < end; k0 += 32) {
+                __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + k0 / 2)));
+                _mm512_storeu_ps(out + r * K + k0, _mm512_permutexvar_ps(v, lut));
+                _mm512_storeu_ps(out + r * K + k0 + 16, _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), lut));
+            }
+        }
+    }
+}
+#endif
+
+typedef struct {
+    int64_t M, N, K, G, blocks, slices;
+    const float *xt, *scale, *bias; /* xt: x^T [K, M] packed for cuvil_sgemm_packed */
+    const uint8_t *w, *zero;
+    float *y, *buf;
+    int avx512;
+} i4_panel_job_t;
+
+/* Slices [lo, hi): slice s owns the I4_BLOCK-row blocks of W [s * blocks / slices, (s + 1) * blocks / slices) and
+ * its own buffers. Each block is dequantised once, row-major as stored, and is the A of a GEMM against the packed
+ * x^T (on this thread: inside a pool job the pool runs it inline): y^T's block, written back transposed with the
+ * bias. */
+static int i4_panels(void *ctx, int64_t lo, int64_t hi)
+{
+    const i4_panel_job_t *j = ctx;
+    int64_t M = j->M, K = j->K;
+    for (int64_t s = lo; s < hi; s++) {
+        float *wf = j->buf + s * I4_BLOCK * (K + M), *yt = wf + I4_BLOCK * K;
+        for (int64_t b = s * j->blocks / j->slices; b < (s + 1) * j->blocks / j->slices; b++) {
+            int64_t n0 = b * I4_BLOCK, rows = j->N - n0 < I4_BLOCK ? j->N - n0 : I4_BLOCK;
+#ifdef CUVIL_X86_I4
+            if (j->avx512) i4_dequantize_avx512(n0, rows, K, j->G, j->w, j->scale, j->zero, wf);
+            else
+#endif
+                i4_dequantize(n0, rows, K, j->G, j->w, j->scale, j->zero, wf);
+            cuvil_sgemm_packed(rows, M, K, 1.0f, wf, K, 1, j->xt, 0.0f, yt, M, NULL, 0);
+            for (int64_t m = 0; m < M; m++)
+                for (int64_t r = 0; r < rows; r++)
+                    j->y[m * j->N + n0 + r] = yt[r * M + m] + (j->bias ? j->bias[n0 + r] : 0.0f);
         }
     }
     return 0;
 }
 
-/* On the pool, as every kernel (an OpenMP team between two pool jobs spins against the pool's threads). */
-static void dequantize_int4_rows(int64_t n0, int64_t rows, int64_t K, int64_t G, const uint8_t *w,
-                                 const float *scale, const uint8_t *zero, float *out)
+/* More than I4_ROWS rows: x^T packed once, then one pool job over the slices (one dispatch a call). */
+static void gemm_int4_panels(int64_t M, int64_t N, int64_t K, int64_t G, const float *x, const uint8_t *w,
+                             const float *scale, const uint8_t *zero, const float *bias, float *y, float *buf)
 {
-    i4_scalar_job_t j = {0, 0, K, G, NULL, scale, NULL, NULL, w, zero, out, n0};
-    cuvil_parallel_team(rows, threads_for(rows * K * 8), i4_dequantize, &j);
+    int64_t blocks = (N + I4_BLOCK - 1) / I4_BLOCK;
+    int64_t slices = threads_for(M * N * K);
+    slices = slices < I4_SLICES ? slices : I4_SLICES;
+    slices = slices < blocks ? slices : blocks;
+    float *xt = buf + I4_SLICES * I4_BLOCK * (K + M);
+    cuvil_sgemm_pack_b(K, M, x, 1, K, xt);
+    i4_panel_job_t j = {M, N, K, G, blocks, slices, xt, scale, bias, w, zero, y, buf, cuvil_int8_isa() >= 2};
+    cuvil_parallel_team(slices, (int)slices, i4_panels, &j);
+}
+
+/* Up to I4_ROWS rows: the weights dequantised in registers, on the path cuvil_int8_isa chooses. */
+static void gemm_int4_few_rows(int64_t M, int64_t N, int64_t K, int64_t G, const float *x, const uint8_t *w,
+                               const float *scale, const uint8_t *zero, const float *bias, float *y, float *buf)
+{
+    int isa = cuvil_int8_isa();
+#ifdef CUVIL_X86_I4
+    i4_job_t job = {M, N, K, G, x, scale, bias, w, zero, y};
+    if (isa >= 2) cuvil_parallel_team((N + I4_NB - 1) / I4_NB, threads_for(M * N * K), i4_blocks_avx512, &job);
+    else if (isa == 1) cuvil_parallel_team(N, threads_for(M * N * K), i4_rows_avx2, &job);
+    else
+#endif
+        gemm_int4_rows(M, N, K, G, x, w, scale, zero, bias, y, buf);
+    (void)isa;
 }
 
 void cuvil_gemm_int4(int64_t M, int64_t N, int64_t K, int64_t G, const float *x, const uint8_t *w,
                      const float *scale, const uint8_t *zero, const float *bias, int act, float *y, void *scratch)
 {
-    float *buf = (float *)scratch;
-    if (M <= I4_ROWS) {
-        int isa = cuvil_int8_isa();
-#ifdef CUVIL_X86_I4
-        i4_job_t job = {M, N, K, G, x, scale, bias, w, zero, y};
-        if (isa >= 2) cuvil_parallel_team((N + I4_NB - 1) / I4_NB, threads_for(M * N * K), i4_blocks_avx512, &job);
-        else if (isa == 1) cuvil_parallel_team(N, threads_for(M * N * K), i4_rows_avx2, &job);
-        else
-#endif
-            gemm_int4_rows(M, N, K, G, x, w, scale, zero, bias, y, buf);
-        (void)isa;
-        if (act) cuvil_activation(act, M * N, y, y);
-        return;
-    }
-    for (int64_t n0 = 0; n0 < N; n0 += I4_BLOCK) {
-        int64_t rows = N - n0 < I4_BLOCK ? N - n0 : I4_BLOCK;
-        dequantize_int4_rows(n0, rows, K, G, w, scale, zero, buf);
-        cuvil_sgemm(M, rows, K, 1.0f, x, K, 1, buf, 1, K, 0.0f, y + n0, N, bias ? bias + n0 : NULL, act);
-    }
+    if (M <= I4_FEW_ROWS)
+        for (int64_t m0 = 0; m0 < M; m0 += I4_ROWS)
+            gemm_int4_few_rows(M - m0 < I4_ROWS ? M - m0 : I4_ROWS, N, K, G, x + m0 * K, w, scale, zero, bias,
+                               y + m0 * N, (float *)scratch);
+    else
+        gemm_int4_panels(M, N, K, G, x, w, scale, zero, bias, y, (float *)scratch);
+    if (act) cuvil_activation(act, M * N, y, y);
 }
