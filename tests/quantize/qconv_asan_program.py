@@ -1,6 +1,6 @@
-"""conv_int8.c, conv_lowp.c and the int8 GEMM (cuvil_qlinear) with exactly sized buffers from malloc (AddressSanitizer's
-redzones around each), on every code path, over the geometries of test_conv_int8.py and GEMM shapes with every
-kind of tail: run by test_conv_int8_asan.py under libasan."""
+"""conv_int8.c, conv_lowp.c, the int8 GEMM (cuvil_qlinear) and the int4 GEMM with exactly sized buffers from malloc
+(AddressSanitizer's redzones around each), on every code path, over the geometries of test_conv_int8.py and GEMM
+shapes with every kind of tail: run by test_conv_int8_asan.py under libasan."""
 import ctypes
 
 import numpy as np
@@ -63,6 +63,22 @@ def _qlinear(lib, m: int, k: int, n: int, x_u8: bool, out_u8: bool) -> None:
         _libc.free(p)
 
 
+def _int4(lib, m: int, k: int, n: int, group: int) -> None:
+    rng = np.random.default_rng(4)
+    groups = k // group
+    bufs = {"x": _exact(rng.standard_normal((m, k)).astype(np.float32).tobytes()),
+            "q": _exact(rng.integers(0, 256, (n, k // 2)).astype(np.uint8).tobytes()),
+            "scale": _exact(np.full((n, groups), 0.01, np.float32).tobytes()),
+            "zero": _exact(np.full((n, groups), 8, np.uint8).tobytes()),
+            "bias": _exact(np.ones(n, np.float32).tobytes()),
+            "scratch": _exact(bytes(lib.cuvil_gemm_int4_scratch_bytes(m, k, group))),
+            "y": _exact(bytes(m * n * 4))}
+    lib.cuvil_gemm_int4(m, n, k, group, bufs["x"], bufs["q"], bufs["scale"], bufs["zero"], bufs["bias"], 1, bufs["y"],
+                        bufs["scratch"])
+    for p in bufs.values():
+        _libc.free(p)
+
+
 def _conv_bf16(lib, geom) -> None:
     shape, o, (kh, kw), strides, pads, dilations = geom
     x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
@@ -89,6 +105,9 @@ def main() -> None:
         for m, k, n in ((1, 7, 5), (5, 64, 16), (16, 65, 33), (33, 260, 70), (47, 1, 17)):
             for x_u8, out_u8 in ((False, False), (True, True)):
                 _qlinear(lib, m, k, n, x_u8, out_u8)
+        for m, k, n, group in ((1, 64, 5, 32), (4, 96, 9, 32), (6, 64, 7, 64), (16, 32, 3, 32), (17, 64, 70, 32),
+                               (70, 128, 130, 128)):
+            _int4(lib, m, k, n, group)
         for geom in GEOMETRIES.values():
             for x_u8, out_u8, residual in ((False, False, False), (True, True, False), (False, False, True),
                                            (True, True, "u8")):
