@@ -278,7 +278,7 @@ static int i4_panels(void *ctx, int64_t lo, int64_t hi)
     return 0;
 }
 
-/* More than I4_ROWS rows: x^T packed once, then one pool job over the slices (one dispatch a call). */
+/* More than I4_FEW_ROWS rows: x^T packed once, then one pool job over the slices (one dispatch a call). */
 static void gemm_int4_panels(int64_t M, int64_t N, int64_t K, int64_t G, const float *x, const uint8_t *w,
                              const float *scale, const uint8_t *zero, const float *bias, float *y, float *buf)
 {
