@@ -527,3 +527,21 @@ def test_a_hit_exported_under_another_name_or_for_another_target_is_written_anew
     np.testing.assert_allclose(named.function("mlp")(x=x), np.maximum(x @ w, 0), rtol=1e-5, atol=1e-5)
     cuvil.export(warm, tmp_path / "with_c.cuv", include_c=True)
     assert "cuvil" in cuvil.load(tmp_path / "with_c.cuv").c_text()
+
+
+def test_exporting_a_torch_hit_copies_its_entry(cache, tmp_path, monkeypatch):
+    """The torch route's warm hit, its wide weight stored as packed panels, exports without compiling again, and the
+    file gives the module's outputs under the route a fresh export writes."""
+    torch = pytest.importorskip("torch")
+    from cuvil.frontends.torch import compile as torch_compile
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 32)).eval()
+    x = torch.randn(3, 64)
+    cuvil.compile(model, (x,))
+    warm = cuvil.compile(model, (x,))
+    assert warm.executable.cache == "hit"
+    monkeypatch.setattr(torch_compile, "_compile", lambda *a, **k: pytest.fail("compiled again to export"))
+    loaded = _export_of(warm, tmp_path / "torch.cuv")
+    assert loaded.metadata["entries"]["main"]["route"] == {"kind": "torch", "torch": True, "single": True}
+    torch.testing.assert_close(torch.as_tensor(np.asarray(loaded(x.numpy()))), model(x), rtol=1e-5, atol=1e-5)
