@@ -48,7 +48,21 @@ def export(obj, path, target: str = "cpu", *, entry: str = "main", example_input
             if exe.target == "interpreter":
                 raise UnsupportedError(f"cuvil.export: {name!r} was compiled for the interpreter, not native code")
             executables[name if k == 0 else f"{name}__{k}"] = (exe, {**route, **({"variant_of": name} if k else {})})
-    cpu_export.write(os.fspath(path), executables, include_c=include_c, target=target)
+    if not _copied_from_cache(executables, path, target, include_c):
+        cpu_export.write(os.fspath(path), executables, include_c=include_c, target=target)
+
+
+def _copied_from_cache(executables: dict, path, target, include_c: bool) -> bool:
+    """Write one artifact cache hit by copying its entry (cache/store.py), which holds this machine's code and
+    the weights as compiled: writing it anew needs its IR, which an entry that stores packed weights lacks."""
+    if target != "cpu" or include_c or len(executables) != 1:
+        return False
+    ((name, (exe, route)),) = executables.items()
+    if getattr(exe, "cache_entry", None) is None:
+        return False
+    from .cache import store
+
+    return store.export_entry(exe, path, name, route)
 
 
 def _executables(obj, example_inputs, target="cpu") -> list:

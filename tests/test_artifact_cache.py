@@ -471,3 +471,77 @@ def test_a_record_made_for_another_file_is_not_trusted(cache, tmp_path, monkeypa
     a, b = _entries(cache)
     store._record_path(a).write_text(store._record_path(b).read_text())
     assert not store._was_verified(a, container.Container.open(a))
+
+
+def _export_of(model, path):
+    cuvil.export(model, path)
+    return cuvil.load(path)
+
+
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+def test_exporting_a_cache_hit_copies_its_entry_and_compiles_nothing(cache, tmp_path, monkeypatch, warm):
+    """A model served from its entry (a warm hit, or a cold compile that maps what it saved) whose weights are
+    stored packed is exported by copying the entry, not by compiling again for its IR, and the file runs as a
+    fresh export (cache off) does, in Python and in cuvil-run; its metadata names the model's inputs."""
+    from cuvil.frontends.onnx_cache import LazyOnnxModel
+
+    from .runtime import c_build
+
+    rng = np.random.default_rng(6)
+    path, _ = _conv_fc_file(tmp_path, rng)
+    x = rng.standard_normal((1, 16, 20, 20)).astype(np.float32)
+    model = cuvil.load_onnx(path).optimize()
+    if warm:
+        model = cuvil.load_onnx(path).optimize()
+    assert model.executable.cache == ("hit" if warm else "miss") and model.executable.cache_entry is not None
+    monkeypatch.setattr(LazyOnnxModel, "_compile", lambda *a, **k: pytest.fail("compiled again to export"))
+    copied = _export_of(model, tmp_path / "copied.cuv")
+    monkeypatch.undo()
+    monkeypatch.setenv("CUVIL_ARTIFACT_CACHE", "0")
+    fresh_model = cuvil.load_onnx(path).optimize()
+    assert fresh_model.executable.cache_entry is None
+    fresh = _export_of(fresh_model, tmp_path / "fresh.cuv")
+    for key in ("inputs", "outputs", "route", "symbols", "fingerprint"):
+        assert copied.metadata["entries"]["main"][key] == fresh.metadata["entries"]["main"][key], key
+    want = fresh(x=x)
+    np.testing.assert_array_equal(copied(x=x), want)
+    np.testing.assert_array_equal(model(x)[0], want)
+    built = c_build.runtime()
+    np.save(tmp_path / "x.npy", x)
+    run = c_build.run(built, built.cli, tmp_path / "copied.cuv", tmp_path / "x.npy", "-o", tmp_path / "out")
+    assert run.returncode == 0, run.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "out" / "output_0.npy"), want)
+
+
+def test_a_hit_exported_under_another_name_or_for_another_target_is_written_anew(cache, tmp_path):
+    """Only a host export of one entry copies the cache entry; an entry name is kept, and `include_c` (C the entry
+    does not hold) writes it the ordinary way."""
+    path, w = _onnx_file(tmp_path, seed=3)
+    x = np.random.default_rng(2).standard_normal((5, 4)).astype(np.float32)
+    cuvil.load_onnx(path).optimize()
+    warm = cuvil.load_onnx(path).optimize()
+    assert warm.executable.cache == "hit"
+    cuvil.export({"mlp": warm}, tmp_path / "named.cuv")
+    named = cuvil.load(tmp_path / "named.cuv")
+    assert named.entries == ["mlp"]
+    np.testing.assert_allclose(named.function("mlp")(x=x), np.maximum(x @ w, 0), rtol=1e-5, atol=1e-5)
+    cuvil.export(warm, tmp_path / "with_c.cuv", include_c=True)
+    assert "cuvil" in cuvil.load(tmp_path / "with_c.cuv").c_text()
+
+
+def test_exporting_a_torch_hit_copies_its_entry(cache, tmp_path, monkeypatch):
+    """The torch route's warm hit, its wide weight stored as packed panels, exports without compiling again, and the
+    file gives the module's outputs under the route a fresh export writes."""
+    torch = pytest.importorskip("torch")
+    from cuvil.frontends.torch import compile as torch_compile
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 32)).eval()
+    x = torch.randn(3, 64)
+    cuvil.compile(model, (x,))
+    warm = cuvil.compile(model, (x,))
+    assert warm.executable.cache == "hit"
+    monkeypatch.setattr(torch_compile, "_compile", lambda *a, **k: pytest.fail("compiled again to export"))
+    loaded = _export_of(warm, tmp_path / "torch.cuv")
+    assert loaded.metadata["entries"]["main"]["route"] == {"kind": "torch", "torch": True, "single": True}
+    torch.testing.assert_close(torch.as_tensor(np.asarray(loaded(x.numpy()))), model(x), rtol=1e-5, atol=1e-5)

@@ -19,6 +19,7 @@ import contextlib
 import ctypes
 import functools
 import gc
+import json
 import logging
 import os
 import time
@@ -32,6 +33,8 @@ from ..errors import ArtifactError, CuvilError
 from ..ir import serialize
 from ..ir.core import Module
 from ..runtime import artifact as runtime
+from ..runtime import container
+from ..runtime import entries as entry_text
 from ..runtime.function import Signature
 
 log = logging.getLogger("cuvil.cache")
@@ -115,6 +118,39 @@ def load_saved(key: str, exe, route: dict, rebuild):
         return None
 
 
+# -- exporting ---------------------------------------------------------------------------------------------------
+def export_entry(exe, path, name: str, route: dict) -> bool:
+    """Write the entry a hit `exe` was loaded from to `path` as `cuvil.export` would write `exe` (its route, entry
+    name and argument names re-targeted; code, constants and prepared forms copied): exporting an entry whose
+    weights are stored packed would otherwise compile the model again for its IR. False (nothing written) where
+    `exe` is no hit or its entry fails a check: the caller writes it the ordinary way."""
+    first = exe.cache_entry
+    if first is None:
+        return False
+    art = first.art
+    try:
+        art.verify()  # every section's SHA-256 (waited for, or the verified record's): a corrupt entry is not copied
+    except ArtifactError:
+        return False
+    meta = json.loads(json.dumps(art.metadata))
+    e = meta["entries"].pop("main")
+    e["route"] = route
+    for p, n in zip(e["inputs"], route.get("names") or ()):
+        p["name"] = n
+    for p, n in zip(e["outputs"], route.get("output_names") or [f"output_{j}" for j in range(len(e["outputs"]))]):
+        p["name"] = n
+    meta["entries"] = {name: e}
+    meta["created"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    box = art._container
+    sections = [container.Section("meta", [json.dumps(meta).encode()]),
+                container.Section("entries", [entry_text.format_entries(meta["entries"]).encode()])]
+    sections += [container.Section(r.name, [box.data(r.name, check=False)], r.flags, r.features)
+                 for r in box.rows.values() if r.name not in ("meta", "entries")]
+    container.write(os.fspath(path), sections, box.triple, box.required_features)
+    log.info("exported artifact %s as %s (copied, not compiled again)", first.entry, path)
+    return True
+
+
 def return_freed_memory() -> None:
     """Collect the cycles a dropped IR module forms, then hand the C heap's free pages back to the system (glibc's
     malloc_trim): weights of 2-10 MB lie in the heap, not in mappings of their own, and freeing them alone leaves
@@ -141,6 +177,7 @@ def _load_entry(entry: Path, key: str, rebuild, verified_by=None):
     exe = Executable(first.module, "cpu", first, e.get("pass_timings") or {},
                      signature=(sig.arg_types, sig.result_types), cache="hit")
     first.exe = exe
+    exe.cache_entry = first
     return exe, route["data"]
 
 
@@ -190,6 +227,7 @@ class _FirstCall:
 
     def _replace(self, fresh) -> None:
         self.exe._module, self.exe._run, self.exe.cache = fresh._module, fresh._run, "miss"
+        self.exe.cache_entry = None  # its code is the fresh one now, not the entry's
 
     def __getattr__(self, name):  # what callers read of a CpuFunction (call_exact, program, prepared)
         if name.startswith("_") or name in ("art", "entry", "rebuild", "exe", "hashed"):
