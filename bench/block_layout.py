@@ -3,7 +3,8 @@
 
 ResNet-18, MobileNetV2, MobileNetV3-small or EfficientNet-B0 (batch 1, 224x224, random weights) through Cuvil's
 torch and ONNX routes with the `block-layout` pass on and off, the ONNX route also with the pass on but depthwise
-convs left in the plain layout ("onnx-plaindw", the pass before `dwconv_nchwc`), and ONNX Runtime (all graph
+convs left in the plain layout ("onnx-plaindw", the pass before `dwconv_nchwc`) and with squeeze-excite's means
+read through an unblocking ("onnx-plainsum", the pass before `spatial_sum_nchwc`), and ONNX Runtime (all graph
 optimisations, 2 intra-op threads), all timed interleaved in one process; prints medians and ratios to ONNX
 Runtime. Run with CUVIL_ARTIFACT_CACHE=0 so that the pass switch is not answered from the artifact cache.
 """
@@ -46,11 +47,16 @@ def main(which: str = "resnet", rounds: int = 15) -> None:
     o = cuvil.load_onnx(path).optimize()
     fns["onnx-plaindw"] = lambda: o(xn)
     layout.depthwise_conv = depthwise
+    spatial = layout._spatial_reduction
+    layout._spatial_reduction = lambda op: False
+    o_sum = cuvil.load_onnx(path).optimize()
+    fns["onnx-plainsum"] = lambda: o_sum(xn)
+    layout._spatial_reduction = spatial
     ref = fns["ort"]()
     for k, f in fns.items():
         out = f()
         out = out[0] if isinstance(out, (list, tuple)) else out
-        print(f"{k:10s} max |diff| to ONNX Runtime {float(np.abs(np.asarray(out) - ref).max()):.2e}")
+        print(f"{k:13s} max |diff| to ONNX Runtime {float(np.abs(np.asarray(out) - ref).max()):.2e}")
     times = {k: [] for k in fns}
     for _ in range(rounds):
         for k, f in fns.items():
@@ -59,7 +65,7 @@ def main(which: str = "resnet", rounds: int = 15) -> None:
             times[k].append(time.perf_counter() - t0)
     med = {k: float(np.median(v)) * 1e3 for k, v in times.items()}
     for k, v in med.items():
-        print(f"{which} {k:10s} {v:7.2f} ms  ratio to ONNX Runtime {v / med['ort']:.2f}x")
+        print(f"{which} {k:13s} {v:7.2f} ms  ratio to ONNX Runtime {v / med['ort']:.2f}x")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """Blocked-layout convolution: `conv_nchwc`, the op the layout pass (`cuvil.passes.layout`) rewrites f32
-2-D convolutions into.
+2-D convolutions into (and `dwconv_nchwc`, `spatial_sum_nchwc`: the depthwise conv and the sum over H and W).
 
 x is [N, C/cb, H, W, cb] (channel blocks outermost, one block of cb channels innermost), the weight is
 pre-packed as [O/ob, C/cb, kh, kw, cb, ob] and the bias is [O/ob, ob]; the result is [N, O/ob, OH, OW, ob].
@@ -208,3 +208,21 @@ register_op("dwconv_nchwc", operands=3, shape=_dwconv_nchwc_shape, reference=_re
             attrs={"strides": Attr("ints", ()), "dilations": Attr("ints", ()), "pads": Attr("ints", ()),
                    "activation": Attr("str", "none", ("none", *EPILOGUES))},
             doc="depthwise 2-D conv in blocked layout: x [N,C/cb,H,W,cb], w [C/cb,kh,kw,cb], bias [C/cb,cb]")
+
+
+# -- spatial_sum_nchwc: the sum over H and W in the same layout (a global pool, squeeze-excite's mean) --------------
+def _spatial_sum_nchwc_shape(ctx, types, a):
+    (x,) = types
+    require_dtype(ctx, x, lambda d: d is DType.f32, "spatial_sum_nchwc")
+    if x.rank != 5:
+        raise ctx.error(f"'spatial_sum_nchwc' needs x [N, C/cb, H, W, cb], got {x}")
+    return [x.with_shape((x.shape[0], x.shape[1], 1, 1, x.shape[4]))]
+
+
+def _ref_spatial_sum_nchwc(xs, a):
+    return np.sum(xs[0].astype(np.float64), axis=(2, 3), keepdims=True).astype(np.float32)
+
+
+register_op("spatial_sum_nchwc", operands=1, shape=_spatial_sum_nchwc_shape, reference=_ref_spatial_sum_nchwc,
+            decompose=lambda b, xs, a: b.reduce_sum(xs[0], axes=(2, 3), keepdims=True),
+            doc="sum over H and W in blocked layout: x [N,C/cb,H,W,cb] -> [N,C/cb,1,1,cb]")

@@ -220,6 +220,14 @@ class _Chains:
         return saving > converted * COST["convert"]
 
 
+def _spatial_reduction(op: Op) -> bool:
+    """A sum over both spatial axes of an NCHW tensor (a global pool, squeeze-excite's mean): read blocked
+    (`spatial_sum_nchwc`), it passes over the tensor once, where unblocking first made it gather each channel across
+    the blocks."""
+    return (op.name == "reduce_sum" and op.operands[0].type.rank == 4
+            and sorted(a % 4 for a in op.attrs["axes"]) == [2, 3])
+
+
 def _padding_elements(op: Op, block: int) -> float:
     """The padding elements a chain member's blocked result holds beyond its plain one."""
     t = op.results[0].type
@@ -246,21 +254,33 @@ class _Rewriter:
         region = self.chains.region
         new_ops = []
         for op in region.ops:
-            if id(op) not in self.ids:
+            reads_blocked = _spatial_reduction(op) and id(op.operands[0]) in self.made
+            if id(op) not in self.ids and not reads_blocked:
                 new_ops.append(op)
                 continue
             scratch = Region()
             b = Builder(self.fn.module, self.fn, scratch, op.loc)
-            out = self._rewrite(b, op)
-            self.blocked[id(op.results[0])] = out
-            if any(id(u) not in self.ids for u in self.chains.users.get(id(op.results[0]), [])):
-                self.remap[id(op.results[0])] = from_blocked(b, out, op.results[0].type.shape[1])
+            if reads_blocked:
+                self.remap[id(op.results[0])] = self._reduction(b, op)
+            else:
+                out = self._rewrite(b, op)
+                self.blocked[id(op.results[0])] = out
+                if any(id(u) not in self.ids and not _spatial_reduction(u)
+                       for u in self.chains.users.get(id(op.results[0]), [])):
+                    self.remap[id(op.results[0])] = from_blocked(b, out, op.results[0].type.shape[1])
             for new in scratch.ops:
                 new.parent = region
             new_ops += scratch.ops
             op.parent = None
         region.ops = new_ops
         self.fn.replace_uses(self.remap)
+
+    def _reduction(self, b: Builder, op: Op) -> Value:
+        """A spatial sum read from the blocked value; only its [N, C/size, 1, 1, size] result is unblocked."""
+        x = op.operands[0]
+        r = b.spatial_sum_nchwc(self.blocked[id(x)])
+        plain = from_blocked(b, r, x.type.shape[1])
+        return plain if op.attrs["keepdims"] else b.reshape(plain, shape=op.results[0].type.shape)
 
     def _input(self, b: Builder, v: Value, size: int) -> Value:
         """`v` in blocks of `size`, converted once however many ops read it."""

@@ -86,3 +86,18 @@ CASES += [
     dw_case(rand(2, 4, 6, 5), rand(4, 1, 3, 3, seed=1), rand(4, seed=2), 4, strides=(2, 2), pads=(1, 1, 1, 1),
             dims={0: {0: "n", 2: "h", 3: "w"}}, case_id="dw-symbolic"),
 ]
+
+
+def spatial_sum_case(x, size, case_id="", dims=None):
+    """A blocked sum over H and W from a plain NCHW tensor, the expected result from ONNX's ReduceSum, blocked."""
+    def expected(_):
+        (y,) = onnx_node("ReduceSum", [x, np.array([2, 3], np.int64)], {"keepdims": 1})
+        return [_blocked(y, size).astype(np.float32)]
+    return Case("spatial_sum_nchwc", [_blocked(x, size)], {}, expected=expected, id=case_id, dims=dims)
+
+
+CASES += [
+    spatial_sum_case(rand(1, 6, 7, 8), 4, case_id="sum-padded-channels"),
+    spatial_sum_case(rand(2, 8, 1, 1), 8, case_id="sum-one-pixel"),
+    spatial_sum_case(rand(2, 4, 6, 5), 4, dims={0: {0: "n", 2: "h", 3: "w"}}, case_id="sum-symbolic"),
+]

@@ -174,6 +174,21 @@ def test_max_pool_stays_blocked(free_conversions):
     assert "f32[1,1,4,4,8] = max_pool" in got and "kernel = [3, 3, 1]" in got and "pads = [1, 1, 0, 1, 1, 0]" in got
 
 
+@pytest.mark.parametrize("keepdims", [True, False])
+def test_spatial_sum_reads_the_blocked_layout(keepdims, free_conversions):
+    """Squeeze-excite's mean of a blocked conv's result sums the blocked tensor (`spatial_sum_nchwc`); only the
+    [N, C/cb, 1, 1, cb] sums are unblocked (12 channels: the padding sliced off), never the map itself."""
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", (2, 3, 9, 7))], ["x"])
+    y = b.relu(b.conv(b.args[0], _const(b, 12, 3, 3, 3), _const(b, 12), pads=(1, 1, 1, 1)))
+    b.ret(b.reduce_sum(y, axes=(-1, 2), keepdims=keepdims))
+    got = _run(m, RNG.standard_normal((2, 3, 9, 7)).astype(np.float32))
+    ops = [line.split(" = ")[1].split()[0] for line in got.splitlines() if " = " in line]
+    assert "f32[2,2,1,1,8] = spatial_sum_nchwc" in got and "reduce_sum" not in ops
+    assert "f32[2,2,8,1,1] = transpose" in got and ops.count("transpose") == 2  # the input's and the sums'
+    assert "slice" in ops and ("reshape" in ops[-1]) != keepdims
+
+
 def test_narrow_outputs_are_not_padded_to_a_block(free_conversions):
     """A UNet's last conv (8 -> 2 channels) and its sigmoid stay plain: a 16-lane block would compute 8x the results
     and unblock them after; the conv before it, whose 16 channels fill a block, stays blocked."""

@@ -30,6 +30,8 @@ def keeps_composite(op) -> bool:
         return op.operands[1].type.shape[5] == conv_block()
     if op.name == "dwconv_nchwc":
         return op.operands[1].type.shape[3] == conv_block()
+    if op.name == "spatial_sum_nchwc":
+        return op.operands[0].type.shape[4] == conv_block()
     return op.name in NATIVE_COMPOSITES or library_rows.keeps(op)
 
 

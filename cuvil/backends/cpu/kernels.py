@@ -73,6 +73,7 @@ SIGNATURES = {
                              _ptr, _i64, _i64, _ptr, _int], None),
     "cuvil_dwconv2d": ([_i64, _i64, _i64, _ptr, _ptr, _ptr, _ptr, _ptr, _f32, _f32], None),
     "cuvil_dwconv_nchwc": ([_ptr, _ptr, _ptr, _ptr, _ptr, _int], None),
+    "cuvil_spatial_sum_nchwc": ([_ptr, _ptr, _i64, _i64], None),
     "cuvil_conv_nchwc_block": ([], _int),
     "cuvil_conv_nchwc": ([_ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _int], None),
     "cuvil_winograd_weight_size": ([_i64, _i64], _i64),

@@ -1,5 +1,6 @@
-"""Library emitter for `conv_nchwc`: a call to the kernel library's register-blocked direct convolution, or,
-for algorithm "winograd", to its F(4x4, 3x3) kernel on weights that `cuvil_prepare` transforms once at load.
+"""Library emitters for the blocked layout's ops. `conv_nchwc`: a call to the kernel library's register-blocked
+direct convolution, or, for algorithm "winograd", to its F(4x4, 3x3) kernel on weights that `cuvil_prepare`
+transforms once at load. `dwconv_nchwc` and `spatial_sum_nchwc`: its depthwise conv and its sum over H and W.
 
 The kernel (kernels/conv_nchwc.c) is compiled once per machine with the GEMM: its strips, unrolled over
 registers, cost gcc tens of seconds per model when they were emitted into each model's C. The packed weight's
@@ -58,4 +59,13 @@ def _dwconv_nchwc(gen, op, depth: int) -> None:
     gen.line(depth, "}")
 
 
-EMITTERS = {"conv_nchwc": _conv_nchwc, "dwconv_nchwc": _dwconv_nchwc}
+def _spatial_sum_nchwc(gen, op, depth: int) -> None:
+    x, y = op.operands[0], op.results[0]
+    d = open_block(gen, depth, op, {"x": x, "y": y})
+    _require_library_block(x.type.shape[4], "spatial_sum_nchwc")
+    n, blocks, h, w = (c_dim(s) for s in x.type.shape[:4])
+    gen.line(d, f"cuvil_spatial_sum_nchwc(x, y, ({n}) * ({blocks}), ({h}) * ({w}));")
+    gen.line(depth, "}")
+
+
+EMITTERS = {"conv_nchwc": _conv_nchwc, "dwconv_nchwc": _dwconv_nchwc, "spatial_sum_nchwc": _spatial_sum_nchwc}

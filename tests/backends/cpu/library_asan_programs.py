@@ -89,6 +89,7 @@ def window_programs() -> list:
                                activation="relu6"),
                 b.dwconv_nchwc(xh, const(1, 5, 2, host), const(1, host), dilations=(1, 3), pads=(0, 4, 1, 0),
                                activation="hardswish"),
+                b.spatial_sum_nchwc(xh),
                 b.conv_nchwc(to_blocked(b, x, 4 if host > 4 else 2), const(1, 1, 5, 5, 4 if host > 4 else 2, host),
                              const(1, host), strides=(2, 2), pads=(2, 2, 2, 2), channels=7,
                              activation="hardswish")]  # a narrow input

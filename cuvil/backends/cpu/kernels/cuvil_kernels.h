@@ -129,6 +129,9 @@ void cuvil_dwconv2d(int64_t batch, int64_t C, int64_t O, const float *x, const f
  * x[n, cb, h, w, B], w[cb, kh, kw, B], bias NULL or [cb * B], y[n, cb, oh, ow, B]. geom: n, cb, h, w, oh, ow, kh, kw,
  * stride h, w, pad top, left, dilation h, w (the bottom and right pads follow from oh and ow). act: a CUVIL_ACT_* code. */
 void cuvil_dwconv_nchwc(const float *x, const float *w, const float *bias, float *y, const int64_t *geom, int act);
+/* y[planes, B] = the sum of x[planes, pixels, B] over its pixels (the spatial_sum_nchwc op: planes = n * cb, pixels
+ * = h * w of the blocked layout). */
+void cuvil_spatial_sum_nchwc(const float *x, float *y, int64_t planes, int64_t pixels);
 
 /* Blocked direct convolution (the conv_nchwc op), B = cuvil_conv_nchwc_block() channels per block:
  * x[n, cb, h, w, c] (c = B, or c < B channels of a narrow input with cb = 1), w packed [ob, cb, kh, kw, c, B],

@@ -287,3 +287,42 @@ void cuvil_dwconv_nchwc(const float *x, const float *w, const float *bias, float
     dwb_job_t job = {geom, x, w, bias, y, act};
     cuvil_parallel_team(rows, threads_for(rows * geom[DWB_OW] * geom[DWB_KH] * geom[DWB_KW] * VL), dwb_rows, &job);
 }
+
+/* ---- the sum over H and W in the blocked layout (the spatial_sum_nchwc op: a global pool, squeeze-excite's mean) */
+
+#define SPATIAL_SUM_RUN 256 /* pixels summed in float before their sum joins the double total */
+typedef struct { const float *x; float *y; int64_t pixels; } spatial_sum_t;
+
+/* Planes [p0, p1), each one pass over its pixels in vectors of VL lanes (four chains, so that no add waits on the
+ * one before), in float over runs of SPATIAL_SUM_RUN pixels added into double, as the loop kernels' long sums are. */
+static int spatial_sum_planes(void *job, int64_t p0, int64_t p1)
+{
+    const spatial_sum_t *j = job;
+    for (int64_t p = p0; p < p1; p++) {
+        const float *x = j->x + p * j->pixels * VL;
+        double total[VL] = {0};
+        for (int64_t r0 = 0; r0 < j->pixels; r0 += SPATIAL_SUM_RUN) {
+            const int64_t r1 = min64(r0 + SPATIAL_SUM_RUN, j->pixels);
+            vf s[4] = {cuvil_splat(0.0f), cuvil_splat(0.0f), cuvil_splat(0.0f), cuvil_splat(0.0f)};
+            int64_t r = r0;
+            for (; r + 4 <= r1; r += 4)
+                for (int u = 0; u < 4; u++) s[u] += cuvil_load(x + (r + u) * VL);
+            for (; r < r1; r++) s[0] += cuvil_load(x + r * VL);
+            const vf run = (s[0] + s[1]) + (s[2] + s[3]);
+            for (int l = 0; l < VL; l++) total[l] += run[l];
+        }
+        for (int l = 0; l < VL; l++) j->y[p * VL + l] = (float)total[l];
+    }
+    return 0;
+}
+
+void cuvil_spatial_sum_nchwc(const float *x, float *y, int64_t planes, int64_t pixels)
+{
+    if (planes <= 0) return;
+    if (pixels <= 0) {
+        memset(y, 0, sizeof(float) * planes * VL);
+        return;
+    }
+    spatial_sum_t job = {x, y, pixels};
+    cuvil_parallel_team(planes, threads_for(planes * pixels * VL), spatial_sum_planes, &job);
+}
