@@ -21,8 +21,9 @@ levels) and times those.
 The roofline (issue 19: is a workload compute-, memory- or overhead-bound?): each workload's FLOPs per call (2 per
 multiply-add of its matmuls and convolutions, torch's FlopCounterMode) and compulsory bytes (weights, inputs,
 outputs: what a call must read or write at least), each peer's GFLOP/s and GB/s of CPU time, and with `--peak` the
-share of its level's multiply-add peak (bench/wasm_peak.py; onnxruntime-web's is SIMD128's). `in entry` is the share
-of a cuvil.js call spent inside the module's entry; the rest is cuvil.js's (checks, copies, allocations).
+shares of its level's multiply-add peak and read bandwidth (bench/wasm_peak.py; onnxruntime-web's are SIMD128's).
+`in entry` is the share of a cuvil.js call spent inside the module's entry; the rest is cuvil.js's (checks, copies,
+allocations).
 
     python -m bench.wasm --rounds 7 --peak   # the ratios and the roofline
 """
@@ -85,12 +86,15 @@ def peak_of(peer: str, peaks: dict) -> float | None:
     return next((g for name, g in peaks.items() if name.split(" (")[0] == level), None)
 
 
-def roofline(r: dict, peaks: dict) -> dict:
-    """{peer: {gflops, gbs, of_peak}} from the CPU time per call (of_peak None without `peaks`)."""
+def roofline(r: dict, peaks: dict, rates: dict | None = None) -> dict:
+    """{peer: {gflops, gbs, of_peak, of_rate}} from the CPU time per call: the shares of the level's multiply-add peak
+    and of its read bandwidth (None without `peaks`, `rates`)."""
     rows = {}
     for peer, s in r["cpu_s"].items():
-        gflops, peak = r["cost"]["flops"] / s / 1e9, peak_of(peer, peaks)
-        rows[peer] = {"gflops": gflops, "gbs": r["cost"]["bytes"] / s / 1e9, "of_peak": gflops / peak if peak else None}
+        gflops, gbs = r["cost"]["flops"] / s / 1e9, r["cost"]["bytes"] / s / 1e9
+        peak, rate = peak_of(peer, peaks), peak_of(peer, rates or {})
+        rows[peer] = {"gflops": gflops, "gbs": gbs, "of_peak": gflops / peak if peak else None,
+                      "of_rate": gbs / rate if rate else None}
     return rows
 
 
@@ -221,13 +225,14 @@ def measure(key: str, rounds: int, calls: int, blocks: list, warm_s: float = 3.0
             "over_ort_web": {p: median[p] / median["ort"] for p in median if p not in ("native", "ort")}}
 
 
-def print_roofline(r: dict, peaks: dict) -> None:
-    r["roofline"] = roofline(r, peaks)
+def print_roofline(r: dict, peaks: dict, rates: dict) -> None:
+    r["roofline"] = roofline(r, peaks, rates)
     c = r["cost"]
     print(f"  roofline: {c['flops'] / 1e6:.2f} MFLOP and {c['bytes'] / 1e6:.2f} MB per call "
           f"({c['flops'] / c['bytes']:.1f} FLOP/byte); in CPU time:", flush=True)
     for p, row in r["roofline"].items():
-        share = f", {100 * row['of_peak']:5.1f}% of its peak" if row["of_peak"] is not None else ""
+        share = "" if row["of_peak"] is None else (f" ({100 * row['of_peak']:5.1f}% of its peak, "
+                                                    f"{100 * row['of_rate']:5.1f}% of its read bandwidth)")
         entry = f", {100 * r['in_entry'][p]:5.1f}% of the call in the entry" if p in r["in_entry"] else ""
         print(f"    {p:22s} {row['gflops']:7.2f} GFLOP/s {row['gbs']:7.2f} GB/s{share}{entry}", flush=True)
 
@@ -250,8 +255,10 @@ def main(argv=None) -> None:
         sys.exit("onnxruntime-web is missing: npm install --prefix bench")
     print(f"load: {os.getloadavg()[0]:.2f} (1-minute average); one thread everywhere", flush=True)
     peaks = wasm_peak.measure(args.peak, rounds=3) if args.peak else {}
+    rates = wasm_peak.measure_stream(args.peak, rounds=3) if args.peak else {}
     if peaks:
         print("peaks (CPU time): " + ", ".join(f"{n} {g:.1f} GFLOP/s" for n, g in peaks.items()), flush=True)
+        print("reading 8 MiB (CPU time): " + ", ".join(f"{n} {g:.1f} GB/s" for n, g in rates.items()), flush=True)
     results = []
     for key in args.only:
         r = measure(key, args.rounds, args.calls, args.gemm_blocks, args.warm_s)
@@ -263,7 +270,7 @@ def main(argv=None) -> None:
             print(f"  cuvil {p:20s} {m[p] * 1e3:8.3f} ms  ({r['levels'][p]:8s})  /native {r['over_native'][p]:5.2f}x "
                   f"(goal <= 2)  /onnxruntime-web {r['over_ort_web'][p]:5.2f}x (goal <= 0.5);  in CPU time "
                   f"{r['cpu_over_native'][p]:5.2f}x and {r['cpu_over_ort_web'][p]:5.2f}x", flush=True)
-        print_roofline(r, peaks)
+        print_roofline(r, peaks, rates)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
 

@@ -31,6 +31,8 @@ def test_each_peer_is_held_to_its_levels_peak(peer, peak):
 def test_the_roofline_divides_the_cost_by_the_cpu_time():
     r = {"cost": {"flops": 4e9, "bytes": 2e9}, "cpu_s": {"native": 0.1, "wasm relaxed": 0.5}}
     rows = wasm.roofline(r, PEAKS)
-    assert rows["native"] == {"gflops": 40.0, "gbs": 20.0, "of_peak": 0.4}
-    assert rows["wasm relaxed"] == {"gflops": 8.0, "gbs": 4.0, "of_peak": 0.2}
+    assert rows["native"] == {"gflops": 40.0, "gbs": 20.0, "of_peak": 0.4, "of_rate": None}
+    assert rows["wasm relaxed"] == {"gflops": 8.0, "gbs": 4.0, "of_peak": 0.2, "of_rate": None}
+    rates = {"native (16 lanes)": 40.0, "wasm relaxed-SIMD (4 lanes)": 16.0}
+    assert [row["of_rate"] for row in wasm.roofline(r, PEAKS, rates).values()] == [0.5, 0.25]
     assert wasm.roofline(r, {})["native"]["of_peak"] is None
