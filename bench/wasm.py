@@ -17,6 +17,15 @@ is checked against eager PyTorch's first. Reported: the median seconds per call 
 the ratios; and the same ratios of CPU time per call (each process's own, which a loaded machine disturbs less than
 wall time; on a quiet one they agree). `--gemm-blocks` exports one file per GEMM register block (MR x NV, both
 levels) and times those.
+
+The roofline (issue 19: is a workload compute-, memory- or overhead-bound?): each workload's FLOPs per call (2 per
+multiply-add of its matmuls and convolutions, torch's FlopCounterMode) and compulsory bytes (weights, inputs,
+outputs: what a call must read or write at least), each peer's GFLOP/s and GB/s of CPU time, and with `--peak` the
+shares of its level's multiply-add peak and read bandwidth (bench/wasm_peak.py; onnxruntime-web's are SIMD128's).
+`in entry` is the share of a cuvil.js call spent inside the module's entry; the rest is cuvil.js's (checks, copies,
+allocations).
+
+    python -m bench.wasm --rounds 7 --peak   # the ratios and the roofline
 """
 from __future__ import annotations
 
@@ -36,6 +45,7 @@ import torch
 
 import cuvil
 from cuvil.backends.cpu import targets
+from bench import wasm_peak
 from bench.workloads import Built, matmul_workload, mlp_workload
 
 HERE = Path(__file__).resolve().parent
@@ -57,6 +67,35 @@ def small_cnn_workload(size: int = 64) -> Built:
 
 WORKLOADS = {"W1": ("W1 matmul 1024x512x256", matmul_workload), "W2": ("W2 MLP b1", lambda: mlp_workload(1)),
              "CNN": ("small CNN 1x3x64x64", small_cnn_workload)}
+
+
+def cost(built: Built) -> dict:
+    """FLOPs (2 per multiply-add of matmuls and convolutions) and compulsory bytes (weights, inputs, output) a call."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    module = built.exported
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        y = module(*built.inputs)
+    tensors = [*module.parameters(), *module.buffers(), *built.inputs, y]
+    return {"flops": int(counter.get_total_flops()), "bytes": int(sum(t.numel() * t.element_size() for t in tensors))}
+
+
+def peak_of(peer: str, peaks: dict) -> float | None:
+    """The multiply-add peak (bench/wasm_peak.py's names) of the level `peer` runs at (onnxruntime-web: SIMD128)."""
+    level = "native" if peer == "native" else "wasm relaxed-SIMD" if peer.startswith("wasm relaxed") else "wasm SIMD128"
+    return next((g for name, g in peaks.items() if name.split(" (")[0] == level), None)
+
+
+def roofline(r: dict, peaks: dict, rates: dict | None = None) -> dict:
+    """{peer: {gflops, gbs, of_peak, of_rate}} from the CPU time per call: the shares of the level's multiply-add peak
+    and of its read bandwidth (None without `peaks`, `rates`)."""
+    rows = {}
+    for peer, s in r["cpu_s"].items():
+        gflops, gbs = r["cost"]["flops"] / s / 1e9, r["cost"]["bytes"] / s / 1e9
+        peak, rate = peak_of(peer, peaks), peak_of(peer, rates or {})
+        rows[peer] = {"gflops": gflops, "gbs": gbs, "of_peak": gflops / peak if peak else None,
+                      "of_rate": gbs / rate if rate else None}
+    return rows
 
 
 def prepare(built: Built, folder: Path, blocks: list) -> dict:
@@ -140,7 +179,8 @@ def measure(key: str, rounds: int, calls: int, blocks: list, warm_s: float = 3.0
     name, build = WORKLOADS[key]
     with tempfile.TemporaryDirectory(prefix="cuvil-bench-wasm-") as tmp:
         folder = Path(tmp)
-        data = prepare(build(), folder, blocks)
+        built = build()
+        data, work = prepare(built, folder, blocks), cost(built)
         art = cuvil.load(folder / "cpu.cuv")
         art.set_num_threads(1)
         native = art.function("main")
@@ -154,6 +194,7 @@ def measure(key: str, rounds: int, calls: int, blocks: list, warm_s: float = 3.0
             if bad:
                 raise AssertionError(f"{name}: outputs differ from PyTorch's: {bad}")
             times, cpu, cpu_per_call = {"native": [], **{p: [] for p in outs}}, [], {p: [] for p in outs}
+            inside = {p: [] for p in outs if p != "ort"}
             # warm-up: V8 runs a module's functions in its baseline compiler first and moves the hot ones to
             # TurboFan in background threads, which for the large unrolled kernels takes a few hundred calls' time
             # (seconds on a loaded machine, whose CPU time would otherwise be charged to the first rounds' peers)
@@ -164,6 +205,8 @@ def measure(key: str, rounds: int, calls: int, blocks: list, warm_s: float = 3.0
                 answer = node.ask(f"round {calls}")
                 for p, c in answer.pop("cpu").items():
                     cpu_per_call[p].append(c)
+                for p, s in answer.pop("inside").items():
+                    inside[p].append(s)
                 for p, t in answer.items():
                     times[p] += t
         finally:
@@ -172,12 +215,26 @@ def measure(key: str, rounds: int, calls: int, blocks: list, warm_s: float = 3.0
     median = {p: float(np.median(t)) for p, t in times.items()}
     cpu_s = {"native": float(np.median([c / calls for c, _ in cpu])), **{p: float(np.median(c))
                                                                          for p, c in cpu_per_call.items()}}
-    return {"workload": name, "median_s": median, "cpu_s": cpu_s, "errors": errors, "levels": levels,
+    in_entry = {p: float(np.mean(s)) / float(np.mean(times[p])) for p, s in inside.items()}  # the same calls' means
+    return {"workload": name, "median_s": median, "cpu_s": cpu_s, "errors": errors, "levels": levels, "cost": work,
+            "in_entry": in_entry,
             "cpu_over_native": {p: cpu_s[p] / cpu_s["native"] for p in cpu_s if p not in ("native", "ort")},
             "cpu_over_ort_web": {p: cpu_s[p] / cpu_s["ort"] for p in cpu_s if p not in ("native", "ort")},
             "native_threads": sum(c for c, _ in cpu) / sum(w for _, w in cpu),
             "over_native": {p: median[p] / median["native"] for p in median if p not in ("native", "ort")},
             "over_ort_web": {p: median[p] / median["ort"] for p in median if p not in ("native", "ort")}}
+
+
+def print_roofline(r: dict, peaks: dict, rates: dict) -> None:
+    r["roofline"] = roofline(r, peaks, rates)
+    c = r["cost"]
+    print(f"  roofline: {c['flops'] / 1e6:.2f} MFLOP and {c['bytes'] / 1e6:.2f} MB per call "
+          f"({c['flops'] / c['bytes']:.1f} FLOP/byte); in CPU time:", flush=True)
+    for p, row in r["roofline"].items():
+        share = "" if row["of_peak"] is None else (f" ({100 * row['of_peak']:5.1f}% of its peak, "
+                                                    f"{100 * row['of_rate']:5.1f}% of its read bandwidth)")
+        entry = f", {100 * r['in_entry'][p]:5.1f}% of the call in the entry" if p in r["in_entry"] else ""
+        print(f"    {p:22s} {row['gflops']:7.2f} GFLOP/s {row['gbs']:7.2f} GB/s{share}{entry}", flush=True)
 
 
 def main(argv=None) -> None:
@@ -189,11 +246,19 @@ def main(argv=None) -> None:
                         help="the wasm32 GEMM's register blocks to compare, MRxNV[wW] with W the blocked "
                              "convolution's strip (default: the targets table's)")
     parser.add_argument("--warm-s", type=float, default=3.0, help="seconds each Node.js peer runs before timing")
+    parser.add_argument("--peak", nargs="?", type=float, const=1.0, metavar="SECONDS",
+                        help="also measure the multiply-add peaks (bench/wasm_peak.py, SECONDS a round, default 1) "
+                             "and give each peer's share of its level's")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args(argv)
     if not (HERE / "node_modules" / "onnxruntime-web").exists():
         sys.exit("onnxruntime-web is missing: npm install --prefix bench")
     print(f"load: {os.getloadavg()[0]:.2f} (1-minute average); one thread everywhere", flush=True)
+    peaks = wasm_peak.measure(args.peak, rounds=3) if args.peak else {}
+    rates = wasm_peak.measure_stream(args.peak, rounds=3) if args.peak else {}
+    if peaks:
+        print("peaks (CPU time): " + ", ".join(f"{n} {g:.1f} GFLOP/s" for n, g in peaks.items()), flush=True)
+        print("reading 8 MiB (CPU time): " + ", ".join(f"{n} {g:.1f} GB/s" for n, g in rates.items()), flush=True)
     results = []
     for key in args.only:
         r = measure(key, args.rounds, args.calls, args.gemm_blocks, args.warm_s)
@@ -205,6 +270,7 @@ def main(argv=None) -> None:
             print(f"  cuvil {p:20s} {m[p] * 1e3:8.3f} ms  ({r['levels'][p]:8s})  /native {r['over_native'][p]:5.2f}x "
                   f"(goal <= 2)  /onnxruntime-web {r['over_ort_web'][p]:5.2f}x (goal <= 0.5);  in CPU time "
                   f"{r['cpu_over_native'][p]:5.2f}x and {r['cpu_over_ort_web'][p]:5.2f}x", flush=True)
+        print_roofline(r, peaks, rates)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
 

@@ -17,3 +17,13 @@ def test_the_peaks_are_measured_for_each_level():
     assert [name.split(" (")[0] for name in peaks] == ["native", "wasm SIMD128", "wasm relaxed-SIMD"]
     assert all(g > 0 for g in peaks.values()), peaks
     assert [name.split("(")[1] for name in peaks][1:] == ["4 lanes)", "4 lanes)"]
+
+
+def test_the_read_bandwidth_is_measured_for_each_level():
+    if importlib.util.find_spec("ziglang") is None or shutil.which("node") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("the ziglang package or Node.js is missing")
+        pytest.skip("needs the ziglang package and Node.js")
+    rates = wasm_peak.measure_stream(seconds=0.002, rounds=1, stream_mb=0.25)
+    assert [name.split(" (")[0] for name in rates] == ["native", "wasm SIMD128", "wasm relaxed-SIMD"]
+    assert all(g > 0 for g in rates.values()), rates

@@ -28,6 +28,7 @@ COMPILE_FLAGS = ("-target", TRIPLE, "-std=gnu11", "-fno-math-errno")  # beside e
 WIDENED_GEMM_BLOCK = {8: (4, 1), 16: (2, 1)}
 STACK_BYTES = 1 << 20
 MODULE_SYMBOLS = ("cuvil_alloc", "cuvil_free")  # wasm_abi.c: the host's way to place inputs in linear memory
+NAMES_VARIABLE = "CUVIL_WASM_NAMES"  # "1": keep the function names, for a profiler (bench/wasm_profile.py)
 
 
 class WasmToolchainError(CuvilError):
@@ -104,12 +105,14 @@ def _object(source: str, opt_level: int, machine: tuple) -> Path:
 
 
 def _link(objects: list, prefixes: list) -> bytes:
-    """Link a WASI reactor that exports its memory, the entries and the module ABI, and nothing else."""
+    """Link a WASI reactor that exports its memory, the entries and the module ABI, and nothing else (stripped of its
+    names unless CUVIL_WASM_NAMES=1)."""
     exported = [f"{p}{s}" for p in prefixes for s in standalone.ENTRY_SYMBOLS]
     exported += [*standalone.LIBRARY_SYMBOLS, *MODULE_SYMBOLS]
     with tempfile.TemporaryDirectory(prefix="cuvil-wasm-link-") as tmp:
+        strip = () if os.environ.get(NAMES_VARIABLE) == "1" else ("-s",)
         cmd = [*COMPILER, "-target", TRIPLE, "-mexec-model=reactor", "-o", "model.wasm",
-               *map(str, objects), "-lm", "-s", f"-Wl,-z,stack-size={STACK_BYTES}",
+               *map(str, objects), "-lm", *strip, f"-Wl,-z,stack-size={STACK_BYTES}",
                *(f"-Wl,--export={s}" for s in exported)]
         _run(cmd, tmp, "linking the wasm32 module")
         return (Path(tmp) / "model.wasm").read_bytes()
