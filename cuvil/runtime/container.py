@@ -79,12 +79,28 @@ def write(path, sections: list, triple: str, required_features: int) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".cuv-", dir=folder)
     try:
+        os.fchmod(fd, _file_mode(path))
         with os.fdopen(fd, "wb") as f:
             _write_sections(f, head + table, sections, rows)
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+def _file_mode(path) -> int:
+    """The mode `open(path, "w")` would give: an existing file's, else 0666 less the umask (mkstemp makes 0600)."""
+    try:
+        return os.stat(path).st_mode & 0o777
+    except FileNotFoundError:
+        pass
+    try:
+        with open("/proc/self/status") as f:
+            umask = next(int(line.split()[1], 8) for line in f if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError):
+        umask = os.umask(0o022)  # no /proc: read it by setting it back at once
+        os.umask(umask)
+    return 0o666 & ~umask
 
 
 def _write_sections(f, start: bytes, sections: list, rows: list) -> None:

@@ -137,3 +137,16 @@ def test_two_thousand_mutated_files_all_fail_cleanly_and_run_nothing(artifact):
     print("mutated files by kind (seed 7):", counts)
     assert sum(counts.values()) >= 2000
     assert {"truncated", "header", "table", "meta", "entries", "native", "consts", "ir", "csrc"} <= set(counts)
+
+
+def test_a_written_file_gets_the_umask_mode_or_keeps_the_mode_it_had(tmp_path):
+    parts = [container.Section(name, [b"..."]) for name in container.REQUIRED]
+    old = os.umask(0o027)
+    try:
+        container.write(tmp_path / "a.cuv", parts, "x86_64-linux-gnu", 0)
+    finally:
+        os.umask(old)
+    assert (tmp_path / "a.cuv").stat().st_mode & 0o777 == 0o640
+    (tmp_path / "a.cuv").chmod(0o604)
+    container.write(tmp_path / "a.cuv", parts, "x86_64-linux-gnu", 0)
+    assert (tmp_path / "a.cuv").stat().st_mode & 0o777 == 0o604
