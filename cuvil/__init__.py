@@ -8,21 +8,16 @@
     >>> cuvil.interpret(m, [np.array([[-1.0, 2.0, -3.0, 4.0]], np.float32)])[0].tolist()
     [[0.0, 2.0, 0.0, 4.0]]
 
-Frontends (PyTorch, ONNX, JAX) are imported lazily, so `import cuvil` loads only NumPy and the core.
+Frontends (PyTorch, ONNX, JAX), the ops, the passes and the compiler are imported on first use, so `import cuvil`
+loads only NumPy, the errors and the IR's core (what running a `.cuv` needs).
 """
 from __future__ import annotations
 
-from . import errors, ir, ops
-from .api import compile, compile_to_ir, jit, load_onnx
-from .compiler import Executable, compile_module
-from .deploy import export
+from . import errors, ir
 from .errors import (ArtifactError, CuvilError, IndexRangeError, ParseError, SerializationError, ShapeError,
                      UnsupportedError, VerificationError)
-from .interpreter import interpret
 from .ir import DType, Module, TensorType, sym
 from .log import LogLevel, set_log_level
-from .profiler import profile as profile  # noqa: F401 (public: cuvil.profile)
-from .ops import register_op
 
 from .version import __version__  # noqa: F401 (public: cuvil.__version__)
 
@@ -35,16 +30,26 @@ def load(path):
     return load_artifact(path)
 
 
-_LAZY_MODULES = {"cache": ".cache", "nd": ".runtime.nd", "quantize": ".quantize", "runtime": ".runtime"}
+_LAZY_MODULES = {"cache": ".cache", "nd": ".runtime.nd", "ops": ".ops", "quantize": ".quantize",
+                 "runtime": ".runtime"}
+# The compiler's entry points, imported on first use: a process that only runs `.cuv` files (a Ray worker,
+# `cuvil.load`) never imports the ops, the passes or the code generator (tests/runtime/test_imports.py).
+_LAZY_NAMES = {"compile": ".api", "compile_to_ir": ".api", "jit": ".api", "load_onnx": ".api",
+               "Executable": ".compiler", "compile_module": ".compiler", "export": ".deploy",
+               "interpret": ".interpreter", "profile": ".profiler", "register_op": ".ops"}
 
 
 def __getattr__(name: str):
-    """`cuvil.cache`, `cuvil.nd`, `cuvil.quantize` and `cuvil.runtime`, imported on first use (`import cuvil` stays
-    light)."""
-    if name in _LAZY_MODULES:
-        import importlib
+    """`cuvil.cache`, `cuvil.nd`, `cuvil.ops`, `cuvil.quantize`, `cuvil.runtime` and the compiler's entry points
+    (`cuvil.compile`, `cuvil.export`, ...), imported on first use (`import cuvil` stays light)."""
+    import importlib
 
+    if name in _LAZY_MODULES:
         return importlib.import_module(_LAZY_MODULES[name], __name__)
+    if name in _LAZY_NAMES:
+        value = getattr(importlib.import_module(_LAZY_NAMES[name], __name__), name)
+        globals()[name] = value  # later lookups skip this function
+        return value
     raise AttributeError(f"module 'cuvil' has no attribute {name!r}")
 
 
@@ -65,4 +70,4 @@ def inspect_ir(obj, elide_constants: bool = True) -> str:
 __all__ = ["ArtifactError", "CuvilError", "DType", "Executable", "IndexRangeError", "LogLevel", "Module", "ParseError",
            "SerializationError", "ShapeError", "TensorType", "UnsupportedError", "VerificationError", "compile",
            "compile_module", "compile_to_ir", "errors", "export", "inspect_ir", "interpret", "ir", "jit", "load",
-           "load_onnx", "ops", "register_op", "set_log_level", "sym"]
+           "load_onnx", "ops", "profile", "register_op", "set_log_level", "sym"]

@@ -8,15 +8,18 @@ from __future__ import annotations
 import base64
 import json
 import re
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import CuvilError, ParseError
-from .builder import Builder
 from .core import UNKNOWN_LOC, Function, Location, Module, Region, Relation
 from .dtypes import DType
 from .symbolic import parse_dim
 from .types import TensorType, parse_type, split_top_level
+
+if TYPE_CHECKING:
+    from .builder import Builder
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 _VALUE = re.compile(r"%([A-Za-z0-9_]+)")
@@ -170,6 +173,8 @@ class _Parser:
                 except ValueError as e:
                     raise self.error(getattr(e, "message", str(e))) from None
         self.expect("{")
+        from .builder import Builder  # here, not at the top: parse_relation (the runtime's) needs no op
+
         self.region_ops(Builder(m, fn))
         got = fn.result_types
         if [str(t) for t in got] != [str(t) for t in declared]:

@@ -175,3 +175,18 @@ def test_a_damaged_constant_fails_the_first_batch_with_its_artifact_error(artifa
         with pytest.raises(ArtifactError, match="consts"):
             predictor({"image": models.images(2)})
 
+
+
+def test_unpickling_the_predictor_imports_neither_ray_data_nor_the_compiler():
+    """What a worker imports to unpickle `cuvil.ray.Predictor` (Ray's actor start) and to load and run a model."""
+    child = ("import pickle, sys, ray; before = set(sys.modules); import cloudpickle; "
+             "cls = pickle.loads(cloudpickle.dumps(__import__('cuvil.ray').ray.Predictor)); "
+             "print(len(cloudpickle.dumps(cls)), *sorted(set(sys.modules) - before))")
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    assert out.returncode == 0, out.stderr[-3000:]
+    size, *modules = out.stdout.split()
+    assert int(size) < 200  # pickled by reference: the worker imports it, nothing travels with it
+    heavy = [m for m in modules if m.startswith(("ray.data", "cuvil.ops", "cuvil.ir.builder", "cuvil.compiler",
+                                                 "cuvil.api", "cuvil.passes", "cuvil.frontends", "torch", "onnx"))]
+    assert not heavy, heavy

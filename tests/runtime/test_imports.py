@@ -20,17 +20,21 @@ LOAD_MODULES = {"cuvil.runtime", "cuvil.runtime.artifact", "cuvil.runtime.contai
                 "cuvil.runtime.function", "cuvil.runtime.host"}
 NEVER = ("torch", "onnx", "jax", "cuvil.frontends", "cuvil.passes", "cuvil.backends.cpu.codegen",
          "cuvil.backends.cpu.standalone", "cuvil.cache")
+# The compiler: neither `import cuvil` nor loading and calling a `.cuv` imports it (a Ray worker's start-up).
+COMPILER = ("cuvil.ops", "cuvil.ir.builder", "cuvil.ir.verifier", "cuvil.api", "cuvil.compiler", "cuvil.deploy",
+            "cuvil.interpreter", "cuvil.profiler")
 
 CHILD = r"""
 import json, sys
 import numpy as np
 import cuvil
+imported = sorted(sys.modules)
 before = set(sys.modules)
 fn = cuvil.load(sys.argv[1])["main"]
 loaded = sorted(set(sys.modules) - before)
 y = fn(np.ones((3, 256), np.float32))
 called = sorted(set(sys.modules) - before)
-print(json.dumps({"loaded": loaded, "called": called, "shape": list(y.shape)}))
+print(json.dumps({"imported": imported, "loaded": loaded, "called": called, "shape": list(y.shape)}))
 """
 
 
@@ -54,3 +58,19 @@ def test_a_fresh_load_imports_only_the_loader(tmp_path):
     assert report["shape"] == [3, 10]
     bad = [m for m in report["called"] if m.startswith(NEVER)]
     assert not bad, bad
+
+
+def test_import_cuvil_and_running_a_cuv_never_import_the_compiler(tmp_path):
+    path = tmp_path / "mlp.cuv"
+    cuvil.export(cuvil.jit(models.mlp), path, example_inputs=(np.ones((3, 256), np.float32),))
+    report = _fresh_load(path)
+    bad = [m for m in report["imported"] + report["called"] if m.startswith(COMPILER)]
+    assert not bad, bad
+    assert report["shape"] == [3, 10]
+
+
+def test_the_compilers_entry_points_are_still_cuvil_attributes():
+    out = subprocess.run([sys.executable, "-c", "import cuvil; print(cuvil.compile.__module__, cuvil.ops.__name__, "
+                          "cuvil.export.__module__, cuvil.ir.Builder.__name__, 'register_op' in dir(cuvil.ops))"],
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": ROOT}, cwd=ROOT)
+    assert out.stdout.split() == ["cuvil.api", "cuvil.ops", "cuvil.deploy", "Builder", "True"], out.stderr[-3000:]
