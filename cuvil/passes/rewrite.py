@@ -22,7 +22,7 @@ from ..ir.builder import Builder
 from ..ir.core import Function, Module, Op, Region, Value
 from ..ops import registry
 
-SPLAT_SCAN_LIMIT = 1 << 16  # constants larger than this are not scanned for a splat value
+SPLAT_SCAN_BYTES = 1 << 18  # constants larger than this (256 KiB) are not scanned for a splat value
 
 
 class Pat:
@@ -166,7 +166,7 @@ def splat_value(v: Value, module: Module) -> Optional[float]:
 
 
 def _splat_of_array(arr) -> Optional[float]:
-    if arr is None or arr.size == 0 or arr.size > SPLAT_SCAN_LIMIT or np.iscomplexobj(arr):  # a float cannot hold it
+    if arr is None or arr.size == 0 or arr.nbytes > SPLAT_SCAN_BYTES or np.iscomplexobj(arr):  # a float cannot hold it
         return None
     first = arr.flat[0]
     return float(first) if bool(np.all(arr == first)) else None

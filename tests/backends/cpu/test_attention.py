@@ -104,3 +104,26 @@ def test_attention_as_the_onnx_exporter_writes_it_with_its_isnan_guard(row):
     got, want = exe(*inputs), interpret(m, inputs)
     assert_matches(got, want)
     assert not np.isnan(want[0]).any()
+
+
+def test_vits_constant_all_true_mask_is_folded_away_before_the_kernel():
+    """The ONNX exporter's ViT mask: where(bool[2,1,197,197] constant, 0, -FLT_MAX), broadcast over the heads and
+    added to the scores. All true, so it adds 0: the kernel reads no mask (before, the 77,618-element constant was
+    over the splat scan's limit, and [2,3,197,197] of zeros were written and read each layer)."""
+    batch, n, d = (2, 3), 197, 8
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", (*batch, n, d))] * 3)
+    q, k, v = b.args
+    keep = b.constant(np.ones((2, 1, n, n), bool), "expand_1")
+    zero, lowest = (b.broadcast_to(b.constant(np.array(x, np.float32), name), shape=(2, 1, n, n))
+                    for x, name in ((0.0, "zero"), (np.finfo(np.float32).min, "lowest")))
+    mask = b.broadcast_to(b.where(keep, zero, lowest), shape=(*batch, n, n))
+    s = b.add(_scaled(b, b.matmul(q, b.transpose(k, perm=(0, 1, 3, 2))), 0.3, (*batch, n, n)), mask)
+    b.ret(b.matmul(b.softmax(s, axis=3), v))
+    inputs = _inputs(m, 6)
+    want = interpret(m, inputs)
+    exe = compile_module(m)
+    _fused_once(exe)
+    (line,) = [x for x in cuvil.inspect_ir(exe).splitlines() if 'name = "attention"' in x]
+    assert line.split("=", 1)[1].count("%") == 3  # Q, K and V: no mask
+    assert_matches(exe(*inputs), want)
