@@ -43,7 +43,7 @@ def _fused_once(exe) -> None:
 
 @pytest.mark.parametrize("batch, rows, keys, d, dv", [((2, 3), 7, 13, 5, 9), ((1,), 1, 129, 64, 64),
                                                       ((3,), 197, 197, 64, 64), ((1,), 33, 1, 3, 17),
-                                                      ((2,), 40, 2000, 16, 8)])
+                                                      ((2,), 40, 2000, 16, 8), ((2, 3), 100, 700, 5, 9)])
 def test_attention_matches_the_interpreter_at_odd_sizes(batch, rows, keys, d, dv):
     m = attention(batch, rows, keys, d, dv)
     inputs = _inputs(m)
@@ -53,8 +53,9 @@ def test_attention_matches_the_interpreter_at_odd_sizes(batch, rows, keys, d, dv
     assert_matches(exe(*inputs), want)
 
 
-def test_attention_reads_k_stored_transposed():
-    m = attention((2, 3), 9, 11, 6, 5, k_transposed=True)
+@pytest.mark.parametrize("rows, keys", [(9, 11), (100, 1500)])  # one block of rows an item; several (K^T packed)
+def test_attention_reads_k_stored_transposed(rows, keys):
+    m = attention((2, 3), rows, keys, 6, 5, k_transposed=True)
     inputs = _inputs(m, 1)
     exe = compile_module(m)
     _fused_once(exe)
