@@ -42,21 +42,22 @@ SOURCES = ("conv_nchwc.c", "winograd.c")
 _SIG = [ctypes.c_void_p] * 6 + [ctypes.c_int]
 
 
-def old_units(rev: str) -> dict:
-    """{unit: ctypes library} of the blocked conv units as of `rev`, compiled as the library compiles its own."""
+def old_units(rev: str, sources: tuple = SOURCES, units: tuple = ("conv_nchwc", "winograd")) -> dict:
+    """{unit: ctypes library} of kernel `units` with their `sources` as of `rev`, compiled as the library compiles its
+    own (the blocked conv units by default)."""
     folder = Path(tempfile.mkdtemp(prefix="cuvil-conv-ab-"))
     shutil.copytree(kernels.include_dir(), folder, dirs_exist_ok=True)
     top = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True, check=True).stdout
-    for name in SOURCES:
+    for name in sources:
         path = (kernels.include_dir() / name).relative_to(top.strip())
         text = subprocess.run(["git", "show", f"{rev}:{path}"], capture_output=True, text=True, check=True).stdout
         (folder / name).write_text(text)
     kernels.load()  # the core, RTLD_GLOBAL: the old units resolve their pool and helpers into it
     libs = {}
-    for unit in ("conv_nchwc", "winograd"):
+    for unit in units:
         level = min(3, kernels.UNIT_LEVELS.get(unit, 3))
         obj = toolchain.build_library(kernels.unit_source(unit), name=f"obj-ab-{unit}", include_dirs=[folder],
-                                      flags=toolchain.object_flags(level), depends=[folder / n for n in SOURCES])
+                                      flags=toolchain.object_flags(level), depends=[folder / n for n in sources])
         lib = ctypes.CDLL(str(toolchain.link_library([obj.path], name=f"ab-{unit}").path))
         libs[unit] = lib
     return libs

@@ -22,7 +22,9 @@ from ..ir.builder import Builder
 from ..ir.core import Function, Module, Op, Region, Value
 from ..ops import registry
 
-SPLAT_SCAN_LIMIT = 1 << 16  # constants larger than this are not scanned for a splat value
+# constants of more elements than this, and more bytes than as many f32, are not scanned for a splat value (a bool
+# mask of ViT's [2,1,197,197] is)
+SPLAT_SCAN_LIMIT = 1 << 16
 
 
 class Pat:
@@ -166,7 +168,8 @@ def splat_value(v: Value, module: Module) -> Optional[float]:
 
 
 def _splat_of_array(arr) -> Optional[float]:
-    if arr is None or arr.size == 0 or arr.size > SPLAT_SCAN_LIMIT or np.iscomplexobj(arr):  # a float cannot hold it
+    too_big = arr is not None and arr.size > SPLAT_SCAN_LIMIT and arr.nbytes > 4 * SPLAT_SCAN_LIMIT
+    if arr is None or arr.size == 0 or too_big or np.iscomplexobj(arr):  # a float cannot hold a complex one
         return None
     first = arr.flat[0]
     return float(first) if bool(np.all(arr == first)) else None

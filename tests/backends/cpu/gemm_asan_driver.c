@@ -147,6 +147,8 @@ int main(void)
     };
     static const int64_t attentions[][5] = {
         {1, 1, 1, 1, 1}, {3, 7, 13, 5, 9}, {2, 40, 2000, 16, 8}, {12, 1, 129, 64, 64}, {1, 33, 3, 3, 17}, {2, 0, 4, 4, 4},
+        /* several blocks of rows an item: K and V packed once for them */
+        {3, 100, 1500, 5, 9}, {2, 90, 600, 7, 3}, {2, 30, 700, 0, 3},
     };
     int bad = 0;
     for (int threads = 1; threads <= 2; threads++) {

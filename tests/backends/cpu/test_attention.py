@@ -43,7 +43,7 @@ def _fused_once(exe) -> None:
 
 @pytest.mark.parametrize("batch, rows, keys, d, dv", [((2, 3), 7, 13, 5, 9), ((1,), 1, 129, 64, 64),
                                                       ((3,), 197, 197, 64, 64), ((1,), 33, 1, 3, 17),
-                                                      ((2,), 40, 2000, 16, 8)])
+                                                      ((2,), 40, 2000, 16, 8), ((2, 3), 100, 700, 5, 9)])
 def test_attention_matches_the_interpreter_at_odd_sizes(batch, rows, keys, d, dv):
     m = attention(batch, rows, keys, d, dv)
     inputs = _inputs(m)
@@ -53,8 +53,9 @@ def test_attention_matches_the_interpreter_at_odd_sizes(batch, rows, keys, d, dv
     assert_matches(exe(*inputs), want)
 
 
-def test_attention_reads_k_stored_transposed():
-    m = attention((2, 3), 9, 11, 6, 5, k_transposed=True)
+@pytest.mark.parametrize("rows, keys", [(9, 11), (100, 1500)])  # one block of rows an item; several (K^T packed)
+def test_attention_reads_k_stored_transposed(rows, keys):
+    m = attention((2, 3), rows, keys, 6, 5, k_transposed=True)
     inputs = _inputs(m, 1)
     exe = compile_module(m)
     _fused_once(exe)
@@ -104,3 +105,26 @@ def test_attention_as_the_onnx_exporter_writes_it_with_its_isnan_guard(row):
     got, want = exe(*inputs), interpret(m, inputs)
     assert_matches(got, want)
     assert not np.isnan(want[0]).any()
+
+
+def test_vits_constant_all_true_mask_is_folded_away_before_the_kernel():
+    """The ONNX exporter's ViT mask: where(bool[2,1,197,197] constant, 0, -FLT_MAX), broadcast over the heads and
+    added to the scores. All true, so it adds 0: the kernel reads no mask (before, the 77,618-element constant was
+    over the splat scan's limit, and [2,3,197,197] of zeros were written and read each layer)."""
+    batch, n, d = (2, 3), 197, 8
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", (*batch, n, d))] * 3)
+    q, k, v = b.args
+    keep = b.constant(np.ones((2, 1, n, n), bool), "expand_1")
+    zero, lowest = (b.broadcast_to(b.constant(np.array(x, np.float32), name), shape=(2, 1, n, n))
+                    for x, name in ((0.0, "zero"), (np.finfo(np.float32).min, "lowest")))
+    mask = b.broadcast_to(b.where(keep, zero, lowest), shape=(*batch, n, n))
+    s = b.add(_scaled(b, b.matmul(q, b.transpose(k, perm=(0, 1, 3, 2))), 0.3, (*batch, n, n)), mask)
+    b.ret(b.matmul(b.softmax(s, axis=3), v))
+    inputs = _inputs(m, 6)
+    want = interpret(m, inputs)
+    exe = compile_module(m)
+    _fused_once(exe)
+    (line,) = [x for x in cuvil.inspect_ir(exe).splitlines() if 'name = "attention"' in x]
+    assert line.split("=", 1)[1].count("%") == 3  # Q, K and V: no mask
+    assert_matches(exe(*inputs), want)

@@ -95,7 +95,13 @@ void cuvil_sgemm_batched(int64_t batch, int64_t M, int64_t N, int64_t K, float a
                          float beta, float *C, int64_t ldc, int64_t sc,
                          const float *bias, int act);
 
-/* cuvil_sgemm on the calling thread alone, for kernels that share their own work out over the pool. */
+/* cuvil_sgemm, cuvil_sgemm_pack_b and cuvil_sgemm_packed on the calling thread alone, for kernels that share their
+ * own work out over the pool (cuvil_attention packs each batch item's K and V once for its blocks of rows). */
+void cuvil_sgemm_pack_b_serial(int64_t K, int64_t N, const float *B, int64_t rsb, int64_t csb, float *packed);
+void cuvil_sgemm_packed_serial(int64_t M, int64_t N, int64_t K, float alpha,
+                               const float *A, int64_t rsa, int64_t csa, const float *packed_b,
+                               float beta, float *C, int64_t ldc,
+                               const float *bias, int act);
 void cuvil_sgemm_serial(int64_t M, int64_t N, int64_t K, float alpha,
                         const float *A, int64_t rsa, int64_t csa,
                         const float *B, int64_t rsb, int64_t csb,

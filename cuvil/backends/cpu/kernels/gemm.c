@@ -312,6 +312,12 @@ void cuvil_sgemm_pack_b(int64_t K, int64_t N, const float *B, int64_t rsb, int64
     cuvil_parallel_team(job.nk * job.panels, threads_for(K * N / 8), pack_panels, &job);
 }
 
+void cuvil_sgemm_pack_b_serial(int64_t K, int64_t N, const float *B, int64_t rsb, int64_t csb, float *packed)
+{
+    pack_job_t job = {K, N, rsb, csb, ceil_div(K, KC), ceil_div(N, NR), B, packed};
+    if (K > 0 && N > 0) pack_panels(&job, 0, job.nk * job.panels);
+}
+
 /* ---- one thread's rectangle: rows [m0, m1) x panels [p0, p1) ---- */
 
 typedef struct {
@@ -615,6 +621,14 @@ void cuvil_sgemm_packed(int64_t M, int64_t N, int64_t K, float alpha, const floa
 {
     gemm_t g = {M, N, K, alpha, beta, A, rsa, NULL, 0, 0, packed_b, C, ldc, bias, NULL, act};
     gemm_dispatch(g, csa, cuvil_get_num_threads());
+}
+
+void cuvil_sgemm_packed_serial(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t rsa,
+                               int64_t csa, const float *packed_b, float beta, float *C, int64_t ldc,
+                               const float *bias, int act)
+{
+    gemm_t g = {M, N, K, alpha, beta, A, rsa, NULL, 0, 0, packed_b, C, ldc, bias, NULL, act};
+    gemm_dispatch(g, csa, 1);
 }
 
 typedef struct {
