@@ -12,6 +12,8 @@ Exports the model (ResNet-18, batch 1, 224x224, random weights; BERT-base, seque
   transformed weights (as the artifact cache does) instead of making them at load;
 - the start-up by stage (bench/runtime_stages.c, the runtime's steps timed one by one in a fresh process: map,
   check (the hashing), load (dlopen), prepare (weights made at load), the first call, a second call), medians;
+  with `--base-runtime DIR` (another revision's cuvil/runtime/c, e.g. of `git worktree add /tmp/base main`), the
+  same driver built from those sources as well, on the same file, interleaved: an A/B of the runtime's stages;
 - per-call latency: `cuvil-run --bench N` (p50 of N calls) against the same file's entry called in this process
   through `cuvil.load` (p50 of N calls), interleaved round by round with the same thread count; the ratio of
   their medians over rounds.
@@ -94,17 +96,19 @@ def fresh_load(model: Path, x_path: Path) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def build_stages(folder: Path) -> Path:
-    """bench/runtime_stages.c with the runtime's sources, as the release library is built (-Os, the hash -O2)."""
+def build_stages(folder: Path, source: Path = SOURCE_DIR) -> Path:
+    """bench/runtime_stages.c with the runtime's sources in `source`, as the release library is built (-Os, the
+    hash -O2), into `folder`."""
     cc = toolchain.find_compiler(None).command
+    folder.mkdir(parents=True, exist_ok=True)
     objects = []
     for name in LIBRARY_SOURCES:
         objects.append(folder / name.replace(".c", ".o"))
         level = "-O2" if name == "cuvil_hash.c" else "-Os"
-        subprocess.run([*cc, "-std=c99", level, "-DNDEBUG", "-c", str(SOURCE_DIR / name), "-o", str(objects[-1])],
+        subprocess.run([*cc, "-std=c99", level, "-DNDEBUG", "-c", str(source / name), "-o", str(objects[-1])],
                        check=True)
     out = folder / "runtime_stages"
-    subprocess.run([*cc, "-std=c99", "-Os", "-DNDEBUG", f"-I{SOURCE_DIR}", str(STAGES),
+    subprocess.run([*cc, "-std=c99", "-Os", "-DNDEBUG", f"-I{source}", str(STAGES),
                     *[str(o) for o in objects if o.name != "cuvil_runtime.o"], "-o", str(out), "-ldl", "-lpthread"],
                    check=True)
     return out
@@ -115,6 +119,11 @@ def stages(driver: Path, model: Path, x: np.ndarray, x_bin: Path) -> dict:
     out = subprocess.run([str(driver), str(model), str(x_bin), *map(str, x.shape)], check=True, capture_output=True,
                          text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
+
+
+def by_stage(runs: list) -> str:
+    """Each stage's median over runs of `stages`."""
+    return ", ".join(f"{k} {np.median([r[k] for r in runs]):.1f}" for k in runs[0])
 
 
 def cli_p50(cli: Path, model: Path, x_path: Path, calls: int, threads: int) -> float:
@@ -140,6 +149,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--calls", type=int, default=50)
     parser.add_argument("--threads", type=int, default=toolchain.physical_cores())
+    parser.add_argument("--base-runtime", type=Path, help="another revision's cuvil/runtime/c, for an A/B of stages")
     args = parser.parse_args()
     os.environ["CUVIL_NUM_THREADS"] = str(args.threads)  # in-process Cuvil's count; cuvil-run gets --threads
     folder = Path(tempfile.mkdtemp(prefix="cuvil-bench-runtime-"))
@@ -152,23 +162,28 @@ def main() -> None:
     np.save(x_path, x)
     np.ascontiguousarray(x, np.float32).tofile(x_bin)
     driver = build_stages(folder)
+    base = build_stages(folder / "base", args.base_runtime) if args.base_runtime else None
     files = {"file": model, **({"transforms saved": saved} if saved else {})}
     for label, path in files.items():
         size = path.stat().st_size
         print(f"{label}: {path.name} {size / 1e6:.1f} MB = {size / weights:.4f}x its weights' {weights / 1e6:.1f} MB "
               f"(goal <= 1.02x), format {Container.open(path).version}")
     print(f"{args.threads} thread(s) per call, {cpu_count()} CPUs to hash on; load {os.getloadavg()}")
-    starts, loads, parts = {k: [] for k in files}, [], {k: [] for k in files}
+    starts, loads, parts = {k: [] for k in files}, [], {k: [] for k in (*files, *(["base runtime"] if base else []))}
     for _ in range(args.rounds):  # interleaved: the fresh-process measures see the same machine
         for label, path in files.items():
             starts[label] += start_to_first_output(built.cli, path, x_path, folder, 1)
             parts[label].append(stages(driver, path, x, x_bin))
+        if base:
+            parts["base runtime"].append(stages(base, model, x, x_bin))
         loads.append(fresh_load(model, x_path))
     for label in files:
         ms = np.array(starts[label]) * 1e3
-        by_stage = ", ".join(f"{k} {np.median([p[k] for p in parts[label]]):.1f}" for k in parts[label][0])
         print(f"cuvil-run start to first output ({label}): median {np.median(ms):.1f} ms, min {ms.min():.1f} ms "
-              f"(goal <= 50); by stage (ms, medians): {by_stage}")
+              f"(goal <= 50); by stage (ms, medians): {by_stage(parts[label])}")
+    if base:
+        print(f"the exported file's stages with {args.base_runtime}'s runtime (ms, medians): "
+              f"{by_stage(parts['base runtime'])}")
     med = {k: float(np.median([r[k] for r in loads])) * 1e3 for k in loads[0]}
     print(f"cuvil.load in a fresh process: to a callable {med['load_s']:.1f} ms (goal <= 30), first call "
           f"{med['first_call_s']:.1f} ms after it; imports (numpy, cuvil) {med['import_s']:.1f} ms before it")

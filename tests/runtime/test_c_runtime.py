@@ -2,6 +2,10 @@
 the C API (memory, signatures, caller buffers, 8 threads), the same under AddressSanitizer, and its errors."""
 from __future__ import annotations
 
+import platform
+import re
+import sys
+
 import numpy as np
 import pytest
 
@@ -118,20 +122,38 @@ def test_a_relation_between_sizes_is_checked(exported, tmp_path):
 # --- files from the tests' own writer: prepared buffers, native levels, target checks, the error channel ----------
 
 NATIVE = r"""
+#define _DEFAULT_SOURCE
 #include <math.h>
 #include <stdint.h>
+#include <sys/mman.h>
+#ifndef PREPARED_BYTES
+#define PREPARED_BYTES 16
+#endif
 static __thread const char *message = "";
 int cuvil_abi_version(void) { return 1; }
 const char *cuvil_last_error(void) { return message; }
 void cuvil_set_num_threads(int n) { (void)n; }
 int64_t t_arena_bytes(const int64_t *dims) { return dims[0] * 16; }
 int64_t t_packed_count(void) { return 2; }
-int64_t t_packed_bytes(int64_t j) { (void)j; return 16; }
+int64_t t_packed_bytes(int64_t j) { (void)j; return PREPARED_BYTES; }
 int64_t t_packed_source(int64_t j) { (void)j; return 0; }
+/* Whether all of [p, p + n) is in memory already (mincore): a buffer of huge pages is faulted in before prepare. */
+static int resident(void *p, size_t n)
+{
+    static unsigned char pages[PREPARED_BYTES / 4096 + 2];
+    uintptr_t at = (uintptr_t)p / 4096 * 4096;
+    size_t count = ((uintptr_t)p + n - at + 4095) / 4096;
+    if (mincore((void *)at, count * 4096, pages) != 0) return 0;
+    for (size_t k = 0; k < count; k++)
+        if (!(pages[k] & 1)) return 0;
+    return 1;
+}
 void t_prepare(void *const *consts, int64_t j)
 {
     float *dst = consts[1 + j];
-    for (int k = 0; k < 4; k++) dst[k] = ((const float *)consts[0])[k] * (float)(j + 2);
+    float scale = PREPARED_BYTES >= (2 << 20) && !resident(dst, PREPARED_BYTES) ? -1.0f : 1.0f;
+    for (int k = 0; k < 4; k++) dst[k] = scale * ((const float *)consts[0])[k] * (float)(j + 2);
+    if (PREPARED_BYTES > 16) dst[PREPARED_BYTES / 4 - 1] = 0; /* its last float: inside the block (ASan) */
 }
 /* y = x * c + 2c (saved prepared buffer 0) + 3c (buffer 1, made by prepare) + LEVEL; a NaN is an error. */
 int t_main(void *const *args, void *const *outs, const int64_t *dims, uint8_t *arena, const void *const *consts)
@@ -150,7 +172,8 @@ int t_main(void *const *args, void *const *outs, const int64_t *dims, uint8_t *a
 
 @pytest.fixture(scope="module")
 def natives(tmp_path_factory):
-    """The hand-written native code above at two levels (LEVEL 0 and 100) as shared objects."""
+    """The hand-written native code above at two levels (LEVEL 0 and 100) as shared objects, and at level 0 with
+    prepared buffers of 3 MiB ("big")."""
     import subprocess
 
     from cuvil.backends.cpu import toolchain
@@ -158,11 +181,12 @@ def natives(tmp_path_factory):
     folder = tmp_path_factory.mktemp("native")
     (folder / "native.c").write_text(NATIVE)
     images = {}
-    for level in (0, 100):
-        so = folder / f"native{level}.so"
-        subprocess.run([toolchain.find_compiler().path, "-O1", "-shared", "-fPIC", f"-DLEVEL={level}",
-                        str(folder / "native.c"), "-o", str(so), "-lm"], check=True)
-        images[level] = so.read_bytes()
+    builds = ((0, ["-DLEVEL=0"]), (100, ["-DLEVEL=100"]), ("big", ["-DLEVEL=0", f"-DPREPARED_BYTES={3 << 20}"]))
+    for key, flags in builds:
+        so = folder / f"native{key}.so"
+        subprocess.run([toolchain.find_compiler().path, "-O1", "-shared", "-fPIC", *flags, str(folder / "native.c"),
+                        "-o", str(so), "-lm"], check=True)
+        images[key] = so.read_bytes()
     return images
 
 
@@ -208,6 +232,23 @@ def test_prepared_buffers_made_at_load_share_one_block_without_overlapping(nativ
     built = c_build.runtime(sanitize=sanitize)
     x = np.arange(12, dtype=np.float32).reshape(3, 4)
     (tmp_path / "m.cuv").write_bytes(_own_file(natives, prepared=()))
+    np.save(tmp_path / "x.npy", x)
+    out = c_build.run(built, built.cli, tmp_path / "m.cuv", tmp_path / "x.npy", "-o", tmp_path / "out")
+    assert out.returncode == 0, out.stderr
+    c = np.array([1, 2, 3, 4], np.float32)
+    np.testing.assert_array_equal(np.load(tmp_path / "out" / "output_0.npy"), x * c + 2 * c + 3 * c)
+
+
+@pytest.mark.skipif(sys.platform != "linux" or tuple(map(int, re.findall(r"\d+", platform.release())[:2])) < (5, 14),
+                    reason="MADV_POPULATE_WRITE is Linux 5.14's")
+@pytest.mark.parametrize("sanitize", [False, pytest.param(True, marks=needs_asan)], ids=["release", "asan"])
+def test_prepared_buffers_of_huge_pages_are_in_memory_before_prepare_writes_them(natives, tmp_path, sanitize):
+    """Two 3 MiB prepared buffers (one block of three huge pages, shared out to the threads that fault it in):
+    each one's pages are all resident when its prepare runs (it negates what it writes if not), and the writes
+    stay in the block (AddressSanitizer)."""
+    built = c_build.runtime(sanitize=sanitize)
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    (tmp_path / "m.cuv").write_bytes(_own_file({0: natives["big"]}, prepared=()))
     np.save(tmp_path / "x.npy", x)
     out = c_build.run(built, built.cli, tmp_path / "m.cuv", tmp_path / "x.npy", "-o", tmp_path / "out")
     assert out.returncode == 0, out.stderr

@@ -162,7 +162,7 @@ static void *digest_worker(void *arg)
     }
 }
 
-static int cpu_count(void)
+int cuvil_cpu_count(void)
 {
     int n = (int)sysconf(_SC_NPROCESSORS_ONLN);
 #ifdef __linux__
@@ -175,7 +175,7 @@ static int cpu_count(void)
 static void run_digests(digest_work *w)
 {
     pthread_t threads[16];
-    int want = cpu_count() - 1, started = 0;
+    int want = cuvil_cpu_count() - 1, started = 0;
     if ((unsigned long)want > w->n_jobs / 2) want = (int)(w->n_jobs / 2);
     w->threads = (unsigned long)want + 1;
     while (started < want && pthread_create(&threads[started], NULL, digest_worker, w) == 0) started++;

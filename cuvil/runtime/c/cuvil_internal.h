@@ -99,6 +99,8 @@ CUVIL_INTERNAL void *cuvil_take(cuvil_model *m, size_t n);
 /* Checks 1-3 of docs/artifact.md: header, table, every section's SHA-256, meta's syntax, the entries. */
 CUVIL_INTERNAL cuvil_status cuvil_check_file(cuvil_model *m);
 CUVIL_INTERNAL const cuvil_section *cuvil_find_section(const cuvil_model *m, const char *name);
+/* The CPUs this process may run on (1-16): threads the check hashes on and the prepared block is faulted in on. */
+CUVIL_INTERNAL int cuvil_cpu_count(void);
 
 /* The CUDA half: whether the file is for CUDA, parsing its steps at open, a run (the driver opened at the first),
  * and the device state released at close. cuvil_cuda_load.c forwards them to libcuvilcuda.so (cuvil_cuda_rt.c),

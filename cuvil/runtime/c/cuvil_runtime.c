@@ -9,6 +9,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -275,6 +276,44 @@ static size_t block_share(cuvil_bytes_fn bytes, int64_t j)
     return size < 0 || (uint64_t)size > SIZE_MAX / 4 ? 0 : size ? ((size_t)size + 63) / 64 * 64 : 64;
 }
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14; an older kernel refuses it and the first writes fault the pages in */
+#endif
+
+typedef struct { uint8_t *p; size_t n; } block_part;
+
+static void *populate(void *arg)
+{
+    const block_part *part = arg;
+    madvise(part->p, part->n, MADV_POPULATE_WRITE);
+    return NULL;
+}
+
+/* Faults in the `n` bytes of huge-page `block` before `prepare` writes them, its huge pages shared out to a thread
+ * per CPU (this one among them; the kernel zeroes each page). The Winograd transform writes 36 streams spread over
+ * its whole buffer: faulting the pages as it went, it took twice the CPU time of its writes into present pages
+ * (ResNet-18: 30 MB, 20 against 10 ms). */
+static void prefault(uint8_t *block, size_t n)
+{
+    const size_t huge = (size_t)2 << 20;
+    size_t pages = (n + huge - 1) / huge, share;
+    pthread_t threads[16];
+    block_part parts[16];
+    int want = cuvil_cpu_count(), started[16] = {0};
+    if ((size_t)want > pages) want = (int)pages;
+    share = (pages + (size_t)want - 1) / (size_t)want * huge;
+    for (int k = 0; k < want; k++) {
+        parts[k].p = block + (size_t)k * share;
+        parts[k].n = (size_t)k * share >= pages * huge ? 0 : pages * huge - (size_t)k * share;
+        if (parts[k].n > share) parts[k].n = share;
+        if (k && parts[k].n) started[k] = pthread_create(&threads[k], NULL, populate, &parts[k]) == 0;
+    }
+    for (int k = 0; k < want; k++)
+        if (!k || (parts[k].n && !started[k])) populate(&parts[k]);
+    for (int k = 1; k < want; k++)
+        if (started[k]) pthread_join(threads[k], NULL);
+}
+
 /* The buffers `prepare` makes (those not saved), in one block: huge pages cover it all, where one allocation a
  * buffer left each one's end and every small one on 4 KiB pages, a fault each (ResNet-18: 11 buffers, 30 MB). */
 static cuvil_status make_prepared(cuvil_model *m, cuvil_entry *e, const uint8_t *saved, cuvil_bytes_fn bytes,
@@ -292,6 +331,7 @@ static cuvil_status make_prepared(cuvil_model *m, cuvil_entry *e, const uint8_t 
     if (total && (!block || !own(m, block)))
         return cuvil_fail(CUVIL_ERR_MEMORY, "%s: entry '%s': no memory for its prepared buffers (%zu bytes)", m->where,
                           e->name, total);
+    if (total >= (size_t)2 << 20) prefault(block, total);
     for (int64_t j = 0; j < e->n_buffers; j++) {
         if (saved[j]) continue;
         e->consts[e->n_const + j] = block;

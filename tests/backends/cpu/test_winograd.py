@@ -6,10 +6,13 @@ Tolerance: F(4x4, 3x3) in f32 loses about two decimal digits against the direct 
 up to 8 on the way out and by 1/24 in the weights), so results are compared with atol = 1e-4 * max |y| (seen:
 up to 8e-6 * max |y| at 512 channels).
 """
+import ctypes
+
 import numpy as np
 import pytest
 
 import cuvil
+from cuvil.backends.cpu import backend, kernels
 from cuvil.backends.cpu.backend import conv_block
 from cuvil.compiler import compile_module
 from cuvil.interpreter import interpret
@@ -86,3 +89,24 @@ def test_winograd_needs_3x3_stride_1():
     w = b.constant(np.zeros((1, 1, 3, 3, B, B), np.float32))
     with pytest.raises(Exception, match="winograd.*3x3 kernel, stride 1"):
         b.conv_nchwc(xb, w, b.constant(np.zeros((1, B), np.float32)), strides=(2, 2), algorithm="winograd")
+
+
+def _weight_transform_reference(w, ob, cb):
+    """U = G g G^T of kernels/winograd.c in NumPy: w [ob, cb, 3, 3, B(in), B(out)] -> u [36, ob, cb * B, B(out)]."""
+    g = np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6], [1 / 24, 1 / 12, 1 / 6],
+                  [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]])
+    u = np.einsum("ik,ocklab,jl->ijocab", g, w.astype(np.float64), g)  # [6, 6, ob, cb, B, B]
+    return u.reshape(36, ob, cb * B, B)
+
+
+@pytest.mark.parametrize("offset", [0, 4])  # 64-byte aligned (streamed past the caches) and not (stored plainly)
+def test_weight_transform_is_the_same_into_aligned_and_misaligned_memory(offset):
+    lib = kernels.load(backend.opt_level())
+    ob, cb = 3, 2
+    w = kernels.aligned_array(RNG.standard_normal((ob, cb, 3, 3, B, B)).astype(np.float32))
+    n = 4 * lib.cuvil_winograd_weight_size(ob, cb)  # bytes: the size is in floats
+    raw = kernels.aligned_empty(n + 64, np.uint8)
+    u = raw[offset:offset + n].view(np.float32)
+    lib.cuvil_winograd_weight(w.ctypes.data_as(ctypes.c_void_p), ob, cb, u.ctypes.data_as(ctypes.c_void_p))
+    np.testing.assert_allclose(u.reshape(36, ob, cb * B, B), _weight_transform_reference(w, ob, cb), rtol=1e-5,
+                               atol=1e-6)

@@ -22,6 +22,13 @@
 
 typedef cuvil_vf wvf;
 
+#if CUVIL_VL == 16 && defined(__x86_64__) && defined(__AVX512F__)
+#include <immintrin.h>
+#define WINO_STREAM 1
+#else
+#define WINO_STREAM 0
+#endif
+
 /* ---- the weight transform: U = G g G^T per (input channel, output channel), output channels in lanes ---- */
 
 static const float wino_g[6][3] = {{1.0f / 4, 0, 0},           {-1.0f / 6, -1.0f / 6, -1.0f / 6},
@@ -31,12 +38,26 @@ static const float wino_g[6][3] = {{1.0f / 4, 0, 0},           {-1.0f / 6, -1.0f
 int64_t cuvil_winograd_weight_size(int64_t ob, int64_t cb) { return WINO_POS * ob * cb * CUVIL_VL * CUVIL_VL; }
 
 /* w packed [ob, cb, 3, 3, B, B] (conv_nchwc's weight) -> u [36, ob, cb * B, B]. Runs when a model loads (every
- * warm start): vectorised over the B output channels, about 1 ms for ResNet-18. */
+ * warm start): vectorised over the B output channels; ResNet-18's 30 MB take about 10 ms of CPU into pages already
+ * in memory (the C runtime faults them in first), twice that where its writes fault them. */
 typedef struct {
     const float *w;
     int64_t ob, cb;
     float *u;
+    int stream; /* u is 64-byte aligned, so each vector a whole line: wino_weight_store */
 } wino_weight_job_t;
+
+/* One vector of u. With 16 lanes on an aligned u a vector is a whole 64-byte line: stored past the caches, as the
+ * 36 rows a pair writes are as many streams of fresh memory, each line written once and read only by later calls;
+ * a cached store would first read each line and keep the fill buffers waiting on it (ResNet-18: 30 MB). */
+static inline void wino_weight_store(float *p, wvf v, int stream)
+{
+#if WINO_STREAM
+    if (stream) { _mm512_stream_ps(p, (__m512)v); return; }
+#endif
+    (void)stream;
+    cuvil_store(p, v);
+}
 
 /* Pairs (output block, input channel) [lo, hi). */
 static int wino_weight_part(void *job, int64_t lo, int64_t hi)
@@ -53,16 +74,19 @@ static int wino_weight_part(void *job, int64_t lo, int64_t hi)
                 t[i][jj] = wino_g[i][0] * k[jj] + wino_g[i][1] * k[3 + jj] + wino_g[i][2] * k[6 + jj];
         for (int i = 0; i < 6; i++)
             for (int jj = 0; jj < 6; jj++)
-                cuvil_store(j->u + (((i * 6 + jj) * ob + o) * C + c) * CUVIL_VL,
-                            t[i][0] * wino_g[jj][0] + t[i][1] * wino_g[jj][1] + t[i][2] * wino_g[jj][2]);
+                wino_weight_store(j->u + (((i * 6 + jj) * ob + o) * C + c) * CUVIL_VL,
+                                  t[i][0] * wino_g[jj][0] + t[i][1] * wino_g[jj][1] + t[i][2] * wino_g[jj][2], j->stream);
     }
+#if WINO_STREAM
+    if (j->stream) _mm_sfence(); /* the stores above are weakly ordered: visible before this part reports done */
+#endif
     return 0;
 }
 
 void cuvil_winograd_weight(const float *w, int64_t ob, int64_t cb, float *u)
 {
     const int64_t C = cb * CUVIL_VL;
-    wino_weight_job_t job = {w, ob, cb, u};
+    wino_weight_job_t job = {w, ob, cb, u, WINO_STREAM && (uintptr_t)u % 64 == 0};
     cuvil_parallel_team(ob * C, threads_for(ob * C * CUVIL_VL * 64), wino_weight_part, &job);
 }
 
