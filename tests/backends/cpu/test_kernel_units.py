@@ -30,6 +30,23 @@ def test_exported_names_are_what_each_object_defines():
         assert defined == kernels.exported(unit), unit
 
 
+@pytest.mark.skipif(shutil.which("nm") is None, reason="needs binutils' nm")
+def test_the_gemm_is_three_core_units_whose_shared_functions_stay_hidden():
+    """The GEMM's micro-kernels and its epilogue compile as core units of their own, at once with its drivers (as one
+    unit the GEMM was 1.5 s of compiler time, the critical path of a first build); what they share is not exported."""
+    assert {"gemm", "gemm_kernel", "gemm_epilogue"} <= set(kernels.CORE)
+    objects = dict(zip(kernels.CORE, kernels.unit_objects(kernels.CORE, backend.opt_level())))
+
+    def defined(path, *flags):
+        out = subprocess.run(["nm", *flags, "--defined-only", str(path)], capture_output=True, text=True, check=True)
+        return {line.split()[-1] for line in out.stdout.splitlines()}
+
+    assert "run_kernel" in defined(objects["gemm_kernel"], "-g")
+    assert "store_tile" in defined(objects["gemm_epilogue"], "-g")
+    core = defined(kernels.load(backend.opt_level())._libs[kernels.CORE]._name, "-D")
+    assert "cuvil_sgemm" in core and not {"run_kernel", "store_tile"} & core
+
+
 def test_units_for_names_the_units_a_source_calls():
     assert kernels.units_for("void k(void) { cuvil_sgemm(1, 1, 1); }") == kernels.CORE
     called = kernels.units_for("cuvil_qgemm(&args); cuvil_conv_winograd(x, u, b, r, y, g, 1);")
