@@ -58,8 +58,9 @@ _PREFETCHED: dict = {}  # opt level -> the threads building what every model com
 
 def prefetch() -> None:
     """Starts building the kernel library's core and the C call path, which every CPU model links, while the passes
-    run: on a new machine they take about two seconds of compiler time (the GEMM unit 1.3, the call path 0.5), so
-    they build at once, each in its own thread (the compiler is a subprocess), and the passes hide what they can."""
+    run: on a new machine they take about two and a half seconds of compiler time (the GEMM's three units 0.3-0.7
+    each, the call path 0.4), so they build at once, each in its own thread (the compiler is a subprocess), and the
+    passes hide what they can."""
     level = opt_level()
     if level not in _PREFETCHED:
         _PREFETCHED[level] = builders = [threading.Thread(target=_quietly, args=(fn,), daemon=True)

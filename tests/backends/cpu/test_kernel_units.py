@@ -152,8 +152,8 @@ def test_the_per_machine_builds_start_before_the_passes(monkeypatch):
 
 
 def test_prefetch_builds_the_kernel_core_and_the_call_path_at_once(monkeypatch):
-    """On a new machine the GEMM unit and the call extension compile for about 1.3 s and 0.5 s: one after the other,
-    a first call waited for the sum."""
+    """On a new machine the kernel core (the GEMM's units) and the call extension compile for about 1.5 s and 0.4 s of
+    CPU: one after the other, a first call waited for the sum."""
     import threading
 
     both = threading.Barrier(2, timeout=10)
