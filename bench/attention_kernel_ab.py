@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from bench.conv_ab import old_units
+from bench.conv_ab import ab_line, old_units
 from cuvil.backends.cpu import kernels
 
 # name: (batch, rows, keys, d, dv, additive mask?)
@@ -56,11 +56,7 @@ def main(base: str, rounds: int, names: list, stat) -> None:
                 if r:  # the first round warms caches and scratch buffers
                     times[side].append(time.perf_counter() - t0)
         med = {k: float(stat(v)) for k, v in times.items()}
-        o_old, o_new = p["outs"]["old"], p["outs"]["new"]
-        err = float(np.abs(o_new - o_old).max() / max(np.abs(o_old).max(), 1e-30))
-        print(f"{name:18s}: old {med['old'] * 1e3:8.3f} ms ({p['flops'] / med['old'] / 1e9:5.0f} GFLOP/s)"
-              f"  new {med['new'] * 1e3:8.3f} ms ({p['flops'] / med['new'] / 1e9:5.0f})"
-              f"  new/old {med['new'] / med['old']:5.2f}  diff {err:.1e}")
+        print(f"{name:18s}: " + ab_line(med, p["flops"], p["outs"]["old"], p["outs"]["new"]))
 
 
 if __name__ == "__main__":

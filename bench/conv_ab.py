@@ -42,16 +42,35 @@ SOURCES = ("conv_nchwc.c", "winograd.c")
 _SIG = [ctypes.c_void_p] * 6 + [ctypes.c_int]
 
 
+def sources_at(rev: str, sources: tuple) -> tuple[Path, list]:
+    """A folder holding the kernel headers of now and `sources` as of `rev`, and the names of those `rev` has (a
+    source split off later is absent there)."""
+    folder = Path(tempfile.mkdtemp(prefix="cuvil-ab-"))
+    shutil.copytree(kernels.include_dir(), folder, dirs_exist_ok=True)
+    top = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True, check=True).stdout
+    present = []
+    for name in sources:
+        path = (kernels.include_dir() / name).relative_to(top.strip())
+        out = subprocess.run(["git", "show", f"{rev}:{path}"], capture_output=True, text=True)
+        (folder / name).unlink(missing_ok=True)
+        if out.returncode == 0:
+            (folder / name).write_text(out.stdout)
+            present.append(name)
+    return folder, present
+
+
+def ab_line(med: dict, flops: float, old_out: np.ndarray, new_out: np.ndarray) -> str:
+    """The columns every A/B script prints: each side's time and GFLOP/s, new/old, and the largest difference
+    between the two results relative to the old result's largest magnitude."""
+    err = float(np.abs(new_out - old_out).max() / max(np.abs(old_out).max(), 1e-30))
+    return (f"old {med['old'] * 1e3:8.3f} ms ({flops / med['old'] / 1e9:5.0f} GFLOP/s)  new {med['new'] * 1e3:8.3f} ms"
+            f" ({flops / med['new'] / 1e9:5.0f})  new/old {med['new'] / med['old']:5.2f}  diff {err:.1e}")
+
+
 def old_units(rev: str, sources: tuple = SOURCES, units: tuple = ("conv_nchwc", "winograd")) -> dict:
     """{unit: ctypes library} of kernel `units` with their `sources` as of `rev`, compiled as the library compiles its
     own (the blocked conv units by default)."""
-    folder = Path(tempfile.mkdtemp(prefix="cuvil-conv-ab-"))
-    shutil.copytree(kernels.include_dir(), folder, dirs_exist_ok=True)
-    top = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True, check=True).stdout
-    for name in sources:
-        path = (kernels.include_dir() / name).relative_to(top.strip())
-        text = subprocess.run(["git", "show", f"{rev}:{path}"], capture_output=True, text=True, check=True).stdout
-        (folder / name).write_text(text)
+    folder, _ = sources_at(rev, sources)
     kernels.load()  # the core, RTLD_GLOBAL: the old units resolve their pool and helpers into it
     libs = {}
     for unit in units:
@@ -105,12 +124,9 @@ def main(base: str, rounds: int, models: list, stat) -> None:
                         times[kind].append(time.perf_counter() - t0)
             med = {k: float(stat(v)) for k, v in times.items()}
             total = {k: total[k] + med[k] for k in total}
-            err = float(np.abs(ys["new"] - ys["old"]).max() / max(np.abs(ys["old"]).max(), 1e-30))
             cin, cout, k, stride, size, n, wino = spec[:7]
-            print(f"{model} {cin:3d}->{cout:3d} k{k} s{stride} {size:3d}x{size:<3d} {'wino' if wino else 'direct'}:"
-                  f" old {med['old'] * 1e3:7.3f} ms ({layer['flops'] / med['old'] / 1e9:5.0f} GFLOP/s)"
-                  f"  new {med['new'] * 1e3:7.3f} ms ({layer['flops'] / med['new'] / 1e9:5.0f})"
-                  f"  new/old {med['new'] / med['old']:5.2f}  diff {err:.1e}")
+            print(f"{model} {cin:3d}->{cout:3d} k{k} s{stride} {size:3d}x{size:<3d} {'wino' if wino else 'direct'}: "
+                  + ab_line(med, layer["flops"], ys["old"], ys["new"]))
         print(f"{model} all layers once: old {total['old'] * 1e3:.2f} ms, new {total['new'] * 1e3:.2f} ms, "
               f"new/old {total['new'] / total['old']:.2f}")
 

@@ -8,14 +8,11 @@ round by round in one process (2 threads unless CUVIL_NUM_THREADS says otherwise
 """
 import argparse
 import ctypes
-import shutil
-import subprocess
-import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
 
+from bench.conv_ab import ab_line, sources_at
 from cuvil.backends.cpu import kernels, toolchain
 
 # (M, N, K, activation): BERT-base's QKV and FFN GEMMs, a ResNet im2col conv, its last layer's, a GEMV, and a shape
@@ -27,17 +24,7 @@ GEMM_SOURCES = ("gemm.c", "gemm_kernel.c", "gemm_epilogue.c")
 
 def old_gemm(rev: str) -> ctypes.CDLL:
     """The GEMM of `rev` as one library (its pool and helpers resolve into the loaded core, RTLD_GLOBAL)."""
-    folder = Path(tempfile.mkdtemp(prefix="cuvil-gemm-ab-"))
-    shutil.copytree(kernels.include_dir(), folder, dirs_exist_ok=True)
-    top = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True, check=True).stdout
-    names = []
-    for name in GEMM_SOURCES:
-        path = (kernels.include_dir() / name).relative_to(top.strip())
-        out = subprocess.run(["git", "show", f"{rev}:{path}"], capture_output=True, text=True)
-        (folder / name).unlink(missing_ok=True)
-        if out.returncode == 0:
-            (folder / name).write_text(out.stdout)
-            names.append(name)
+    folder, names = sources_at(rev, GEMM_SOURCES)
     kernels.load()
     objects = [toolchain.build_library(f'#include "cuvil_internal.h"\n#include "{name}"\n', name="obj-gemm-ab",
                                        include_dirs=[folder], flags=toolchain.object_flags(2),
@@ -64,11 +51,7 @@ def main(base: str, rounds: int, stat) -> None:
                     times[kind].append(time.perf_counter() - t0)
         med = {kind: float(stat(v)) for kind, v in times.items()}
         ratios.append(med["new"] / med["old"])
-        err = float(np.abs(cs["new"] - cs["old"]).max() / max(np.abs(cs["old"]).max(), 1e-30))
-        flops = 2 * m * n * k
-        print(f"({m}, {n}, {k}) {act}: old {med['old'] * 1e3:8.3f} ms ({flops / med['old'] / 1e9:5.0f} GFLOP/s)"
-              f"  new {med['new'] * 1e3:8.3f} ms ({flops / med['new'] / 1e9:5.0f})  new/old {ratios[-1]:5.2f}"
-              f"  diff {err:.1e}", flush=True)
+        print(f"({m}, {n}, {k}) {act}: " + ab_line(med, 2 * m * n * k, cs["old"], cs["new"]), flush=True)
     print(f"new/old geometric mean over {len(SHAPES)} shapes: {float(np.exp(np.mean(np.log(ratios)))):.3f}")
 
 
