@@ -6,8 +6,8 @@ where it has them, each compiled as the library compiles its units and linked in
 round by round in one process (2 threads unless CUVIL_NUM_THREADS says otherwise). Prints medians (or minima,
 --min), GFLOP/s, new/old ratios and the largest difference between the two results relative to max |C|.
 
-`--cold`: instead, `cuvil_sgemm_packed` on GPT-2 small's four GEMMs at 64 tokens (`--rows`), each round one model's worth of
-pre-packed weights (12 layers, 340 MB, past L3) in layer order, as a model's call reads them from memory.
+`--cold`: instead, `cuvil_sgemm_packed` on GPT-2 small's four GEMMs at 64 tokens (`--rows`), each round one model's
+worth of pre-packed weights (12 layers, 340 MB, past L3) in layer order, as a model's call reads them from memory.
 """
 import argparse
 import ctypes
