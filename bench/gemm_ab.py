@@ -73,13 +73,13 @@ def packed_weights(lib, rng, shapes, layers: int) -> list:
     return out
 
 
-def main_cold(base: str, rounds: int, stat, rows: int = 64) -> None:
+def main_cold(base: str, rounds: int, stat, rows: int = 64, layers: int = GPT2_LAYERS) -> None:
     """Each side runs every layer's GEMMs in turn (weights from memory) on `rows` tokens; the sides alternate round by
     round."""
     new, old = kernels.load(), old_gemm(base)
     old.cuvil_sgemm_packed.argtypes, old.cuvil_sgemm_packed.restype = new.cuvil_sgemm_packed.argtypes, None
     rng = np.random.default_rng(0)
-    weights = packed_weights(new, rng, GPT2_SHAPES, GPT2_LAYERS)
+    weights = packed_weights(new, rng, GPT2_SHAPES, layers)
     shapes = [(rows, n, k) for _, n, k in GPT2_SHAPES]
     a = {k: kernels.aligned_array(rng.standard_normal((rows, k))) for _, _, k in shapes}
     cs = {kind: [kernels.aligned_empty((m, n)) for m, n, _ in shapes] for kind in ("old", "new")}
@@ -93,8 +93,8 @@ def main_cold(base: str, rounds: int, stat, rows: int = 64) -> None:
             if r:
                 times[kind].append(time.perf_counter() - t0)
     med = {kind: float(stat(v)) for kind, v in times.items()}
-    flops = GPT2_LAYERS * sum(2 * m * n * k for m, n, k in shapes)
-    print(f"GPT-2's GEMMs at {rows} rows, {GPT2_LAYERS} layers, weights from memory: "
+    flops = layers * sum(2 * m * n * k for m, n, k in shapes)
+    print(f"GPT-2's GEMMs at {rows} rows, {layers} layers ({layers * 27} MB of weights): "
           + ab_line(med, flops, np.concatenate([c.ravel() for c in cs["old"]]),
                     np.concatenate([c.ravel() for c in cs["new"]])))
 
@@ -106,9 +106,10 @@ if __name__ == "__main__":
     parser.add_argument("--min", action="store_true", help="the fastest round instead of the median (a loaded machine)")
     parser.add_argument("--cold", action="store_true", help="GPT-2's pre-packed GEMMs, weights from memory")
     parser.add_argument("--rows", type=int, default=64, help="--cold: the GEMMs' M (tokens)")
+    parser.add_argument("--layers", type=int, default=GPT2_LAYERS, help="--cold: layers of weights (1: 27 MB, in L3)")
     args = parser.parse_args()
     stat = np.min if args.min else np.median
     if args.cold:
-        main_cold(args.base, args.rounds, stat, args.rows)
+        main_cold(args.base, args.rounds, stat, args.rows, args.layers)
     else:
         main(args.base, args.rounds, stat)
