@@ -398,8 +398,9 @@ def _gemm_reads_in_place(op: Op) -> bool:
 
 
 def _epilogue_chain(mm: Op, users: dict) -> list:
-    """[transposes or 16-bit weights of the operands, matmul, broadcast_to, add, act] as far as the pattern holds
-    (the GEMM reads a transposed operand through strides; the bias is a vector along the rows)."""
+    """[transposes or 16-bit weights of the operands, matmul, broadcast_to, add, reshape, act] as far as the pattern
+    holds (the GEMM reads a transposed operand through strides; the bias is a vector along the rows; the reshape only
+    adds or drops leading unit axes, and only before an act)."""
     chain = [v.owner for v in mm.operands if isinstance(v.owner, Op) and _gemm_reads_in_place(v.owner)
              and v.owner.parent is mm.parent and _only_user(v, users) is mm]
     chain.append(mm)
@@ -413,9 +414,20 @@ def _epilogue_chain(mm: Op, users: dict) -> list:
             chain += [bc, add]
             out = add.results[0]
     act = _only_user(out, users)
+    view = act if act is not None and act.name == "reshape" and _unit_axes_only(act) else None
+    if view is not None:  # GPT-2's Gemm of [64, N] viewed as [1, 64, N] before its gelu: the same C
+        act = _only_user(view.results[0], users)
     if act is not None and act.name in GEMM_ACTIVATIONS:
-        chain.append(act)
+        chain += [view, act] if view is not None else [act]
     return chain
+
+
+def _unit_axes_only(reshape: Op) -> bool:
+    """Whether `reshape` only adds or drops leading axes of size 1 (a view of the same rows and columns)."""
+    src, dst = (tuple(t.shape) for t in (reshape.operands[0].type, reshape.results[0].type))
+    short, long = sorted((src, dst), key=len)
+    lead = long[:len(long) - len(short)]
+    return len(short) >= 2 and long[len(lead):] == short and all(isinstance(d, int) and d == 1 for d in lead)
 
 
 LIBRARY_EPILOGUES = {"matmul": _gemm_epilogue, "conv": _conv_clamp}

@@ -28,13 +28,29 @@ def bcast(p: Pat) -> Pat:
 _X = Pat.any("x")
 _ERF_ARG = [Pat("div", _X, near(SQRT2)), Pat("mul", _X, near(1 / SQRT2))]
 _ONE_PLUS_ERF = [Pat("add", Pat("erf", arg), near(1.0)) for arg in _ERF_ARG]
-GELU_PATTERNS = ([Pat("mul", Pat("mul", _X, near(0.5)), t) for t in _ONE_PLUS_ERF]
-                 + [Pat("mul", _X, Pat("mul", t, near(0.5))) for t in _ONE_PLUS_ERF]
-                 + [Pat("mul", Pat("mul", _X, t), near(0.5)) for t in _ONE_PLUS_ERF])
+# the tanh form (GPT-2's NewGELU): 1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)), x^3 as Simplify writes pow(x, 3)
+_CUBE = Pat("mul", Pat("mul", _X, _X), _X)
+_TANH_ARG = Pat("mul", Pat("add", _X, Pat("mul", _CUBE, near(0.044715))), near(math.sqrt(2 / math.pi)))
+_ONE_PLUS_TANH = [Pat("add", Pat("tanh", _TANH_ARG), near(1.0))]
+
+
+def _halved(ones: list) -> list:
+    """0.5 x (one_plus), in the three groupings exporters write (mul matches either operand order)."""
+    return ([Pat("mul", Pat("mul", _X, near(0.5)), t) for t in ones]
+            + [Pat("mul", _X, Pat("mul", t, near(0.5))) for t in ones]
+            + [Pat("mul", Pat("mul", _X, t), near(0.5)) for t in ones])
+
+
+GELU_PATTERNS = _halved(_ONE_PLUS_ERF)
+GELU_TANH_PATTERNS = _halved(_ONE_PLUS_TANH)
 
 
 def _gelu(b, m):
     return b.gelu(m.x)
+
+
+def _gelu_tanh(b, m):
+    return b.gelu(m.x, approximate="tanh")
 
 
 # x * sigmoid(x), as ONNX exporters write SiLU (mul is commutative: either order matches)
@@ -81,7 +97,9 @@ def _layer_norm(b, m):
     return b.layer_norm(x, m.scale, m.bias, axis=axis, epsilon=splat_value(m.eps, b.module))
 
 
-RECOMPOSE_RULES = ([Rule(p, _gelu, "gelu") for p in GELU_PATTERNS] + [Rule(SILU_PATTERN, _silu, "silu")]
+RECOMPOSE_RULES = ([Rule(p, _gelu, "gelu") for p in GELU_PATTERNS]
+                   + [Rule(p, _gelu_tanh, "gelu-tanh") for p in GELU_TANH_PATTERNS]
+                   + [Rule(SILU_PATTERN, _silu, "silu")]
                    + [Rule(SOFTMAX_PATTERN, _softmax, "softmax")]
                    + [Rule(p, _layer_norm, "layer-norm") for p in LAYER_NORM_PATTERNS])
 

@@ -127,3 +127,38 @@ def test_producer_used_before_the_group_root_is_not_pulled_in():
           }
         }""", FUSE, inputs=X)
     assert got.index("matmul") < got.rindex("relu")
+
+
+def test_gemm_takes_an_activation_after_a_view_that_adds_a_unit_axis():
+    """GPT-2's Gemm [rows, N] + bias, viewed as [1, rows, N], then its gelu: one GEMM with the gelu epilogue."""
+    from cuvil.passes import FuseLibraryEpilogue
+
+    rng = np.random.default_rng(0)
+    got = run_passes("""
+        module {
+          func @main(%x: f32[3,5], %w: f32[5,7], %b: f32[7]) -> (f32[1,3,7]) {
+            %0:f32[3,7] = matmul %x, %w
+            %1:f32[3,7] = broadcast_to %b {shape = [3, 7]}
+            %2:f32[3,7] = add %0, %1
+            %3:f32[1,3,7] = reshape %2 {shape = [1, 3, 7]}
+            %4:f32[1,3,7] = gelu %3 {approximate = "tanh"}
+            return %4
+          }
+        }""", FuseLibraryEpilogue(), inputs=[rng.standard_normal(s).astype(np.float32) for s in ((3, 5), (5, 7), (7,))])
+    assert got.count("fused") == 1 and got.index("fused") < got.index("reshape") < got.index("gelu") < \
+        got.index("yield")
+
+
+def test_a_view_that_regroups_rows_keeps_the_activation_out_of_the_gemm():
+    from cuvil.passes import FuseLibraryEpilogue
+
+    got = run_passes("""
+        module {
+          func @main(%x: f32[4,5], %w: f32[5,7]) -> (f32[2,2,7]) {
+            %0:f32[4,7] = matmul %x, %w
+            %1:f32[2,2,7] = reshape %0 {shape = [2, 2, 7]}
+            %2:f32[2,2,7] = relu %1
+            return %2
+          }
+        }""", FuseLibraryEpilogue())
+    assert "fused" not in got

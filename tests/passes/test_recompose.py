@@ -26,6 +26,19 @@ def gelu_forms():
     return [a, c]
 
 
+def gelu_tanh_forms():
+    def newgelu(b, x):  # GPT-2: 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * pow(x, 3))))
+        inner = b.add(x, b.mul(scalar(b, 0.044715, x), b.pow(x, scalar(b, 3.0, x))))
+        t = b.tanh(b.mul(scalar(b, math.sqrt(2 / math.pi), x), inner))
+        return b.mul(b.mul(scalar(b, 0.5, x), x), b.add(scalar(b, 1.0, x), t))
+
+    def grouped(b, x):  # x * (0.5 * (tanh(...) + 1)), the cube written out
+        inner = b.add(b.mul(b.mul(b.mul(x, x), x), scalar(b, 0.044715, x)), x)
+        t = b.tanh(b.mul(inner, scalar(b, math.sqrt(2 / math.pi), x)))
+        return b.mul(x, b.mul(b.add(t, scalar(b, 1.0, x)), scalar(b, 0.5, x)))
+    return [newgelu, grouped]
+
+
 def silu_forms():
     return [lambda b, x: b.mul(x, b.sigmoid(x)), lambda b, x: b.mul(b.sigmoid(x), x)]
 
@@ -45,7 +58,8 @@ def layer_norm_form(b, x):
     return b.add(y, b.broadcast_to(bias, shape=SHAPE))
 
 
-@pytest.mark.parametrize("form, op", [(f, "gelu") for f in gelu_forms()] + [(f, "silu") for f in silu_forms()] +
+@pytest.mark.parametrize("form, op", [(f, "gelu") for f in gelu_forms() + gelu_tanh_forms()] +
+                         [(f, "silu") for f in silu_forms()] +
                          [(softmax_form, "softmax"),
                                                                              (layer_norm_form, "layer_norm")])
 def test_recomposed(form, op):
@@ -56,8 +70,28 @@ def test_recomposed(form, op):
     want = interpret(m, [x])
     PassManager().run(Pipeline("p", [Simplify(), Recompose(), DCE()]), m)
     names = [o.name for o in m.main.walk()]
-    assert op in names and not {"exp", "erf", "reduce_mean", "sigmoid"} & set(names)
+    assert op in names and not {"exp", "erf", "tanh", "reduce_mean", "sigmoid"} & set(names)
     np.testing.assert_allclose(interpret(m, [x])[0], want[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("form", gelu_tanh_forms())
+def test_tanh_form_becomes_the_tanh_gelu(form):
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", SHAPE)], ["x"])
+    b.ret(form(b, b.args[0]))
+    PassManager().run(Pipeline("p", [Simplify(), Recompose(), DCE()]), m)
+    assert [o.attrs["approximate"] for o in m.main.walk() if o.name == "gelu"] == ["tanh"]
+
+
+def test_tanh_form_with_another_coefficient_is_left_alone():
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", SHAPE)], ["x"])
+    x = b.args[0]
+    inner = b.add(x, b.mul(scalar(b, 0.05, x), b.mul(b.mul(x, x), x)))
+    t = b.tanh(b.mul(scalar(b, math.sqrt(2 / math.pi), x), inner))
+    b.ret(b.mul(b.mul(scalar(b, 0.5, x), x), b.add(scalar(b, 1.0, x), t)))
+    PassManager().run(Pipeline("p", [Simplify(), Recompose(), DCE()]), m)
+    assert "gelu" not in [o.name for o in m.main.walk()]
 
 
 def test_softmax_over_another_axis_is_left_alone():

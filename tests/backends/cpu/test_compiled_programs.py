@@ -360,3 +360,21 @@ def test_a_single_row_reads_a_narrow_weight_in_place(rows):
     assert ("cuvil_sgemm_packed(" in source) == (rows > 1) and ("cuvil_sgemm(" in source) == (rows == 1)
     x = rng.standard_normal((rows, 300)).astype(np.float32)
     assert_matches(exe(x), interpret(m, [x]))
+
+
+@pytest.mark.parametrize("rows", [1, 7, 70])
+def test_a_gemm_viewed_with_a_unit_axis_runs_its_gelu_in_the_epilogue(rows):
+    """GPT-2's MLP: x @ W + b viewed as [1, rows, N], then the tanh gelu; one GEMM, matching the interpreter."""
+    rng = np.random.default_rng(rows)
+    m = Module()
+    n = sym("n")
+    b = Builder.new_function(m, "main", [TensorType("f32", (n, 37))], ["x"])
+    w, bias = b.constant(rng.standard_normal((37, 129)).astype(np.float32), "w"), \
+        b.constant(rng.standard_normal(129).astype(np.float32), "b")
+    y = b.add(b.matmul(b.args[0], w), b.broadcast_to(bias, shape=(n, 129)))
+    b.ret(b.gelu(b.reshape(y, shape=(1, n, 129)), approximate="tanh"))
+    want = interpret(m, [x := rng.standard_normal((rows, 37)).astype(np.float32)])[0]
+    exe = compile_module(m)
+    fused = [o for o in exe.module.main.walk() if o.name == "fused"]
+    assert len(fused) == 1 and {"matmul", "gelu"} <= {o.name for o in fused[0].regions[0].ops}
+    np.testing.assert_allclose(exe(x)[0], want, rtol=1e-4, atol=1e-4)

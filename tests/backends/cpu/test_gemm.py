@@ -156,6 +156,16 @@ def test_packed_weights(m, transposed):
     assert_close(kernels.sgemm_packed(a, packed, bias=bias, act="gelu_tanh"), reference(a, b, bias, "gelu_tanh"), k)
 
 
+@pytest.mark.parametrize("m,n,k", [(64, 1000, 1600), (7, 3000, 769), (1, 2304, 768)])
+def test_packed_weights_in_rectangles_of_several_panels(m, n, k):
+    """Pre-packed B where a thread's rectangle spans several panels (its first row block asks the next panel into
+    L2 as it goes), K in uneven blocks and a partial last panel."""
+    rng = np.random.default_rng(m + n + k)
+    a, b, bias = rand(rng, m, k), rand(rng, k, n), rand(rng, n)
+    assert_close(kernels.sgemm_packed(a, kernels.PackedB(b, opt_level=OPT), bias=bias, act="relu"),
+                 reference(a, b, bias, "relu"), k)
+
+
 @pytest.mark.parametrize("m", [1, 2, 3, 4])
 @pytest.mark.parametrize("n,k", [(1024, 784), (10, 1024), (77, 33), (130, 257)])
 def test_small_m_with_epilogue(m, n, k):

@@ -57,6 +57,11 @@
 #ifndef CUVIL_PREFETCH_C
 #define CUVIL_PREFETCH_C 1
 #endif
+/* Pre-packed B: the first row block of a thread's rectangle asks the next panel into L2 while it reads this one (a
+ * model's weights come from memory, not cache: GPT-2's are 340 MB). 0 turns it off (bench/gemm_ab.py --cold). */
+#ifndef CUVIL_PREFETCH_PANEL
+#define CUVIL_PREFETCH_PANEL 1
+#endif
 #if CUVIL_MR < 1 || CUVIL_MR > 12
 #error "CUVIL_MR must be in 1..12"
 #endif
@@ -86,11 +91,13 @@ typedef struct {
     int act;
 } gemm_t;
 
-enum { FROM_PACKED, FROM_B, FROM_B_PACKING };
+/* Where a micro-kernel reads B; run_kernel's `aux` is the panel it packs into (FROM_B_PACKING) or the packed panel
+ * it asks into L2 for the next tile (FROM_PACKED_FETCHING), else unused. */
+enum { FROM_PACKED, FROM_PACKED_FETCHING, FROM_B, FROM_B_PACKING };
 
 #define CUVIL_GEMM_PART __attribute__((visibility("hidden"))) /* called across the units, not exported */
 CUVIL_GEMM_PART void run_kernel(int mode, int mr, int64_t kc, const float *a, int64_t lda, const float *b,
-                                int64_t ldb, float *pack, vf acc[MR][NV]);
+                                int64_t ldb, float *aux, vf acc[MR][NV]);
 CUVIL_GEMM_PART void store_tile(const gemm_t *g, vf acc[MR][NV], int mr, int nr, int64_t i, int64_t j, int first,
                                 int last);
 

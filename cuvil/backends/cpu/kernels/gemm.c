@@ -95,15 +95,18 @@ typedef struct {
 } block_t;
 
 /* One micro-tile: row block rb x panel p. `packs`: the first visit of this panel in this block of B, which
- * packs it (while computing, when B's rows are contiguous and the panel is whole). */
-static void tile_at(const gemm_t *g, const block_t *b, int64_t rb, int64_t p, int packs)
+ * packs it (while computing, when B's rows are contiguous and the panel is whole), or with B pre-packed, asks
+ * the next panel of the chunk into L2 (`last`: p is the chunk's last panel). */
+static void tile_at(const gemm_t *g, const block_t *b, int64_t rb, int64_t p, int packs, int last)
 {
     int64_t i = b->m0 + split_at(b->rows, b->nrb, rb), j = p * NR;
     int mr = (int)(b->m0 + split_at(b->rows, b->nrb, rb + 1) - i), nr = (int)min64(NR, g->N - j);
     const float *a = g->A + i * g->rsa + b->k0, *bsrc = g->B + b->k0 * g->rsb + j;
     float *panel = b->bp + (p - b->q0) * b->kc * NR;
     vf acc[MR][NV];
-    if (g->packed || !packs) {
+    if (g->packed && packs && !last && CUVIL_PREFETCH_PANEL) {
+        run_kernel(FROM_PACKED_FETCHING, mr, b->kc, a, g->rsa, panel, NR, panel + b->kc * NR, acc);
+    } else if (g->packed || !packs) {
         run_kernel(FROM_PACKED, mr, b->kc, a, g->rsa, panel, NR, NULL, acc);
     } else if (g->csb == 1 && nr == NR) { /* a lone row block reads B in place and packs nothing */
         run_kernel(b->nrb == 1 ? FROM_B : FROM_B_PACKING, mr, b->kc, a, g->rsa, bsrc, g->rsb, panel, acc);
@@ -145,7 +148,7 @@ static void gemm_rect(const gemm_t *g, int64_t m0, int64_t m1, int64_t p0, int64
                     if (p + 1 < q1) prefetch_c(g, &b, rb, p + 1);
                     else prefetch_c(g, &b, rb + 1, b.q0);
 #endif
-                    tile_at(g, &b, rb, p, rb == 0);
+                    tile_at(g, &b, rb, p, rb == 0, p + 1 == q1);
                 }
         }
     }

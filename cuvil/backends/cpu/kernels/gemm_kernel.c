@@ -3,10 +3,12 @@
 
 /* ---- the micro-kernel: acc = A[0:mr, 0:kc] @ Bpanel[0:kc, 0:NR] ----
  * B comes from a packed panel (ldb = NR) or straight from B's rows (ldb = rsb); `pack`, when not NULL,
- * receives the panel as it streams by (fused packing). mr is a constant in every instance. */
+ * receives the panel as it streams by (fused packing); `fetch`, when not NULL, is the packed panel the next tile
+ * reads, asked into L2 a row per k (a whole panel ahead: pre-packed weights come from memory, and the hardware
+ * prefetcher stops at each 4 KB page, 16 rows of a panel). mr is a constant in every instance. */
 CUVIL_INLINE void micro_kernel(const int mr, int64_t kc, const float *restrict a, int64_t lda,
                                const float *restrict b, int64_t ldb, float *restrict pack, const int ahead,
-                               vf acc[MR][NV])
+                               const float *fetch, vf acc[MR][NV])
 {
     vf c[MR][NV];
 #pragma GCC unroll 12
@@ -20,6 +22,10 @@ CUVIL_INLINE void micro_kernel(const int mr, int64_t kc, const float *restrict a
         if (ahead) /* B's rows lie far apart: no hardware prefetcher follows them across pages */
 #pragma GCC unroll 4
             for (int v = 0; v < NV; v++) __builtin_prefetch(b + (k + ahead) * ldb + v * VL, 0, 3);
+        if (fetch)
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v += 16 / VL) /* a line (16 floats) a prefetch */
+                __builtin_prefetch(fetch + k * NR + v * VL, 0, 2);
         if (pack)
 #pragma GCC unroll 4
             for (int v = 0; v < NV; v++) cuvil_store(pack + k * NR + v * VL, bv[v]);
@@ -36,13 +42,14 @@ CUVIL_INLINE void micro_kernel(const int mr, int64_t kc, const float *restrict a
 
 #define KERNEL_CASE(m)                                                                                 \
     case m:                                                                                            \
-        if (mode == FROM_PACKED) micro_kernel(m, kc, a, lda, b, NR, NULL, 0, acc);                    \
-        else if (mode == FROM_B) micro_kernel(m, kc, a, lda, b, ldb, NULL, CUVIL_PREFETCH_DIRECT, acc); \
-        else micro_kernel(m, kc, a, lda, b, ldb, pack, CUVIL_PREFETCH_PACKING, acc);                  \
+        if (mode == FROM_PACKED) micro_kernel(m, kc, a, lda, b, NR, NULL, 0, NULL, acc);                     \
+        else if (mode == FROM_PACKED_FETCHING) micro_kernel(m, kc, a, lda, b, NR, NULL, 0, aux, acc);         \
+        else if (mode == FROM_B) micro_kernel(m, kc, a, lda, b, ldb, NULL, CUVIL_PREFETCH_DIRECT, NULL, acc); \
+        else micro_kernel(m, kc, a, lda, b, ldb, aux, CUVIL_PREFETCH_PACKING, NULL, acc);                   \
         break;
 
 CUVIL_GEMM_PART void run_kernel(int mode, int mr, int64_t kc, const float *a, int64_t lda, const float *b, int64_t ldb,
-                       float *pack, vf acc[MR][NV])
+                       float *aux, vf acc[MR][NV])
 {
     switch (mr) {
         KERNEL_CASE(1) KERNEL_CASE(2) KERNEL_CASE(3) KERNEL_CASE(4)
