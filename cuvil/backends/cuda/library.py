@@ -62,7 +62,8 @@ def _gemm(gen, a_op, b_op, out, bias, act, op: Op) -> None:
 
 def _activation_in_place(gen, out, act: str) -> None:
     """An activation cuBLASLt's epilogue lacks (sigmoid, tanh, exact gelu), applied to C after the GEMM."""
-    _elementwise_in_place(gen, out, *(("gelu", {"approximate": "none"}) if act.startswith("gelu") else (act, {})))
+    name, _, form = act.partition("-")  # "gelu-none", "gelu-tanh": the form the op had
+    _elementwise_in_place(gen, out, name, {"approximate": form} if form else {})
 
 
 def _elementwise_in_place(gen, out, name: str, attrs: dict) -> None:

@@ -146,3 +146,25 @@ def test_a_conv_with_its_fused_epilogue_matches_the_interpreter(cuda_compiler, a
     run_pipeline(m, default_pipeline("cuda"))
     assert [o.name for o in m.main.body.ops if o.name != "return"] == ["fused"]
     np.testing.assert_allclose(emulated(m)(inputs)[0], want[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("in_epilogue", [True, False])
+def test_a_tanh_gelu_after_a_gemm_keeps_its_form_in_or_after_the_epilogue(cuda_compiler, monkeypatch, in_epilogue):
+    """GPT-2's MLP (x @ W + b viewed as [1, rows, N], then the tanh gelu): cuBLASLt's gelu epilogue, or the in-place
+    kernel after the GEMM where the epilogue table lacks it; either way the tanh form, not the exact gelu."""
+    from cuvil.backends.cuda import library
+    from cuvil.ir import Builder, Module, TensorType
+
+    if not in_epilogue:
+        monkeypatch.setattr(library, "CUBLASLT_EPILOGUES", {"relu": "relu"})
+    rng = np.random.default_rng(3)
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", (7, 37))], ["x"])
+    w, bias = b.constant(rng.standard_normal((37, 65)).astype(np.float32), "w"), \
+        b.constant(rng.standard_normal(65).astype(np.float32), "b")
+    y = b.add(b.matmul(b.args[0], w), b.broadcast_to(bias, shape=(7, 65)))
+    b.ret(b.gelu(b.reshape(y, shape=(1, 7, 65)), approximate="tanh"))
+    x = rng.standard_normal((7, 37)).astype(np.float32)
+    want = interpret(m, [x])[0]
+    run_pipeline(m, default_pipeline("cuda"))
+    np.testing.assert_allclose(emulated(m)([x])[0], want, rtol=1e-4, atol=1e-5)
