@@ -593,3 +593,23 @@ def test_exporting_a_torch_hit_copies_its_entry(cache, tmp_path, monkeypatch):
     loaded = _export_of(warm, tmp_path / "torch.cuv")
     assert loaded.metadata["entries"]["main"]["route"] == {"kind": "torch", "torch": True, "single": True}
     torch.testing.assert_close(torch.as_tensor(np.asarray(loaded(x.numpy()))), model(x), rtol=1e-5, atol=1e-5)
+
+
+def test_exporting_a_torch_hit_with_winograd_weights_stores_the_weights(cache, tmp_path):
+    """The torch route's warm hit of a 3x3 convolution (its entry holds the Winograd transform in place of the
+    weight) exports the weight itself, once, as an export with the cache off does, with the module's outputs."""
+    torch = pytest.importorskip("torch")
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(16, 16, 3, padding=1, bias=False), torch.nn.ReLU()).eval()
+    x = torch.randn(1, 16, 20, 20)
+    cuvil.compile(model, (x,))
+    warm = cuvil.compile(model, (x,))
+    (entry,) = _entries(cache)
+    weight_bytes = model[0].weight.numel() * 4
+    assert warm.executable.cache == "hit" and _sections(entry)["prepared"] > 1.5 * weight_bytes
+    cuvil.export(warm, tmp_path / "from_hit.cuv")
+    stored = _sections(tmp_path / "from_hit.cuv")
+    assert sum(stored.values()) <= weight_bytes * 1.02 + 256, stored
+    loaded = cuvil.load(tmp_path / "from_hit.cuv")
+    torch.testing.assert_close(torch.as_tensor(np.asarray(loaded(x.numpy()))), model(x), rtol=1e-4, atol=1e-4)
