@@ -5,7 +5,8 @@
  *
  * map (open + mmap), check (header, table, every section's digest: the hashing), load (target, memfd, dlopen),
  * prepare (bind the entries: the prepared weights made from the constants), call (the first call, its arena
- * and outputs allocated), second (a second call, for what the first one costs more); and for each stage NAME,
+ * and outputs allocated), second (a second call, for what the first one costs more), close (cuvil_close: the
+ * native code unloaded, its threads ended, the memory freed); and for each stage NAME,
  * NAME_cpu: the CPU milliseconds of all the process's threads in it (what a loaded machine does not inflate as it
  * does the wall time). */
 #include "cuvil_runtime.c"
@@ -19,7 +20,7 @@ static double clock_ms(clockid_t which)
     return 1e3 * (double)t.tv_sec + 1e-6 * (double)t.tv_nsec;
 }
 
-static double t[7], cpu[7];
+static double t[8], cpu[8];
 
 static void mark(int k) { t[k] = clock_ms(CLOCK_MONOTONIC), cpu[k] = clock_ms(CLOCK_PROCESS_CPUTIME_ID); }
 
@@ -71,9 +72,11 @@ int main(int argc, char **argv)
     if (!rc) rc = call(m, &in);
     mark(6);
     if (rc) return fprintf(stderr, "%s\n", cuvil_last_message()), 1;
-    static const char *const names[] = {"map", "check", "load", "prepare", "call", "second"};
-    for (int k = 0; k < 6; k++) printf("%s\"%s\": %.3f", k ? ", " : "{", names[k], t[k + 1] - t[k]);
-    for (int k = 0; k < 6; k++) printf(", \"%s_cpu\": %.3f", names[k], cpu[k + 1] - cpu[k]);
+    cuvil_close(m);
+    mark(7);
+    static const char *const names[] = {"map", "check", "load", "prepare", "call", "second", "close"};
+    for (int k = 0; k < 7; k++) printf("%s\"%s\": %.3f", k ? ", " : "{", names[k], t[k + 1] - t[k]);
+    for (int k = 0; k < 7; k++) printf(", \"%s_cpu\": %.3f", names[k], cpu[k + 1] - cpu[k]);
     printf("}\n");
     return 0;
 }

@@ -38,7 +38,7 @@ class Executable:
         self._run = run
         self.pass_timings = pass_timings or {}
         self.cache = cache  # "hit" or "miss" when the artifact cache was consulted, else None
-        self.cache_entry = None  # the artifact cache entry a hit was loaded from (cache/store.py): export copies it
+        self.cache_entry = None  # the artifact cache entry a hit was loaded from (cache/store.py): export may copy it
 
     @property
     def module(self) -> Module:

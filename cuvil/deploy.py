@@ -54,7 +54,8 @@ def export(obj, path, target: str = "cpu", *, entry: str = "main", example_input
 
 def _copied_from_cache(executables: dict, path, target, include_c: bool) -> bool:
     """Write one artifact cache hit by copying its entry (cache/store.py), which holds this machine's code and
-    the weights as compiled: writing it anew needs its IR, which an entry that stores packed weights lacks."""
+    the weights as compiled: writing it anew needs its IR, which an entry that stores packed weights lacks. False
+    (written anew, compiled again) where Winograd transforms replace its weights (weights are stored once)."""
     if target != "cpu" or include_c or len(executables) != 1:
         return False
     ((name, (exe, route)),) = executables.items()

@@ -478,18 +478,32 @@ def _export_of(model, path):
     return cuvil.load(path)
 
 
-@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
-def test_exporting_a_cache_hit_copies_its_entry_and_compiles_nothing(cache, tmp_path, monkeypatch, warm):
-    """A model served from its entry (a warm hit, or a cold compile that maps what it saved) whose weights are
-    stored packed is exported by copying the entry, not by compiling again for its IR, and the file runs as a
-    fresh export (cache off) does, in Python and in cuvil-run; its metadata names the model's inputs."""
-    from cuvil.frontends.onnx_cache import LazyOnnxModel
+def _weights_file(tmp_path, rng, width: int):
+    """An MLP whose wide weight (64 or more outputs) is stored as packed panels the size of the weight itself."""
+    w = rng.standard_normal((16, width)).astype(np.float32)
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, width])],
+                              [numpy_helper.from_array(w, "w")])
+    path = tmp_path / "wide.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path, w
 
+
+def _sections(cuv) -> dict:
+    return {n: r.size for n, r in container.Container.open(cuv).rows.items() if n in ("consts", "prepared")}
+
+
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+def test_exporting_a_cache_hit_whose_entry_stores_the_weights_once_copies_it(cache, tmp_path, monkeypatch, warm):
+    """A model served from its entry (a warm hit, or a cold compile that maps what it saved) whose entry holds each
+    weight once (here as GEMM panels the weight's size) is exported by copying the entry, compiling nothing, and the
+    file runs as a fresh export (cache off) does, in Python and in cuvil-run; its metadata names the model's inputs."""
     from .runtime import c_build
 
     rng = np.random.default_rng(6)
-    path, _ = _conv_fc_file(tmp_path, rng)
-    x = rng.standard_normal((1, 16, 20, 20)).astype(np.float32)
+    path, w = _weights_file(tmp_path, rng, 128)
+    x = rng.standard_normal((1, 16)).astype(np.float32)
     model = cuvil.load_onnx(path).optimize()
     if warm:
         model = cuvil.load_onnx(path).optimize()
@@ -497,18 +511,52 @@ def test_exporting_a_cache_hit_copies_its_entry_and_compiles_nothing(cache, tmp_
     monkeypatch.setattr(LazyOnnxModel, "_compile", lambda *a, **k: pytest.fail("compiled again to export"))
     copied = _export_of(model, tmp_path / "copied.cuv")
     monkeypatch.undo()
+    assert any(c.get("derived") for c in copied.metadata["entries"]["main"]["constants"])
     monkeypatch.setenv("CUVIL_ARTIFACT_CACHE", "0")
     fresh_model = cuvil.load_onnx(path).optimize()
     assert fresh_model.executable.cache_entry is None
     fresh = _export_of(fresh_model, tmp_path / "fresh.cuv")
     for key in ("inputs", "outputs", "route", "symbols", "fingerprint"):
         assert copied.metadata["entries"]["main"][key] == fresh.metadata["entries"]["main"][key], key
+    assert _sections(tmp_path / "copied.cuv") == _sections(tmp_path / "fresh.cuv")
     want = fresh(x=x)
     np.testing.assert_array_equal(copied(x=x), want)
     np.testing.assert_array_equal(model(x)[0], want)
     built = c_build.runtime()
     np.save(tmp_path / "x.npy", x)
     run = c_build.run(built, built.cli, tmp_path / "copied.cuv", tmp_path / "x.npy", "-o", tmp_path / "out")
+    assert run.returncode == 0, run.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "out" / "output_0.npy"), want)
+
+
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+def test_an_export_stores_the_weights_not_the_winograd_transforms_a_cache_entry_holds(cache, tmp_path, monkeypatch,
+                                                                                       warm):
+    """An entry keeps the Winograd-transformed weights in place of the weights (larger, but not transformed again
+    at a warm start); an export of a model served from it stores the weights once, as an export with the cache off
+    does (the weights compiled again: the entry lacks them), and gives the same outputs, in Python and cuvil-run."""
+    from .runtime import c_build
+
+    rng = np.random.default_rng(6)
+    path, weight_bytes = _conv_fc_file(tmp_path, rng)
+    x = rng.standard_normal((1, 16, 20, 20)).astype(np.float32)
+    model = cuvil.load_onnx(path).optimize()
+    if warm:
+        model = cuvil.load_onnx(path).optimize()
+    (entry,) = _entries(cache)
+    assert model.executable.cache_entry is not None and _sections(entry)["prepared"] > 1.5 * weight_bytes
+    cuvil.export(model, tmp_path / "from_hit.cuv")
+    monkeypatch.setenv("CUVIL_ARTIFACT_CACHE", "0")
+    cuvil.export(cuvil.load_onnx(path).optimize(), tmp_path / "fresh.cuv")
+    stored = _sections(tmp_path / "from_hit.cuv")
+    assert stored == _sections(tmp_path / "fresh.cuv")
+    assert sum(stored.values()) <= weight_bytes * 1.02 + 256, (stored, weight_bytes)
+    want = cuvil.load(tmp_path / "fresh.cuv")(x=x)
+    np.testing.assert_array_equal(cuvil.load(tmp_path / "from_hit.cuv")(x=x), want)
+    np.testing.assert_array_equal(model(x)[0], want)
+    built = c_build.runtime()
+    np.save(tmp_path / "x.npy", x)
+    run = c_build.run(built, built.cli, tmp_path / "from_hit.cuv", tmp_path / "x.npy", "-o", tmp_path / "out")
     assert run.returncode == 0, run.stderr
     np.testing.assert_array_equal(np.load(tmp_path / "out" / "output_0.npy"), want)
 
@@ -545,3 +593,23 @@ def test_exporting_a_torch_hit_copies_its_entry(cache, tmp_path, monkeypatch):
     loaded = _export_of(warm, tmp_path / "torch.cuv")
     assert loaded.metadata["entries"]["main"]["route"] == {"kind": "torch", "torch": True, "single": True}
     torch.testing.assert_close(torch.as_tensor(np.asarray(loaded(x.numpy()))), model(x), rtol=1e-5, atol=1e-5)
+
+
+def test_exporting_a_torch_hit_with_winograd_weights_stores_the_weights(cache, tmp_path):
+    """The torch route's warm hit of a 3x3 convolution (its entry holds the Winograd transform in place of the
+    weight) exports the weight itself, once, as an export with the cache off does, with the module's outputs."""
+    torch = pytest.importorskip("torch")
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(16, 16, 3, padding=1, bias=False), torch.nn.ReLU()).eval()
+    x = torch.randn(1, 16, 20, 20)
+    cuvil.compile(model, (x,))
+    warm = cuvil.compile(model, (x,))
+    (entry,) = _entries(cache)
+    weight_bytes = model[0].weight.numel() * 4
+    assert warm.executable.cache == "hit" and _sections(entry)["prepared"] > 1.5 * weight_bytes
+    cuvil.export(warm, tmp_path / "from_hit.cuv")
+    stored = _sections(tmp_path / "from_hit.cuv")
+    assert sum(stored.values()) <= weight_bytes * 1.02 + 256, stored
+    loaded = cuvil.load(tmp_path / "from_hit.cuv")
+    torch.testing.assert_close(torch.as_tensor(np.asarray(loaded(x.numpy()))), model(x), rtol=1e-4, atol=1e-4)

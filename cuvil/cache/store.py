@@ -21,6 +21,7 @@ import functools
 import gc
 import json
 import logging
+import math
 import os
 import time
 from pathlib import Path
@@ -123,11 +124,14 @@ def export_entry(exe, path, name: str, route: dict) -> bool:
     """Write the entry a hit `exe` was loaded from to `path` as `cuvil.export` would write `exe` (its route, entry
     name and argument names re-targeted; code, constants and prepared forms copied): exporting an entry whose
     weights are stored packed would otherwise compile the model again for its IR. False (nothing written) where
-    `exe` is no hit or its entry fails a check: the caller writes it the ordinary way."""
+    `exe` is no hit, its entry fails a check or holds forms larger than the weights they replace (Winograd
+    transforms, which a `.cuv` does not store: weights are stored once): the caller writes it the ordinary way."""
     first = exe.cache_entry
     if first is None:
         return False
     art = first.art
+    if not _weights_stored_once(art.metadata["entries"]["main"]):
+        return False
     try:
         art.verify()  # every section's SHA-256 (waited for, or the verified record's): a corrupt entry is not copied
     except ArtifactError:
@@ -149,6 +153,15 @@ def export_entry(exe, path, name: str, route: dict) -> bool:
     container.write(os.fspath(path), sections, box.triple, box.required_features)
     log.info("exported artifact %s as %s (copied, not compiled again)", first.entry, path)
     return True
+
+
+def _weights_stored_once(e: dict) -> bool:
+    """Whether an entry's prepared forms take no more room than the weights they replace, as in an export."""
+    from ..backends.cpu.export import PACKED_SLACK
+
+    replaced = sum(runtime._numpy_dtype(c["dtype"]).itemsize * math.prod(c["shape"])
+                   for c in e["constants"] if c.get("derived"))
+    return sum(p["nbytes"] for p in e["prepared"]) <= replaced * (1 + PACKED_SLACK)
 
 
 def return_freed_memory() -> None:

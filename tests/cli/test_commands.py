@@ -97,6 +97,25 @@ def test_compile_onnx_then_run_and_inspect_the_cuv(work):
     assert "#include" in text and "cuvil_prepare" in text  # the generated C
 
 
+def test_compile_stores_the_weights_once_with_the_artifact_cache_on_or_off(work, tmp_path):
+    """`cuvil compile -o` of a Winograd convolution writes the same `consts` and `prepared` sections cold, warm (the
+    entry holds the 4x transforms in place of the weights) and with the cache off: the weights, once."""
+    from cuvil.runtime import container
+
+    from ..runtime.models import winograd_conv_onnx
+
+    model, weight_bytes = winograd_conv_onnx(np.random.default_rng(3), 64)
+    onnx.save(model, tmp_path / "conv.onnx")
+    sections = []
+    for run, cache in (("cold", "1"), ("warm", "1"), ("off", "0")):
+        env = {"CUVIL_CACHE_DIR": str(tmp_path / "cache"), "CUVIL_ARTIFACT_CACHE": cache}
+        ok("compile", tmp_path / "conv.onnx", "-o", tmp_path / f"{run}.cuv", env=env)
+        rows = container.Container.open(tmp_path / f"{run}.cuv").rows
+        sections.append({n: rows[n].size for n in ("consts", "prepared") if n in rows})
+    assert sections[0] == sections[1] == sections[2], sections
+    assert sum(sections[0].values()) <= weight_bytes * 1.02 + 256, (sections, weight_bytes)
+
+
 def test_compile_with_input_shapes_and_dynamic_sizes(work):
     out = ok("compile", work / "mlp.onnx", "-o", work / "fixed.cuv", "--input", "x=2,4")
     assert "main(x: f32[2,4]) -> (y: f32[2,3])" in out

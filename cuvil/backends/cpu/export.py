@@ -40,6 +40,9 @@ class _Entry:
         run = exe._run if host_code else None
         if hasattr(run, "resolve"):  # a warm artifact-cache hit (cache/store.py): the CpuFunction its first call makes
             run = run.resolve()
+            if any(c is None for c in run._consts[:len(run.program.constants)]):  # weights its entry left out:
+                exe.module  # noqa: B018 -- the entry's rebuild compiles them again (weights are stored once)
+                run = exe._run
         program = getattr(run, "program", None)
         if getattr(program, "source", None) is None:  # loaded from a file, or another target: C again from the IR
             program = codegen.generate(exe.module)  # (a cache hit with derived weights compiles its module anew)
@@ -51,17 +54,16 @@ class _Entry:
             self.consts = [np.ascontiguousarray(exe.module.constants[n]) for n in program.constants]
             return
         self.consts = run._consts[:len(program.constants)]
+        if any(c is None for c in self.consts):
+            raise ValueError("a constant the code reads is missing (a loaded function whose weights were replaced)")
         saved = program.prepared_saved if save_transforms else [False] * len(program.prepared_saved)
         self.derived = _derived(program, saved, self.consts, run.prepared)
         keep = [s or src in self.derived for s, src in zip(saved, program.prepared_from)]
         self.prepared = {j: run.prepared[j] for j, saved in enumerate(keep) if saved and j < len(run.prepared)}
-        if any(c is None for k, c in enumerate(self.consts) if k not in self.derived):
-            raise ValueError("a constant the code reads is missing (a loaded function whose weights were replaced)")
 
     def const_meta(self, layout: dict) -> list:
         """Meta's `constants`: where each lies in `consts`, or `derived` (left out: its prepared forms replace it)."""
-        types = {op.attrs["name"]: op.results[0].type for op in self.program.function.walk() if op.name == "constant"}
-        return [{"name": n, **(_param(n, types[n]) if a is None else {"dtype": _dtype(a), "shape": list(a.shape)}),
+        return [{"name": n, "dtype": _dtype(a), "shape": list(a.shape),
                  **({"offset": 0, "nbytes": 0, "derived": True} if k in self.derived else layout["consts"][_key(a)])}
                 for k, (n, a) in enumerate(zip(self.program.constants, self.consts))]
 
@@ -97,14 +99,6 @@ class _Entry:
     def _declared(self, name: str):
         return self._declared_types.get(name)
 
-    def _left_out(self, name: str) -> np.ndarray:
-        """A weight a cache entry left out, for the IR text: elided there, so its type is enough (a stand-in of
-        that type); a small one is printed, so it comes from the module (a cache hit rebuilds it)."""
-        t = self._declared(name)
-        if t.numel > serialize._INLINE_MAX_ELEMENTS:
-            return np.broadcast_to(np.zeros((), t.dtype.numpy), t.shape)
-        return np.ascontiguousarray(self.exe.module.constants[name])
-
     def _printed(self, name: str, a) -> np.ndarray:
         """A stored constant in its IR shape: the table keeps a 0-d one as one element."""
         t = self._declared(name)
@@ -113,8 +107,7 @@ class _Entry:
     def ir_text(self) -> str:
         view = Module()
         view.functions = self.exe.module.functions
-        view.constants = {n: self._printed(n, a) if a is not None else self._left_out(n)
-                          for n, a in zip(self.program.constants, self.consts)}
+        view.constants = {n: self._printed(n, a) for n, a in zip(self.program.constants, self.consts)}
         return print_module(view, elide_constants_over=serialize._INLINE_MAX_ELEMENTS)
 
 
@@ -189,7 +182,6 @@ def _derived(program, saved: list, consts: list, prepared: list) -> set:
     for j, (src, kept) in enumerate(zip(program.prepared_from, saved)):
         forms.setdefault(src, []).append((j, kept))
     return {k for k, js in forms.items() if k not in program.direct_consts and (
-        consts[k] is None or  # left out already (a cache entry's): its forms are what was loaded
         all(kept for _, kept in js) or
         sum(prepared[j].nbytes for j, _ in js) <= consts[k].nbytes * (1 + PACKED_SLACK))}
 
