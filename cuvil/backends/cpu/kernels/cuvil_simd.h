@@ -79,6 +79,8 @@ typedef uint32_t cuvil_vu __attribute__((vector_size(CUVIL_VL * 4)));
  * constant is their first operand: vmin/vmax return the second when either is NaN, so a NaN x passes. */
 #define CM_CLAMP(x, lo, hi) \
     ((cuvil_vf)_mm512_min_ps(_mm512_set1_ps(hi), _mm512_max_ps(_mm512_set1_ps(lo), (__m512)(x))))
+/* vscalefps: one instruction for the conversion, shifts and multiplies of the exponent fields. */
+#define CM_LDEXP(p, n) ((cuvil_vf)_mm512_scalef_ps((__m512)(p), (__m512)(n)))
 #endif
 #include "cuvil_math.inc" /* it #undefs the CM_ macros */
 
