@@ -1,11 +1,11 @@
 """The blocked convolution kernels of two revisions, layer by layer: `python -m bench.conv_ab [--base REV]`.
 
-ResNet-18's convolutions (batch 1 at 224x224 and batch 32 at 64x64, pad k // 2, blocked input) and MobileNetV2's
-stem and 1x1 convs (with their relu6 epilogues) through the kernel library's `cuvil_conv_nchwc` /
-`cuvil_conv_winograd` as built from this worktree ("new") and from git revision
-`--base` ("old", default HEAD), timed interleaved round by round in one process (2 threads unless
-CUVIL_NUM_THREADS says otherwise). Prints medians (or minima, --min), GFLOP/s, new/old ratios and the largest
-difference between the two results relative to max |y|; a line per layer and the sum over each model's layers.
+ResNet-18's convolutions (batch 1 at 224x224 and batch 32 at 64x64, pad k // 2, blocked input), MobileNetV2's
+stem and 1x1 convs (with their relu6 epilogues) and EfficientNet-B0's (SiLU) through the kernel library's
+`cuvil_conv_nchwc` / `cuvil_conv_winograd` as built from this worktree ("new") and from git revision `--base`
+("old", default HEAD; with the headers of their epilogues), timed interleaved round by round in one process (2
+threads unless CUVIL_NUM_THREADS says otherwise). Prints medians (or minima, --min), GFLOP/s, new/old ratios and the
+largest difference between the two results relative to max |y|; a line per layer and the sum over each model's layers.
 """
 import argparse
 import ctypes
@@ -37,8 +37,13 @@ RESNET = {
                     (96, 24, 1, 1, 56, 1, 0), (24, 144, 1, 1, 56, 1, 0, 6), (144, 32, 1, 1, 28, 1, 0),
                     (192, 64, 1, 1, 14, 1, 0, 6), (384, 64, 1, 1, 14, 1, 0), (576, 160, 1, 1, 7, 1, 0),
                     (960, 320, 1, 1, 7, 1, 0), (320, 1280, 1, 1, 7, 1, 0, 6)],
+    # EfficientNet-B0's stem and expand convs with their SiLU epilogues (7), and two projects
+    "effb0 224 b1": [(3, 32, 3, 2, 224, 1, 0, 7), (16, 96, 1, 1, 112, 1, 0, 7), (96, 24, 1, 1, 56, 1, 0),
+                     (24, 144, 1, 1, 56, 1, 0, 7), (40, 240, 1, 1, 28, 1, 0, 7), (80, 480, 1, 1, 14, 1, 0, 7),
+                     (112, 672, 1, 1, 14, 1, 0, 7), (192, 1152, 1, 1, 7, 1, 0, 7), (320, 1280, 1, 1, 7, 1, 0, 7)],
 }
-SOURCES = ("conv_nchwc.c", "winograd.c")
+# the units and the headers whose inline code they compile (the epilogues' activations)
+SOURCES = ("conv_nchwc.c", "winograd.c", "cuvil_nchwc.h", "cuvil_simd.h", "cuvil_math.inc")
 _SIG = [ctypes.c_void_p] * 6 + [ctypes.c_int]
 
 

@@ -84,6 +84,8 @@ def window_programs() -> list:
                 b.conv_nchwc(xh, const(1, 1, 1, 1, host, host), const(1, host), xh, activation="relu6"),
                 b.conv_nchwc(xh, const(3, 1, 1, 1, host, host), const(3, host), activation="hardswish",
                              channels=37),  # 1x1: planes as rows, cut into parts
+                b.conv_nchwc(xh, const(2, 1, 3, 3, host, host), const(2, host), pads=(1, 1, 1, 1), activation="silu",
+                             channels=2 * host - 3),  # the strip-wide SiLU of both blocks, a plain output
                 b.max_pool(xh, kernel=(3, 2, 1), strides=(2, 1, 1), pads=(1, 0, 0, 2, 1, 0), ceil_mode=True),
                 b.dwconv_nchwc(xh, const(1, 3, 3, host), const(1, host), strides=(2, 1), pads=(1, 0, 2, 1),
                                activation="relu6"),

@@ -14,7 +14,7 @@ from cuvil.backends.cpu import kernels, toolchain
 from cuvil.backends.cpu.backend import runtime_dir
 
 FUNCTIONS = ("cuvil_expf", "cuvil_exp_normalf", "cuvil_sigmoidf", "cuvil_tanhf", "cuvil_erff", "cuvil_logf",
-             "cuvil_gelu_tanhf", "cuvil_gelu_erff")
+             "cuvil_gelu_tanhf", "cuvil_gelu_erff", "cuvil_hardswishf")
 SCALAR = '#include "cuvil_rt.h"\n' + "".join(f"""
 void apply_{name}(long n, const float *restrict x, float *restrict y)
 {{
@@ -40,8 +40,9 @@ void apply_{name}(long n, const float *x, float *y)
 @pytest.fixture(scope="module", params=["scalar", "vector"])
 def lib(request):
     source = SCALAR if request.param == "scalar" else VECTOR
+    headers = [runtime_dir() / "cuvil_rt.h", *(kernels.include_dir() / n for n in ("cuvil_math.inc", "cuvil_simd.h"))]
     lib = toolchain.load_library(source, name=f"test-runtime-math-{request.param}", opt_level=3,
-                                 include_dirs=[runtime_dir(), kernels.include_dir()])
+                                 include_dirs=[runtime_dir(), kernels.include_dir()], depends=headers)
     for name in FUNCTIONS:
         fn = getattr(lib, f"apply_{name}", None)
         if fn is not None:
@@ -117,12 +118,14 @@ def test_gelu_error(lib, name, ref):
 @pytest.mark.parametrize("name, inputs, want", [
     ("cuvil_expf", [np.inf, -np.inf, np.nan, 89.0, -105.0, 0.0, 1e-40, -100.0],
      [np.inf, 0.0, np.nan, np.inf, 0.0, 1.0, 1.0, math.exp(-100.0)]),
-    ("cuvil_exp_normalf", [np.inf, np.nan, 88.5, 0.0, -0.0], [np.inf, np.nan, np.inf, 1.0, 1.0]),
+    ("cuvil_exp_normalf", [np.inf, np.nan, 88.8, 0.0, -0.0], [np.inf, np.nan, np.inf, 1.0, 1.0]),
     ("cuvil_sigmoidf", [np.inf, -np.inf, np.nan, 0.0, -0.0, 200.0, -89.0], [1.0, 0.0, np.nan, 0.5, 0.5, 1.0, 0.0]),
     ("cuvil_tanhf", [np.inf, -np.inf, np.nan, 0.0, -0.0, 1e-40, -1e-40], [1.0, -1.0, np.nan, 0.0, -0.0, 1e-40, -1e-40]),
     ("cuvil_erff", [np.inf, -np.inf, np.nan, -0.0], [1.0, -1.0, np.nan, -0.0]),
     ("cuvil_gelu_tanhf", [np.inf, np.nan, 0.0, -0.0], [np.inf, np.nan, 0.0, -0.0]),
     ("cuvil_gelu_erff", [np.inf, np.nan, 0.0, -0.0], [np.inf, np.nan, 0.0, -0.0]),
+    ("cuvil_hardswishf", [np.nan, np.inf, -np.inf, -3.0, -2.0, 3.0, 1.5, -0.0],  # the clamp of x / 6 + 1/2
+     [np.nan, np.inf, np.nan, -0.0, -1.0 / 3.0, 3.0, 1.125, -0.0]),
     ("cuvil_logf", [0.0, -1.0, np.inf, np.nan, 1.0, 1e-42],
      [-np.inf, np.nan, np.inf, np.nan, 0.0, math.log(float(np.float32(1e-42)))]),
 ])

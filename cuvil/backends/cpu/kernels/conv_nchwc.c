@@ -34,9 +34,25 @@ typedef struct { int64_t x, y, res; } nchwc_steps;
 #define STRIP_EACH(stmt) \
     _Pragma("GCC unroll 2") for (int j = 0; j < NB; j++) _Pragma("GCC unroll 16") for (int r = 0; r < RW; r++) { stmt; }
 
+/* A transcendental activation over n vectors, out of line: one call per strip with the switch outside the loop,
+ * so the vectors' exps overlap (a call per vector ran them one after another, spilling every accumulator). */
+#define NCHWC_EACH(fn) for (int i = 0; i < n; i++) v[i] = fn(v[i]); break;
+static __attribute__((noinline)) void nchwc_activate_all(cuvil_vf *v, int n, int act)
+{
+    switch (act) {
+    case CUVIL_ACT_SILU: NCHWC_EACH(cuvil_v_silu)
+    case CUVIL_ACT_SIGMOID: NCHWC_EACH(cuvil_v_sigmoid)
+    case CUVIL_ACT_TANH: NCHWC_EACH(cuvil_v_tanh)
+    case CUVIL_ACT_GELU_TANH: NCHWC_EACH(cuvil_v_gelu_tanh)
+    case CUVIL_ACT_GELU_ERF: NCHWC_EACH(cuvil_v_gelu_erf)
+    default: for (int i = 0; i < n; i++) v[i] = cuvil_activate(v[i], act);
+    }
+}
+#undef NCHWC_EACH
+
 /* A strip's residual, activation and store, each branch taken once per strip rather than once per vector (a
  * K = 16 strip spent as long here as in its FMAs). relu, relu6 and hardswish are a few instructions, inline; the
- * transcendental ones stay a call per vector (nchwc_activate_call), which their own cost dwarfs. */
+ * transcendental ones are a call per block of the strip (nchwc_activate_all), which their own cost dwarfs. */
 CUVIL_INLINE void nchwc_epilogue(cuvil_vf acc[2][NCHWC_W0], const float *restrict rr, float *restrict yr, int64_t ys,
                                  int64_t left, const nchwc_geom *g, int act, const nchwc_steps *st, const int NB,
                                  const int RW)
@@ -53,7 +69,9 @@ CUVIL_INLINE void nchwc_epilogue(cuvil_vf acc[2][NCHWC_W0], const float *restric
         STRIP_EACH(acc[j][r] = cuvil_select(acc[j][r] > six, six, cuvil_select(acc[j][r] < zero, zero, acc[j][r])))
         break;
     case CUVIL_ACT_HARDSWISH: STRIP_EACH(acc[j][r] = cuvil_v_hardswish(acc[j][r])) break;
-    default: STRIP_EACH(acc[j][r] = nchwc_activate_call(acc[j][r], act)) break;
+    default:
+        _Pragma("GCC unroll 2") for (int j = 0; j < NB; j++) nchwc_activate_all(acc[j], RW, act);
+        break;
     }
     const int64_t y = st->y;
     if (!g->oc) {

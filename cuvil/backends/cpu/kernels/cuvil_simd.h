@@ -73,6 +73,15 @@ typedef uint32_t cuvil_vu __attribute__((vector_size(CUVIL_VL * 4)));
 #define CM_FIELD(e) ((cuvil_vf)((cuvil_vu)(e) << 23))
 #define CM_SPLAT(c) cuvil_splat(c)
 #define CM_INLINE CUVIL_INLINE
+#if defined(__AVX512F__) && CUVIL_VL == 16
+#include <immintrin.h>
+/* One vmaxps and one vminps (GCC makes a compare and two logic ops of each select, a third of an exp). The
+ * constant is their first operand: vmin/vmax return the second when either is NaN, so a NaN x passes. */
+#define CM_CLAMP(x, lo, hi) \
+    ((cuvil_vf)_mm512_min_ps(_mm512_set1_ps(hi), _mm512_max_ps(_mm512_set1_ps(lo), (__m512)(x))))
+/* vscalefps: one instruction for the conversion, shifts and multiplies of the exponent fields. */
+#define CM_LDEXP(p, n) ((cuvil_vf)_mm512_scalef_ps((__m512)(p), (__m512)(n)))
+#endif
 #include "cuvil_math.inc" /* it #undefs the CM_ macros */
 
 /* act is one of the CUVIL_ACT_* codes of cuvil_kernels.h. */
