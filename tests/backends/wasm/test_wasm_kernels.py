@@ -97,3 +97,27 @@ def test_blocked_max_pools_under_node(blocked_pools, tmp_path):
     result = node.run(path, [x], tmp_path)
     assert "error" not in result, result
     _close(result["outputs"], want)
+
+
+@pytest.mark.parametrize("channels", [3, 2])
+@pytest.mark.parametrize("masked", ["", "relaxed_simd"])
+def test_narrow_first_convs_under_wasmtime(tmp_path, monkeypatch, channels, masked):
+    """A first conv's narrow input block (conv_nchwc.c's strips read g->c lanes a pixel), RGB and not: an odd map
+    leaves strips of each width."""
+    require("ziglang")
+    require("wasmtime")
+    import torch
+
+    from cuvil.runtime import wasm
+
+    torch.manual_seed(29)
+    net = torch.nn.Sequential(torch.nn.Conv2d(channels, 8, 3, padding=1), torch.nn.ReLU(),
+                              torch.nn.Conv2d(8, 4, 3, padding=1)).eval()
+    x = torch.randn(2, channels, 9, 11)
+    compiled = cuvil.compile(net, (x,), target="wasm32")
+    assert ",4] = conv_nchwc" in cuvil.inspect_ir(compiled)
+    cuvil.export(compiled, tmp_path / "narrow.cuv", "wasm32")
+    with torch.no_grad():
+        want = net.double()(x.double()).float().numpy()
+    monkeypatch.setenv("CUVIL_DISABLE_CPU_FEATURES", masked)
+    _close([np.asarray(wasm.load(tmp_path / "narrow.cuv")(x.numpy()))], [want])
