@@ -132,16 +132,20 @@ def gemm_block(block: str | None):
         targets.TABLE.update(saved)
 
 
+def level_peers(files: dict) -> dict:
+    """wasm_node.mjs's cuvil peers: each `.cuv` of {label: path} at both levels (SIMD128, and the engine's best)."""
+    peers = {}
+    for label, cuv in files.items():
+        peers[f"wasm{label}"] = {"cuv": str(cuv), "features": ["simd128"]}
+        peers[f"wasm relaxed{label}"] = {"cuv": str(cuv), "features": None}
+    return peers
+
+
 class NodePeers:
     """The Node.js process running cuvil.js (each wasm file at each level) and onnxruntime-web (bench/wasm_node.mjs)."""
 
-    def __init__(self, folder: Path, shape: tuple, blocks: list):
-        cuvil_peers = {}
-        for b in blocks:
-            cuv, label = str(folder / f"wasm-{b}.cuv"), "" if b is None else f" {b}"
-            cuvil_peers[f"wasm{label}"] = {"cuv": cuv, "features": ["simd128"]}
-            cuvil_peers[f"wasm relaxed{label}"] = {"cuv": cuv, "features": None}
-        spec = {"cuvil": cuvil_peers, "onnx": str(folder / "model.onnx"), "out": str(folder / "out"),
+    def __init__(self, folder: Path, shape: tuple, cuvil_peers: dict, onnx: bool = True):
+        spec = {"cuvil": cuvil_peers, "onnx": str(folder / "model.onnx") if onnx else None, "out": str(folder / "out"),
                 "input": {"file": str(folder / "x.bin"), "shape": list(shape)}}
         (folder / "spec.json").write_text(json.dumps(spec))
         self.proc = subprocess.Popen(["node", RELAXED_FLAG, str(HERE / "wasm_node.mjs"), str(folder / "spec.json")],
@@ -184,7 +188,8 @@ def measure(key: str, rounds: int, calls: int, blocks: list, warm_s: float = 3.0
         art = cuvil.load(folder / "cpu.cuv")
         art.set_num_threads(1)
         native = art.function("main")
-        node = NodePeers(folder, data["x"].shape, blocks)
+        files = {"" if b is None else f" {b}": folder / f"wasm-{b}.cuv" for b in blocks}
+        node = NodePeers(folder, data["x"].shape, level_peers(files))
         try:
             outs = node.ask("check")
             levels = node.ask("levels")

@@ -318,20 +318,27 @@ POOL_PLAIN = """static void {name}_plain(const {S} *restrict x, {S} *restrict y,
 }}
 """
 # Max over a 2-D window of a blocked [N, C/B, H, W, B] tensor, seen as 3-D with a 1-wide window over B (the
-# layout pass's max_pool): every window vectorised over the B channels of its pixels.
+# layout pass's max_pool): every window vectorised over the B channels of its pixels. A thread takes whole output
+# rows (plane, oz): one division a row, not three a pixel, and the columns whose windows lie inside the input (all but
+# the edges) skip the clipping's divisions too (wasm32's B = 4 spent 20-25% of a small CNN there, bench.wasm_profile).
 POOL_LANES = """static void {name}_blocked(const {S} *restrict x, {S} *restrict y, int64_t planes, const cuvil_win *g)
 {{
     const int64_t in_plane = g->in[0] * g->in[1] * g->in[2], out_plane = g->out[0] * g->out[1] * g->out[2];
-    const int64_t W = g->in[2], rows = planes * g->out[0] * g->out[1];
+    const int64_t W = g->in[2], rows = planes * g->out[0];
+    int64_t a, b, unused;  /* interior columns: the first tap's lower bound, the last tap's upper */
+    cuvil_taps(-g->p[1], g->s[1], g->out[1], g->in[1], &a, &unused);
+    cuvil_taps((g->k[1] - 1) * g->d[1] - g->p[1], g->s[1], g->out[1], g->in[1], &unused, &b);
+    b = b > a ? b : a;
     #pragma omp parallel for {par}
     for (int64_t r = 0; r < rows; r++) {{
-        const int64_t p = r / (g->out[0] * g->out[1]), oz = r / g->out[1] % g->out[0], oy = r % g->out[1];
+        const int64_t p = r / g->out[0], oz = r % g->out[0];
         const {S} *xp = x + p * in_plane;
-        {S} *yr = y + p * out_plane + (oz * g->out[1] + oy) * W;
-        if (W == 16) {name}_lanes(xp, yr, g, oz, oy, 16);  /* a vector width: acc in registers */
-        else if (W == 8) {name}_lanes(xp, yr, g, oz, oy, 8);
+        {S} *yr = y + p * out_plane + oz * g->out[1] * W;
+        if (W == 16) {name}_row(xp, yr, g, oz, a, b, 16);  /* a vector width: acc in registers */
+        else if (W == 8) {name}_row(xp, yr, g, oz, a, b, 8);
+        else if (W == 4) {name}_row(xp, yr, g, oz, a, b, 4);
         else for (int64_t o0 = 0; o0 < W; o0 += 64)
-            {name}_lanes(xp + o0, yr + o0, g, oz, oy, W - o0 < 64 ? W - o0 : 64);
+            {name}_row(xp + o0, yr + o0, g, oz, a, b, W - o0 < 64 ? W - o0 : 64);
     }}
 }}
 """
@@ -342,26 +349,31 @@ POOL_DISPATCH = """static void {name}(const {S} *restrict x, {S} *restrict y, in
     {lanes}{name}_plain(x, y, planes, g, include_pad);
 }}
 """
-# One output pixel's n <= 64 channels (x and y point at its first channel, W apart per pixel).
-POOL_LANES_HELPER = """static inline __attribute__((always_inline)) void {name}_lanes(const {S} *restrict xp,
-        {S} *restrict yr, const cuvil_win *g, int64_t oz, int64_t oy, const int64_t n)
+# One output row's pixels, n <= 64 channels each (x and y point at their first channel, W apart per pixel): the
+# columns in [a, b) take their whole window, the others clip it.
+POOL_LANES_HELPER = """static inline __attribute__((always_inline)) void {name}_row(const {S} *restrict xp,
+        {S} *restrict yr, const cuvil_win *g, int64_t oz, int64_t a, int64_t b, const int64_t n)
 {{
-    int64_t z0, z1, y0, y1;
-    const int64_t sz = oz * g->s[0] - g->p[0], sy = oy * g->s[1] - g->p[1], W = g->in[2];
+    int64_t z0, z1;
+    const int64_t sz = oz * g->s[0] - g->p[0], W = g->in[2];
     cuvil_taps(sz, g->d[0], g->k[0], g->in[0], &z0, &z1);
-    cuvil_taps(sy, g->d[1], g->k[1], g->in[1], &y0, &y1);
-    {T} acc[64];
-    for (int64_t ox = 0; ox < n; ox++) acc[ox] = {init};
-    for (int64_t tz = z0; tz < z1; tz++)
-        for (int64_t ty = y0; ty < y1; ty++) {{
-            const {S} *xr = xp + ((sz + tz * g->d[0]) * g->in[1] + sy + ty * g->d[1]) * W;
-            #pragma omp simd
-            for (int64_t ox = 0; ox < n; ox++) {{
-                const {T} v = {value_lanes};
-                acc[ox] = {combine_lanes};
+    for (int64_t oy = 0; oy < g->out[1]; oy++) {{
+        const int64_t sy = oy * g->s[1] - g->p[1];
+        int64_t y0 = 0, y1 = g->k[1];
+        if (oy < a || oy >= b) cuvil_taps(sy, g->d[1], g->k[1], g->in[1], &y0, &y1);
+        {T} acc[64];
+        for (int64_t ox = 0; ox < n; ox++) acc[ox] = {init};
+        for (int64_t tz = z0; tz < z1; tz++)
+            for (int64_t ty = y0; ty < y1; ty++) {{
+                const {S} *xr = xp + ((sz + tz * g->d[0]) * g->in[1] + sy + ty * g->d[1]) * W;
+                #pragma omp simd
+                for (int64_t ox = 0; ox < n; ox++) {{
+                    const {T} v = {value_lanes};
+                    acc[ox] = {combine_lanes};
+                }}
             }}
-        }}
-    for (int64_t ox = 0; ox < n; ox++) yr[ox] = {store_lanes};
+        for (int64_t ox = 0; ox < n; ox++) yr[oy * W + ox] = {store_lanes};
+    }}
 }}
 
 """
@@ -634,7 +646,7 @@ def _pool_helper(gen, op_name: str, dt: DType) -> str:
          value_cols=load(dt, "xr", "r * rs + ox * s + tx * dw + start"), store_cols=_store(dt, final), **fmt)
     lanes = ""
     if op_name == "max_pool":
-        _use(gen, f"{name}_lanes", POOL_LANES_HELPER, name=name, S=s, T=t, value_lanes=load(dt, "xr", "ox"),
+        _use(gen, f"{name}_row", POOL_LANES_HELPER, name=name, S=s, T=t, value_lanes=load(dt, "xr", "ox"),
              store_lanes=_store(dt, "acc[ox]"), combine_lanes="CUVIL_MAX(acc[ox], v)", **fmt)
         _use(gen, f"{name}_blocked", POOL_LANES, name=name, S=s,
              par=par_if("planes * out_plane * g->k[0] * g->k[1]"))

@@ -53,3 +53,71 @@ def test_the_packed_gemv_under_node(gemv, tmp_path, relaxed, native):
     assert "error" not in result, result
     assert result["native"] == native
     _close(result["outputs"], want)
+
+
+@pytest.fixture(scope="module")
+def blocked_pools(tmp_path_factory):
+    """Max pools on the 4-lane blocked tensors of a CNN (the row helper's 4-lane form): a padded 3x3 stride-2 window
+    (its clipped edge columns and rows), then a dilated ceil-mode one on an odd map; (path, input, want)."""
+    require("ziglang")
+    import torch
+
+    torch.manual_seed(23)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(3, 2, 1),
+                              torch.nn.Conv2d(8, 8, 3, padding=1),
+                              torch.nn.MaxPool2d((3, 2), (1, 2), dilation=(2, 1), ceil_mode=True),
+                              torch.nn.Conv2d(8, 4, 3, padding=1)).eval()
+    x = torch.randn(2, 3, 15, 13)
+    compiled = cuvil.compile(net, (x,), target="wasm32")
+    with targets.use("wasm32"):
+        source = codegen.generate(compiled.executable.module).source
+    assert cuvil.inspect_ir(compiled).count(",4] = max_pool") == 2 and "_row(xp, yr, g, oz, a, b, 4)" in source
+    path = tmp_path_factory.mktemp("wasm-kernels") / "pools.cuv"
+    cuvil.export(compiled, path, "wasm32")
+    with torch.no_grad():
+        want = net.double()(x.double()).float().numpy()
+    return path, x.numpy(), [want]
+
+
+@pytest.mark.parametrize("masked,native", [("", "native.1"), ("relaxed_simd", "native")])
+def test_blocked_max_pools_under_wasmtime(blocked_pools, monkeypatch, masked, native):
+    require("wasmtime")
+    from cuvil.runtime import wasm
+
+    path, x, want = blocked_pools
+    monkeypatch.setenv("CUVIL_DISABLE_CPU_FEATURES", masked)
+    art = wasm.load(path)
+    assert art.native == native
+    _close([np.asarray(art(x))], want)
+
+
+def test_blocked_max_pools_under_node(blocked_pools, tmp_path):
+    require("node")
+    path, x, want = blocked_pools
+    result = node.run(path, [x], tmp_path)
+    assert "error" not in result, result
+    _close(result["outputs"], want)
+
+
+@pytest.mark.parametrize("channels", [3, 2])
+@pytest.mark.parametrize("masked", ["", "relaxed_simd"])
+def test_narrow_first_convs_under_wasmtime(tmp_path, monkeypatch, channels, masked):
+    """A first conv's narrow input block (conv_nchwc.c's strips read g->c lanes a pixel), RGB and not: an odd map
+    leaves strips of each width."""
+    require("ziglang")
+    require("wasmtime")
+    import torch
+
+    from cuvil.runtime import wasm
+
+    torch.manual_seed(29)
+    net = torch.nn.Sequential(torch.nn.Conv2d(channels, 8, 3, padding=1), torch.nn.ReLU(),
+                              torch.nn.Conv2d(8, 4, 3, padding=1)).eval()
+    x = torch.randn(2, channels, 9, 11)
+    compiled = cuvil.compile(net, (x,), target="wasm32")
+    assert ",4] = conv_nchwc" in cuvil.inspect_ir(compiled)
+    cuvil.export(compiled, tmp_path / "narrow.cuv", "wasm32")
+    with torch.no_grad():
+        want = net.double()(x.double()).float().numpy()
+    monkeypatch.setenv("CUVIL_DISABLE_CPU_FEATURES", masked)
+    _close([np.asarray(wasm.load(tmp_path / "narrow.cuv")(x.numpy()))], [want])
