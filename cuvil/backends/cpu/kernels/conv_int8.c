@@ -851,3 +851,108 @@ void cuvil_qconv(const void *x, int x_is_u8, float x_scale, int32_t x_zero, cons
         qc_image(&fill, &job, run);
     }
 }
+
+/* -- max_pool on uint8 (a quantized tensor between layers, ResNet's after the stem), NCHW, 2-D ---------------- */
+/* g: H, W, OH, OW, KH, KW, SH, SW, DH, DW, PT, PL. A position outside the image counts as 0, uint8's least value,
+ * so a window's max is that of its part inside (and 0 for a window wholly outside, as in the generic pool). Each
+ * output row is the max of its KH input rows into a row buffer, then the max over KW columns of that, in chunks of
+ * MP_CHUNK outputs; 512-bit for strides 1 and 2 (2: even and odd bytes split by vpmovwb), else scalar. */
+#define MP_CHUNK 256
+#define MP_ROW 4096 /* the longest buffered row; a wider window (huge strides or dilations) is done pixel by pixel */
+
+typedef struct {
+    const uint8_t *x;
+    uint8_t *y;
+    const int64_t *g;
+    int wide; /* the 512-bit columns (cuvil_int8_isa >= 2) */
+} mp_job;
+
+static uint8_t mp_pixel(const mp_job *j, const uint8_t *xp, int64_t oy, int64_t ox)
+{
+    const int64_t *g = j->g;
+    uint8_t m = 0;
+    for (int64_t ky = 0; ky < g[4]; ky++) {
+        int64_t iy = oy * g[6] - g[10] + ky * g[8];
+        for (int64_t kx = 0; iy >= 0 && iy < g[0] && kx < g[5]; kx++) {
+            int64_t ix = ox * g[7] - g[11] + kx * g[9];
+            if (ix >= 0 && ix < g[1] && xp[iy * g[1] + ix] > m) m = xp[iy * g[1] + ix];
+        }
+    }
+    return m;
+}
+
+#ifdef CUVIL_X86
+/* y[o] = max over kx < KW of r[o * s + kx * d], o < n, for s 1 (any d) or 2 (d 1); returns the outputs done. */
+__attribute__((target("avx512f,avx512bw"))) static int64_t mp_cols512(const uint8_t *r, uint8_t *y, int64_t n,
+                                                                      int64_t kw, int64_t s, int64_t d)
+{
+    if (s == 1) {
+        for (int64_t o = 0; o < n; o += 64) {
+            __m512i m = _mm512_setzero_si512();
+            for (int64_t kx = 0; kx < kw; kx++) m = _mm512_max_epu8(m, _mm512_loadu_si512(r + o + kx * d));
+            _mm512_mask_storeu_epi8(y + o, n - o >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (n - o)) - 1, m);
+        }
+        return n;
+    }
+    if (s != 2 || d != 1) return 0;
+    for (int64_t o = 0; o < n; o += 32) {
+        __m256i m = _mm256_setzero_si256();
+        for (int64_t kx = 0; kx < kw; kx += 2) { /* columns 2o + kx (even bytes) and 2o + kx + 1 (odd) */
+            __m512i v = _mm512_loadu_si512(r + 2 * o + kx);
+            m = _mm256_max_epu8(m, _mm512_cvtepi16_epi8(v));
+            if (kx + 1 < kw) m = _mm256_max_epu8(m, _mm512_cvtepi16_epi8(_mm512_srli_epi16(v, 8)));
+        }
+        _mm256_mask_storeu_epi8(y + o, n - o >= 32 ? ~(__mmask32)0 : ((__mmask32)1 << (n - o)) - 1, m);
+    }
+    return n;
+}
+#endif
+
+static int mp_rows(void *ctx, int64_t lo, int64_t hi)
+{
+    const mp_job *j = (const mp_job *)ctx;
+    const int64_t *g = j->g;
+    int64_t H = g[0], W = g[1], OH = g[2], OW = g[3];
+    uint8_t r[MP_ROW + 192]; /* 192: the 512-bit columns read up to 130 bytes past a chunk's last window */
+    for (int64_t i = lo; i < hi; i++) {
+        const uint8_t *xp = j->x + (i / OH) * H * W;
+        uint8_t *yr = j->y + i * OW;
+        int64_t oy = i % OH;
+        for (int64_t o0 = 0; o0 < OW; o0 += MP_CHUNK) {
+            int64_t n = min64(MP_CHUNK, OW - o0), c0 = o0 * g[7] - g[11];
+            int64_t width = (n - 1) * g[7] + (g[5] - 1) * g[9] + 1;
+            if (width > MP_ROW) {
+                for (int64_t o = 0; o < n; o++) yr[o0 + o] = mp_pixel(j, xp, oy, o0 + o);
+                continue;
+            }
+            memset(r, 0, (size_t)(width + 192));
+            int64_t qa = c0 < 0 ? -c0 : 0, qb = min64(width, W - c0);
+            for (int64_t ky = 0; ky < g[4] && qa < qb; ky++) {
+                int64_t iy = oy * g[6] - g[10] + ky * g[8];
+                if (iy < 0 || iy >= H) continue;
+                const uint8_t *s = xp + iy * W + c0 + qa;
+                uint8_t *rq = r + qa;
+#pragma omp simd
+                for (int64_t q = 0; q < qb - qa; q++) rq[q] = rq[q] > s[q] ? rq[q] : s[q];
+            }
+            int64_t done = 0;
+#ifdef CUVIL_X86
+            if (j->wide) done = mp_cols512(r, yr + o0, n, g[5], g[7], g[9]);
+#endif
+            for (int64_t o = done; o < n; o++) {
+                uint8_t m = 0;
+                for (int64_t kx = 0; kx < g[5]; kx++) m = r[o * g[7] + kx * g[9]] > m ? r[o * g[7] + kx * g[9]] : m;
+                yr[o0 + o] = m;
+            }
+        }
+    }
+    return 0;
+}
+
+void cuvil_max_pool_u8(const uint8_t *x, uint8_t *y, int64_t planes, const int64_t *geom)
+{
+    mp_job j = {x, y, geom, cuvil_int8_isa() >= 2};
+    int64_t rows = planes * geom[2];
+    if (rows <= 0 || geom[3] <= 0) return;
+    cuvil_parallel_team(rows, (int)min64(threads_for(rows * geom[3] * geom[4] * geom[5]), rows), mp_rows, &j);
+}
