@@ -306,14 +306,14 @@ static int qc_unfold_pad(void *ctx, int64_t lo, int64_t hi)
 #ifdef CUVIL_X86
 /* qc_unfold_row's pixels 16 at a time, each 64-byte read permuted into 16 pixels' groups; returns how many. */
 __attribute__((target("avx512f,avx512bw,avx512vbmi"))) static int64_t
-qc_unfold_row_vbmi(const qc_unfold_job *u, const uint8_t *idx, const uint8_t *src, uint8_t *dst)
+qc_unfold_row_vbmi(const qc_unfold_job *u, const uint8_t *idx, uint64_t live, const uint8_t *src, uint8_t *dst)
 {
     const qconv_geom *g = u->g;
     int64_t es = u->es;
     const __m512i perm = _mm512_loadu_si512(idx);
     int64_t ox = 0;
     for (; ox < g->ow; ox += 16) {
-        __m512i v = _mm512_permutexvar_epi8(perm, _mm512_loadu_si512(src + ox * g->sw * es));
+        __m512i v = _mm512_maskz_permutexvar_epi8((__mmask64)live, perm, _mm512_loadu_si512(src + ox * g->sw * es));
         int64_t n = g->ow - ox < 16 ? g->ow - ox : 16;
         _mm512_mask_storeu_epi8(dst + ox * 4, n == 16 ? ~(__mmask64)0 : (((__mmask64)1 << (n * 4)) - 1), v);
     }
@@ -321,19 +321,24 @@ qc_unfold_row_vbmi(const qc_unfold_job *u, const uint8_t *idx, const uint8_t *sr
 }
 #endif
 
-/* One output row of a group: pixel ox's 4 bytes are the elements at (ox * sw + i * dw), i < per, of src. */
-static void qc_unfold_row(const qc_unfold_job *u, const uint8_t *idx, const uint8_t *src, uint8_t *dst)
+/* One output row of a group: pixel ox's 4 bytes are the elements at (ox * sw + i * dw), i < n, of src, then 0
+ * (kx past KW: a bf16 copy there times its 0 weight would give NaN for an infinite input). idx, live: the
+ * permutation and the bytes it keeps (idx NULL: no VBMI). */
+static void qc_unfold_row(const qc_unfold_job *u, const uint8_t *idx, uint64_t live, int64_t n, const uint8_t *src,
+                          uint8_t *dst)
 {
     const qconv_geom *g = u->g;
     int64_t ox = 0, es = u->es;
 #ifdef CUVIL_X86
-    if (idx) ox = qc_unfold_row_vbmi(u, idx, src, dst);
+    if (idx) ox = qc_unfold_row_vbmi(u, idx, live, src, dst);
 #else
-    (void)idx;
+    (void)idx, (void)live;
 #endif
     for (; ox < g->ow; ox++)
-        for (int64_t i = 0; i < u->per; i++)
-            memcpy(dst + ox * 4 + i * es, src + (ox * g->sw + i * g->dw) * es, (size_t)es);
+        for (int64_t i = 0; i < u->per; i++) {
+            if (i < n) memcpy(dst + ox * 4 + i * es, src + (ox * g->sw + i * g->dw) * es, (size_t)es);
+            else memset(dst + ox * 4 + i * es, 0, (size_t)es);
+        }
 }
 
 /* Whether 16 pixels' groups lie within one 64-byte read, and AVX512_VBMI is there and not masked. */
@@ -368,8 +373,11 @@ static int qc_unfold_fill(void *ctx, int64_t lo, int64_t hi)
         }
         int64_t c = i / (g->kh * u->runs), ky = i / u->runs % g->kh, r = i % u->runs;
         const uint8_t *src = u->xq + (c * u->hq + ky * g->dh) * row + r * u->per * g->dw * u->es;
+        int64_t n = min64(u->per, g->kw - r * u->per);
+        uint64_t live = 0;
+        for (int64_t b = 0; b < 64; b++) live |= (uint64_t)((b % 4) / u->es < n) << b;
         for (int64_t oy = 0; oy < g->oh; oy++)
-            qc_unfold_row(u, perm, src + oy * g->sh * row, dst + oy * g->ow * 4);
+            qc_unfold_row(u, perm, live, n, src + oy * g->sh * row, dst + oy * g->ow * 4);
         memset(dst + l->pv * 4, pad, (size_t)((l->plane - l->pv) * 4));
     }
     return 0;
