@@ -605,19 +605,30 @@ static inline QC_X512 void qc_residual512(const qc_job *j, int64_t base, const q
     }
 }
 
-static inline QC_X512 __m128i qc_requantize512(const qc_job *j, __m512 y)
+/* The requantisation's constants, computed once per channel: the uint8 stores may alias the job, so the compiler
+ * reloaded out_scale and divided again for every vector. */
+typedef struct {
+    __m512 d, inv, lim;
+    __m512i zero;
+} qc_requant512;
+
+static inline QC_X512 qc_requant512 qc_requant_of(const qc_job *j)
 {
-    const __m512 d = _mm512_set1_ps(j->out_scale), lim = _mm512_set1_ps(512.0f * j->out_scale);
-    __m512 c = _mm512_min_ps(_mm512_max_ps(y, _mm512_sub_ps(_mm512_setzero_ps(), lim)), lim);
+    qc_requant512 r = {_mm512_set1_ps(j->out_scale), _mm512_set1_ps(1.0f / j->out_scale),
+                       _mm512_set1_ps(512.0f * j->out_scale), _mm512_set1_epi32(j->out_zero)};
+    return r;
+}
+
+static inline QC_X512 __m128i qc_requantize512(const qc_requant512 *k, __m512 y)
+{
+    __m512 c = _mm512_min_ps(_mm512_max_ps(y, _mm512_sub_ps(_mm512_setzero_ps(), k->lim)), k->lim);
 #ifdef __FMA__
-    const __m512 inv = _mm512_set1_ps(1.0f / j->out_scale);
-    __m512 q = _mm512_mul_ps(c, inv);
-    q = _mm512_fmadd_ps(_mm512_fnmadd_ps(q, d, c), inv, q);
+    __m512 q = _mm512_mul_ps(c, k->inv);
+    q = _mm512_fmadd_ps(_mm512_fnmadd_ps(q, k->d, c), k->inv, q);
 #else
-    __m512 q = _mm512_div_ps(c, d);
+    __m512 q = _mm512_div_ps(c, k->d);
 #endif
-    __m512i i = _mm512_add_epi32(_mm512_cvt_roundps_epi32(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
-                                 _mm512_set1_epi32(j->out_zero));
+    __m512i i = _mm512_add_epi32(_mm512_cvt_roundps_epi32(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), k->zero);
     return _mm512_cvtepi32_epi8(_mm512_min_epi32(_mm512_max_epi32(i, _mm512_setzero_si512()), _mm512_set1_epi32(255)));
 }
 
@@ -648,13 +659,17 @@ QC_X512 static void qc_channel512(const qc_job *j, int64_t o, const qc_acc *acc,
         cuvil_activation(j->act, QC_PIX, t, t);
         for (int v = 0; v < QC_NV; v++) y[v] = _mm512_loadu_ps(t + v * QC_LANES);
     }
+    const int quantized = j->out_scale > 0.0f;
+    const qc_requant512 k = qc_requant_of(j);
+    uint8_t *yq = (uint8_t *)j->y + base;
+    float *yf = (float *)j->y + base;
     for (int v = 0; v < QC_NV; v++) {
-        __m128i q = j->out_scale > 0.0f ? qc_requantize512(j, y[v]) : _mm_setzero_si128();
+        __m128i q = quantized ? qc_requantize512(&k, y[v]) : _mm_setzero_si128();
         for (int r = 0; r < nruns; r++) {
             int64_t at;
             __mmask16 m = qc_run_mask(&runs[r], v, &at);
-            if (m && j->out_scale > 0.0f) _mm_mask_storeu_epi8((uint8_t *)j->y + base + at, m, q);
-            else if (m) _mm512_mask_storeu_ps((float *)j->y + base + at, m, y[v]);
+            if (m && quantized) _mm_mask_storeu_epi8(yq + at, m, q);
+            else if (m) _mm512_mask_storeu_ps(yf + at, m, y[v]);
         }
     }
 }
