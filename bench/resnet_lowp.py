@@ -1,7 +1,8 @@
 """ResNet-18 at reduced precision against ONNX Runtime fp32, interleaved in one process (2 threads):
 `python -m bench.resnet_lowp [rounds]`; `python -m bench.resnet_lowp stem [rounds]` times the int8 stem (3 -> 64
-7x7 stride 2 on 224x224, uint8 out) unfolded on AMX against the direct VNNI kernel (path 3), and the uint8 pool. A quick check of issue #15's ResNet-18 rows; the full table with the
-peers' own reduced precisions is `python -m bench --only "W3 ResNet-18" --peers ...` (docs/precision.md).
+7x7 stride 2 on 224x224, uint8 out) unfolded on AMX against the direct VNNI kernel (path 3), and the uint8 pool.
+A quick check of issue #15's ResNet-18 rows; the full table with the peers' own reduced precisions is
+`python -m bench --only "W3 ResNet-18" --peers ...` (docs/precision.md).
 
 Rows: ONNX Runtime fp32 and int8 (its quantize_static QDQ file, per-channel, 32 calibration inputs), Cuvil fp32,
 bf16 (`optimize(precision="bf16")`) and int8 (`quantize_module`, static on the same 32 inputs); each with its
