@@ -906,7 +906,7 @@ static uint8_t mp_pixel(const mp_job *j, const uint8_t *xp, int64_t oy, int64_t 
 
 #ifdef CUVIL_X86
 /* y[o] = max over kx < KW of r[o * s + kx * d], o < n, for s 1 (any d) or 2 (d 1); returns the outputs done. */
-__attribute__((target("avx512f,avx512bw"))) static int64_t mp_cols512(const uint8_t *r, uint8_t *y, int64_t n,
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static int64_t mp_cols512(const uint8_t *r, uint8_t *y, int64_t n,
                                                                       int64_t kw, int64_t s, int64_t d)
 {
     if (s == 1) {
