@@ -1,6 +1,8 @@
 """ResNet-18 at reduced precision against ONNX Runtime fp32, interleaved in one process (2 threads):
-`python -m bench.resnet_lowp [rounds]`. A quick check of issue #15's ResNet-18 rows; the full table with the
-peers' own reduced precisions is `python -m bench --only "W3 ResNet-18" --peers ...` (docs/precision.md).
+`python -m bench.resnet_lowp [rounds]`; `python -m bench.resnet_lowp stem [rounds]` times the int8 stem (3 -> 64
+7x7 stride 2 on 224x224, uint8 out) unfolded on AMX against the direct VNNI kernel (path 3), and the uint8 pool.
+A quick check of issue #15's ResNet-18 rows; the full table with the peers' own reduced precisions is
+`python -m bench --only "W3 ResNet-18" --peers ...` (docs/precision.md).
 
 Rows: ONNX Runtime fp32 and int8 (its quantize_static QDQ file, per-channel, 32 calibration inputs), Cuvil fp32,
 bf16 (`optimize(precision="bf16")`) and int8 (`quantize_module`, static on the same 32 inputs); each with its
@@ -101,5 +103,49 @@ def main(rounds: int = 20) -> None:
         print(f"  {k:18s} {v:8.2f} ms  ratio {v / med['ONNX Runtime fp32']:.2f}  cosine {cosine[k]:.5f}")
 
 
+def stem(rounds: int = 30) -> None:
+    """The int8 stem on its two paths (unfolded on AMX: path 4; direct on VNNI: path 3) and the uint8 3x3 stride-2
+    pool after it, interleaved, buffers allocated once, median CPU times (process time: on a loaded machine wall
+    time mostly measures the wait for a core) and the ratio."""
+    from cuvil.backends.cpu import kernels, kernels_int8 as k8
+
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((1, 3, 224, 224)).astype(np.float32)
+    w = rng.integers(-127, 128, (64, 3, 7, 7)).astype(np.int8)
+    ws, bias = np.full(64, 0.01, np.float32), np.zeros(64, np.float32)
+    lib, y = kernels.load(3), np.empty((1, 64, 112, 112), np.uint8)
+    geom = k8.conv_geometry(x.shape, w.shape, y.shape, (2, 2), (1, 1), (3, 3, 3, 3))
+    packed = k8.qconv_pack(w)
+    scratch = kernels.aligned_empty(lib.cuvil_qconv_scratch_bytes(geom.ctypes.data), np.uint8)
+    scratch[:] = 0
+    pooled, pool_geom = np.empty((1, 64, 56, 56), np.uint8), np.array([112, 112, 56, 56, 3, 3, 2, 2, 1, 1, 1, 1])
+
+    def conv():
+        lib.cuvil_qconv(x.ctypes.data, 0, 0.02, 128, packed.ctypes.data, ws.ctypes.data, bias.ctypes.data, None,
+                        0.0, 0, kernels.ACTIVATIONS["relu"], y.ctypes.data, 0.05, 0, geom.ctypes.data,
+                        scratch.ctypes.data)
+
+    def pool():
+        lib.cuvil_max_pool_u8(y.ctypes.data, pooled.ctypes.data, 64, pool_geom.ctypes.data)
+
+    paths = [p for p in (4, 3) if p <= k8.best_isa()]
+    runs = [(p, conv) for p in paths] + [("pool", pool)]
+    times = {k: [] for k, _ in runs}
+    for r in range(rounds):
+        for k, f in runs if r % 2 == 0 else runs[::-1]:
+            with k8.isa(k if k != "pool" else 4):
+                t0 = time.process_time()
+                f()
+                times[k].append(time.process_time() - t0)
+    med = {k: float(np.median(v)) * 1e3 for k, v in times.items()}
+    print(f"int8 stem (CPU ms), {rounds} rounds, load {os.getloadavg()[0]:.1f}: " + ", ".join(
+        f"path {p} {med[p]:.3f} ms" for p in paths) + f", uint8 pool {med['pool']:.3f} ms")
+    if len(paths) == 2:
+        print(f"  unfolded / direct: {med[4] / med[3]:.2f}")
+
+
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 20)
+    if sys.argv[1:2] == ["stem"]:
+        stem(int(sys.argv[2]) if len(sys.argv) > 2 else 30)
+    else:
+        main(int(sys.argv[1]) if len(sys.argv) > 1 else 20)

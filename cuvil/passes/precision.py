@@ -90,16 +90,21 @@ class LowerFloatPrecision(Pass):
 
 
 # -- convolutions (conv_bf16, kernels/conv_lowp.c) ---------------------------------------------------------
-MIN_BF16_CONV_CHANNELS = 16  # narrower inputs (an RGB stem) stay fp32: the kernel pads channels to 32
+MIN_BF16_CONV_CHANNELS = 16  # narrower inputs stay fp32 (the kernel pads channels to 32) unless they unfold:
+UNFOLDED_WINDOW = 256  # C * KH * KW up to this, KH * KW > 1, run as a 1x1 conv over the unfolded window (qc_unfolds)
 
 
 def _bf16_conv(v: Value, module: Module) -> bool:
-    """A 2-D, one-group f32 conv with a constant weight (and bias) and at least MIN_BF16_CONV_CHANNELS inputs."""
+    """A 2-D, one-group f32 conv with a constant weight (and bias) and at least MIN_BF16_CONV_CHANNELS inputs, or
+    a window the kernel unfolds (an RGB stem)."""
     op = v.owner
     x, w = op.operands[:2]
     constant = all(isinstance(u.owner, Op) and u.owner.name == "constant" for u in op.operands[1:])
-    return (constant and op.attrs["groups"] == 1 and x.type.rank == 4 and v.type.dtype is DType.f32
-            and isinstance(w.type.shape[1], int) and w.type.shape[1] >= MIN_BF16_CONV_CHANNELS)
+    if not (constant and op.attrs["groups"] == 1 and x.type.rank == 4 and v.type.dtype is DType.f32
+            and all(isinstance(d, int) for d in w.type.shape[1:])):
+        return False
+    c, kh, kw = w.type.shape[1:]
+    return c >= MIN_BF16_CONV_CHANNELS or (1 < kh * kw and c * kh * kw <= UNFOLDED_WINDOW)
 
 
 def _only_use(v: Value, module: Module) -> bool:

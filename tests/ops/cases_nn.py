@@ -147,6 +147,9 @@ POOL = [
     Case("max_pool", [rand(1, 2, 6, 6, dtype="int8", low=-100, high=100)], {"kernel": (2, 2), "pads": (1,) * 4},
          expected=lambda xs: [onnx("MaxPool", {"kernel_shape": [2, 2], "pads": [1] * 4})([xs[0].astype(np.float32)])[0]
                               .astype(np.int8)], id="i8"),  # ONNX's pads ints with NaN; max is exact in floats
+    Case("max_pool", [rand(1, 3, 9, 70, dtype="uint8", low=0, high=255)], {"kernel": (3, 3), "strides": (2, 2),
+         "pads": (1,) * 4}, expected=lambda xs: [onnx("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [
+             1] * 4})([xs[0].astype(np.float32)])[0].astype(np.uint8)], id="u8"),  # on conv_int8.c's uint8 pool
     Case("max_pool", as16([X5]), {"kernel": (3, 3), "strides": (2, 2)}, id="f16",
          expected=onnx("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2]})),
     Case("max_pool", [X5], {"kernel": (3, 3), "strides": (2, 2), "pads": (1,) * 4, "ceil_mode": True},

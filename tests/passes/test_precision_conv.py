@@ -1,6 +1,6 @@
 """lower-conv-precision (cuvil/passes/precision.py): 2-D convolutions with constant weights become conv_bf16 (relu
-folded in), a narrow stem and grouped convolutions stay fp32; through `precision="bf16"` only where the CPU has
-a bf16 dot product (CUVIL_DISABLE_CPU_FEATURES masks it: convolutions then stay fp32)."""
+folded in), grouped convolutions and narrow ones whose window does not unfold stay fp32; through `precision="bf16"`
+only where the CPU has a bf16 dot product (CUVIL_DISABLE_CPU_FEATURES masks it: convolutions then stay fp32)."""
 import numpy as np
 import pytest
 
@@ -40,8 +40,19 @@ def _ops(m):
 def test_convolutions_become_conv_bf16_with_their_relu():
     m = _net()
     PassManager(verify=True).run(Pipeline("test", [LowerConvPrecision()]), m)
-    assert _ops(m) == ["conv", "relu", "conv_bf16", "conv_bf16", "conv"]  # stem and grouped conv stay fp32
+    assert _ops(m) == ["conv_bf16", "conv_bf16", "conv_bf16", "conv"]  # the grouped conv stays fp32
     assert 'act = "relu"' in body(m) and "w1_bf16" in m.constants and "w1" not in m.constants
+
+
+def test_a_narrow_conv_stays_fp32_unless_its_window_unfolds():
+    """3 channels 3x3 (27 per output, the kernel unfolds the window) and 7x7 (147) become conv_bf16; a narrow 1x1
+    (nothing to unfold) and 8 channels 7x7 (392, past UNFOLDED_WINDOW) stay fp32: the kernel pads channels to 32."""
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", (1, 3, 16, 16)), TensorType("f32", (1, 8, 16, 16))])
+    outs = [b.conv(b.args[0], b.constant(np.ones((4, 3, k, k), np.float32), f"w{k}")) for k in (3, 7, 1)]
+    b.ret(*outs, b.conv(b.args[1], b.constant(np.ones((4, 8, 7, 7), np.float32), "w8")))
+    PassManager(verify=True).run(Pipeline("test", [LowerConvPrecision()]), m)
+    assert _ops(m) == ["conv_bf16", "conv_bf16", "conv", "conv"]
 
 
 def test_compiled_bf16_convolutions_match_the_interpreter_and_stay_near_fp32():

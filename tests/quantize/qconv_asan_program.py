@@ -1,12 +1,15 @@
-"""conv_int8.c, conv_lowp.c, the int8 GEMM (cuvil_qlinear) and the int4 GEMM with exactly sized buffers from malloc
-(AddressSanitizer's redzones around each), on every code path, over the geometries of test_conv_int8.py and GEMM
-shapes with every kind of tail: run by test_conv_int8_asan.py under libasan."""
+"""conv_int8.c (its convolution and uint8 max_pool), conv_lowp.c, the int8 GEMM (cuvil_qlinear) and the int4 GEMM with
+exactly sized buffers from malloc (AddressSanitizer's redzones around each), on every code path, over the geometries
+of test_conv_int8.py and test_max_pool_u8.py and GEMM shapes with every kind of tail: run by test_conv_int8_asan.py
+under libasan."""
 import ctypes
 
 import numpy as np
 
 from cuvil.backends.cpu import kernels, kernels_int8 as k8
+from cuvil.ops import get_op
 from tests.quantize.test_conv_int8 import GEOMETRIES
+from tests.quantize.test_max_pool_u8 import CASES as POOLS
 
 _libc = ctypes.CDLL(None)
 _libc.malloc.restype, _libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
@@ -79,6 +82,19 @@ def _int4(lib, m: int, k: int, n: int, group: int) -> None:
         _libc.free(p)
 
 
+def _max_pool(lib, case) -> None:
+    shape, (kh, kw), strides, pads, dilations, ceil = case
+    x = np.random.default_rng(6).integers(0, 256, shape).astype(np.uint8)
+    out_hw = get_op("max_pool").reference([x], {"kernel": (kh, kw), "strides": strides, "pads": pads,
+                                                "dilations": dilations, "ceil_mode": ceil}).shape[2:]
+    geom = np.array([*shape[2:], *out_hw, kh, kw, *strides, *dilations, *pads[:2]], np.int64)
+    bufs = {"x": _exact(x.tobytes()), "y": _exact(bytes(shape[0] * shape[1] * out_hw[0] * out_hw[1])),
+            "g": _exact(geom.tobytes())}
+    lib.cuvil_max_pool_u8(bufs["x"], bufs["y"], shape[0] * shape[1], bufs["g"])
+    for p in bufs.values():
+        _libc.free(p)
+
+
 def _conv_bf16(lib, geom) -> None:
     shape, o, (kh, kw), strides, pads, dilations = geom
     x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
@@ -112,6 +128,8 @@ def main() -> None:
             for x_u8, out_u8, residual in ((False, False, False), (True, True, False), (False, False, True),
                                            (True, True, "u8")):
                 _conv(lib, geom, x_u8, out_u8, residual)
+        for case in POOLS.values():
+            _max_pool(lib, case)
     lib.cuvil_int8_set_isa(-1)
     for path in (2, 1, 0):
         lib.cuvil_lowp_set_path(path)

@@ -46,6 +46,29 @@ def test_a_residual_is_added_before_the_relu(path):
     _check(got, np.maximum(plain + res, 0))
 
 
+@pytest.mark.parametrize("path", PATHS)
+def test_an_unfolded_stem_keeps_infinities_out_of_the_padding_past_kw(path):
+    """Unfolded (few channels), the pair of kx 6 and 7 of a 7-wide window reads a real pixel at kx 7: it must be
+    written 0, since its weight 0 times an infinite pixel would give NaN."""
+    x, w, bias, attrs = _layer(GEOMETRIES["unfolded-stem"])
+    x[0, 1, 5, 9:12], x[1, 2, 20, 40] = np.inf, -np.inf
+    want = get_op("conv_bf16").reference([x, w, bias], {**attrs, "act": "none"})
+    with kl.use_path(path, 1):
+        got = kc.conv_bf16(x, w, bias, opt_level=1, **attrs)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    finite = np.isfinite(want)
+    _check(np.where(finite, got, 0), np.where(finite, want, 0))
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_the_unfolded_image_is_the_same_without_vbmi(path, monkeypatch):
+    x, w, bias, attrs = _layer(GEOMETRIES["unfolded-stem"])
+    with kl.use_path(path, 1):
+        got = kc.conv_bf16(x, w, bias, opt_level=1, **attrs)
+        monkeypatch.setenv("CUVIL_DISABLE_CPU_FEATURES", "avx512vbmi")
+        np.testing.assert_array_equal(kc.conv_bf16(x, w, bias, opt_level=1, **attrs), got)
+
+
 def test_bad_shapes_are_refused():
     x, w, bias, attrs = _layer(GEOMETRIES["1x1"])
     with pytest.raises(ShapeError, match="bias must have shape"):

@@ -30,7 +30,12 @@ GEOMETRIES = {
     "amx-3x3": ((1, 64, 9, 11), 40, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
     "amx-1x1-stride2": ((2, 128, 7, 9), 20, (1, 1), (2, 2), (0, 0, 0, 0), (1, 1)),
     "amx-dilated-strided": ((1, 64, 12, 10), 16, (3, 3), (2, 2), (2, 1, 1, 2), (2, 1)),
+    # few channels (C * KH * KW <= 256) run unfolded on AMX: groups of 4 kx, 16 pixels per byte permutation (VBMI)
+    # where 16 pixels' windows fit in 64 bytes, else pixel by pixel; rows of whole vectors and a tail
+    "unfolded-stem": ((2, 3, 41, 75), 24, (7, 7), (2, 2), (3, 3, 3, 3), (1, 1)),
+    "unfolded-wide-stride": ((1, 2, 13, 70), 12, (3, 5), (2, 4), (1, 2, 0, 1), (2, 2)),
 }
+UNFOLDED = ["7x7-stem", "3x3-odd-channels", "dilated-strided", "uneven", "unfolded-stem", "unfolded-wide-stride"]
 
 
 def _layer(geom, **attrs):
@@ -66,6 +71,21 @@ def test_every_path_matches_the_reference(geom, mode):
         assert np.abs(got.astype(int) - want.astype(int)).max() <= 1  # a rounding tie may fall either way
     else:
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", UNFOLDED)
+@pytest.mark.parametrize("x_u8", [False, True])
+def test_the_unfolded_image_gives_the_same_bits_with_and_without_vbmi(name, x_u8, monkeypatch):
+    """The unfolded layout (AMX, few channels) gathered by byte permutations and pixel by pixel: the same bytes,
+    so the same answer as the reference and every other path."""
+    x, w, ws, bias, full = _layer(GEOMETRIES[name], x_scale=0.03, x_zero=100, act="relu", out_scale=0.2, out_zero=7)
+    if x_u8:
+        x = RNG.integers(0, 256, x.shape).astype(np.uint8)
+    want = get_op("qconv_i8").reference([x, w, ws, bias], full)
+    got = _run_paths(x, w, ws, bias, full)
+    monkeypatch.setenv("CUVIL_DISABLE_CPU_FEATURES", "avx512vbmi")
+    np.testing.assert_array_equal(_run_paths(x, w, ws, bias, full), got)
+    assert np.abs(got.astype(int) - want.astype(int)).max() <= 1
 
 
 @pytest.mark.parametrize("geom", [GEOMETRIES["3x3-stride2"], GEOMETRIES["block-tails"]], ids=["stride2", "tails"])

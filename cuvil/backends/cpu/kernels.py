@@ -99,6 +99,7 @@ SIGNATURES = {
     "cuvil_qconv_scratch_bytes": ([_ptr], _i64),
     "cuvil_qconv": ([_ptr, _int, _f32, ctypes.c_int32, _ptr, _ptr, _ptr, _ptr, _f32, ctypes.c_int32, _int, _ptr,
                      _f32, ctypes.c_int32, _ptr, _ptr], None),
+    "cuvil_max_pool_u8": ([_ptr, _ptr, _i64, _ptr], None),
     "cuvil_conv_bf16_packed_bytes": ([_i64, _i64, _i64, _i64], _i64),
     "cuvil_conv_bf16_pack": ([_i64, _i64, _i64, _i64, _ptr, _ptr], None),
     "cuvil_conv_bf16_scratch_bytes": ([_ptr], _i64),

@@ -1,4 +1,5 @@
-"""NumPy bindings of the int8 and int4 kernels (gemm_int8.c, conv_int8.c, gemm_int4.c), for tests and the benchmarks.
+"""NumPy bindings of the int8 and int4 kernels (gemm_int8.c, conv_int8.c and its uint8 max_pool, gemm_int4.c), for
+tests and the benchmarks.
 
     >>> import numpy as np
     >>> from cuvil.backends.cpu import kernels_int8
@@ -120,6 +121,20 @@ def qconv2d(x, w, w_scale, bias=None, *, strides=(1, 1), dilations=(1, 1), pads=
                     None if bias is None else bias.ctypes.data, None if residual is None else residual.ctypes.data,
                     res_scale, res_zero, kernels.ACTIVATIONS[act], out.ctypes.data, out_scale, out_zero,
                     geom.ctypes.data, scratch.ctypes.data)
+    return out
+
+
+def max_pool_u8(x, kernel, strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), out_hw=None,
+                opt_level=3) -> np.ndarray:
+    """max_pool of uint8 NCHW x (cuvil_max_pool_u8); `out_hw` the output's H and W (default: floor mode)."""
+    x = np.ascontiguousarray(x, np.uint8)
+    (n, c, h, w), (kh, kw) = x.shape, kernel
+    if out_hw is None:
+        out_hw = ((h + pads[0] + pads[2] - dilations[0] * (kh - 1) - 1) // strides[0] + 1,
+                  (w + pads[1] + pads[3] - dilations[1] * (kw - 1) - 1) // strides[1] + 1)
+    out = np.empty((n, c, *out_hw), np.uint8)
+    geom = np.array([h, w, *out_hw, kh, kw, *strides, *dilations, *pads[:2]], np.int64)
+    kernels.load(opt_level).cuvil_max_pool_u8(x.ctypes.data, out.ctypes.data, n * c, geom.ctypes.data)
     return out
 
 

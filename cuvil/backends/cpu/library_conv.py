@@ -18,6 +18,7 @@ from __future__ import annotations
 from ...ir.core import Op
 from ...ir.dtypes import DType
 from ...passes.fuse import CONV_GEMM_CLAMPS
+from . import library_quant
 from .c_exprs import CType, load, store_value
 from .kernels import ACTIVATIONS, activation_code
 from .library_util import c_dim, compute, open_block, par_if, prod, scratch_parts, storage, tag
@@ -676,6 +677,9 @@ def _store(dt: DType, expr: str) -> str:
 
 def _pool(gen, op, depth: int) -> None:
     x, y = op.operands[0], op.results[0]
+    if op.name == "max_pool" and x.type.dtype is DType.u8 and len(op.attrs["kernel"]) == 2:
+        library_quant.max_pool_u8(gen, op, depth)  # a quantized tensor between layers: conv_int8.c's kernel
+        return
     d = open_block(gen, depth, op, {"x": x, "y": y})
     gen.line(d, f"const cuvil_win g = {_window(op, x.type.shape, op.attrs['kernel'], y.type.shape)};")
     name = _pool_helper(gen, op.name, x.type.dtype)

@@ -1,5 +1,5 @@
-"""Library emitters for the quantized ops (cuvil/ops/quantized.py) on gemm_int8.c, conv_int8.c and gemm_int4.c, and
-for the bf16 convolution (cuvil/ops/lowp.py) on conv_lowp.c.
+"""Library emitters for the quantized ops (cuvil/ops/quantized.py) on gemm_int8.c, conv_int8.c and gemm_int4.c, for
+the bf16 convolution (cuvil/ops/lowp.py) on conv_lowp.c, and for uint8 max_pool (library_conv.py's hook).
 
 An int8 weight is packed once, when the library loads (cuvil_prepare), from the IR's plain [N, K] constant (a
 weight computed at run time is packed into the op's scratch on every call); the epilogue's scales, zero points and
@@ -109,6 +109,16 @@ def _linear_i4(gen, op, depth: int) -> None:
     pb = gen.args_of([op.operands[4]])[0] if len(op.operands) > 4 else "NULL"
     gen.line(depth, f"cuvil_gemm_int4({m}, {n}, {k}, {g}, {px}, {pq}, {ps}, {pz}, {pb}, "
                     f"{ACTIVATIONS[op.attrs['act']]}, {py}, {scratch});")
+
+
+def max_pool_u8(gen, op, depth: int) -> None:
+    """A 2-D max_pool of uint8 (a quantized tensor between layers) on cuvil_max_pool_u8 (conv_int8.c)."""
+    x, y, a = op.operands[0], op.results[0], op.attrs
+    (n, c, h, w), (oh, ow) = x.type.shape, y.type.shape[2:]
+    dil = a.get("dilations") or (1, 1)
+    geom = ", ".join(c_dim(d) for d in [h, w, oh, ow, *a["kernel"], *a["strides"], *dil, *a["pads"][:2]])
+    px, py = gen.args_of([x, y])
+    gen.line(depth, f"cuvil_max_pool_u8({px}, {py}, {c_dim(n * c)}, (const int64_t[12]){{{geom}}});")
 
 
 EMITTERS = {"qlinear_i8": _qlinear, "qconv_i8": _qconv, "linear_i4": _linear_i4, "conv_bf16": _conv_bf16}

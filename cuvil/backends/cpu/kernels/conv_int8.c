@@ -10,7 +10,9 @@
  *     is the padded image;
  *   - the weight is packed once (cuvil_qconv_pack) into blocks of 8 output channels, [O/8][tap][C/4][8][4], so
  *     one 4-byte group of a channel is the broadcast operand of vpdpbusd against 16 pixels x 4 channels;
- *   - a register block is 8 channels x 48 pixels (24 accumulators); blocks run on Cuvil's pool.
+ *   - a register block is 8 channels x 48 pixels (24 accumulators); blocks run on Cuvil's pool;
+ *   - on AMX, few input channels (C * KH * KW <= 256, ResNet's 3-channel 7x7 stem) run unfolded instead, as a 1x1
+ *     conv over groups of 4 kx (qc_unfold_*): 48 groups of the stem in 3 tiles against 49 taps of one group.
  * The paths (cuvil_int8_isa: 3 VNNI, 2 AVX-512BW, 1 AVX2, 0 C) share these layouts and are exact: the 16-bit ones
  * split each 4-byte group into its even and odd bytes for vpmaddwd, so every path gives the same answer.
  */
@@ -55,6 +57,18 @@ static void qc_shape(const qconv_geom *g, int64_t groups, qconv_layout *l)
  * [O/16][tap][C/64][16 channels][16 groups][4]: a block's A tile per tap and 64 channels is 1 KB in a row. */
 #define QC_AMX_OB 16
 static int qc_amx_layout(int64_t C) { return QGEMM_AMX && C % 64 == 0 && amx_int8_usable(); }
+
+/* Few input channels (ResNet's stem: 3 channels, 7x7): the image unfolded (see "unfolded" below) into a 1x1 conv
+ * over C * KH * ceil(KW / 4) groups of 4 kx, whole AMX tiles of them, instead of KH * KW taps of one group each. */
+static int64_t qc_unfold_groups(int64_t C, int64_t KH, int64_t KW, int64_t per)
+{
+    return (C * KH * ((KW + per - 1) / per) + 15) / 16 * 16;
+}
+static int qc_unfolds(int64_t C, int64_t KH, int64_t KW) { return C * KH * KW <= 256 && KH * KW > 1; }
+static int qc_amx_unfolded(int64_t C, int64_t KH, int64_t KW)
+{
+    return QGEMM_AMX && C % 64 && qc_unfolds(C, KH, KW) && amx_int8_usable();
+}
 static int64_t qc_amx_at(int64_t O, int64_t C, int64_t KH, int64_t KW) /* where its layout starts */
 {
     return qc_blocks(O) * KH * KW * qc_c4(C) * QC_OB * 4 + qc_blocks(O) * QC_OB * 4;
@@ -62,7 +76,9 @@ static int64_t qc_amx_at(int64_t O, int64_t C, int64_t KH, int64_t KW) /* where 
 
 int64_t cuvil_qconv_packed_bytes(int64_t O, int64_t C, int64_t KH, int64_t KW)
 {
-    int64_t amx = qc_amx_layout(C) ? (O + QC_AMX_OB - 1) / QC_AMX_OB * QC_AMX_OB * KH * KW * C : 0;
+    int64_t ob = (O + QC_AMX_OB - 1) / QC_AMX_OB * QC_AMX_OB;
+    int64_t amx = qc_amx_layout(C) ? ob * KH * KW * C
+                  : qc_amx_unfolded(C, KH, KW) ? ob * qc_unfold_groups(C, KH, KW, 4) * 4 : 0;
     return qc_amx_at(O, C, KH, KW) + amx;
 }
 
@@ -75,6 +91,22 @@ static void qc_pack_amx(int64_t O, int64_t C, int64_t taps, const int8_t *W, int
             for (int64_t t = 0; t < taps; t++)
                 p[(((o / QC_AMX_OB) * taps + t) * chunks + c / 64) * 1024 + (o % QC_AMX_OB) * 64 + c % 64] =
                     W[(o * C + c) * taps + t];
+}
+
+/* The unfolded weight, [O][group][4 kx] (kx past KW and groups past C * KH * runs 0), in qc_pack_amx's layout
+ * with one tap. */
+static void qc_pack_unfolded(int64_t O, int64_t C, int64_t KH, int64_t KW, const int8_t *W, int8_t *p)
+{
+    int64_t chunks = qc_unfold_groups(C, KH, KW, 4) / 16, runs = (KW + 3) / 4;
+    memset(p, 0, (size_t)((O + QC_AMX_OB - 1) / QC_AMX_OB * QC_AMX_OB * chunks * 64));
+    for (int64_t o = 0; o < O; o++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t ky = 0; ky < KH; ky++)
+                for (int64_t kx = 0; kx < KW; kx++) {
+                    int64_t k = ((c * KH + ky) * runs + kx / 4) * 4 + kx % 4;
+                    p[((o / QC_AMX_OB) * chunks + k / 64) * 1024 + (o % QC_AMX_OB) * 64 + k % 64] =
+                        W[((o * C + c) * KH + ky) * KW + kx];
+                }
 }
 
 void cuvil_qconv_pack(int64_t O, int64_t C, int64_t KH, int64_t KW, const int8_t *W, void *packed)
@@ -94,14 +126,20 @@ void cuvil_qconv_pack(int64_t O, int64_t C, int64_t KH, int64_t KW, const int8_t
         sums[o] = s;
     }
     if (qc_amx_layout(C)) qc_pack_amx(O, C, taps, W, p + qc_amx_at(O, C, KH, KW));
+    if (qc_amx_unfolded(C, KH, KW)) qc_pack_unfolded(O, C, KH, KW, W, p + qc_amx_at(O, C, KH, KW));
 }
+
+static int64_t qc_unfold_scratch(const qconv_geom *g, int64_t groups, int64_t es);
 
 int64_t cuvil_qconv_scratch_bytes(const int64_t *g)
 {
     qconv_geom q = qc_geom(g);
     qconv_layout l;
     qc_shape(&q, qc_c4(q.c), &l);
-    return (l.taps * 8 + 63) / 64 * 64 + l.phases * l.c4 * l.plane * 4;
+    int64_t direct = (l.taps * 8 + 63) / 64 * 64 + l.phases * l.c4 * l.plane * 4;
+    if (!qc_amx_unfolded(q.c, q.kh, q.kw) || q.oh <= 0 || q.ow <= 0) return direct;
+    int64_t unfolded = qc_unfold_scratch(&q, qc_unfold_groups(q.c, q.kh, q.kw, 4), 1);
+    return direct > unfolded ? direct : unfolded;
 }
 
 /* -- the image, quantised, in groups of 4 channels --------------------------------------------------------- */
@@ -191,6 +229,156 @@ static int qc_fill_planes(void *ctx, int64_t lo, int64_t hi)
             for (int64_t c = c0; c < c0 + per && c < g->c; c++)
                 qc_fill_row_bf16(src[c - c0], g->sw, q0, q1, dst + u * l->wp * 4 + (c - c0) * 2);
         }
+    }
+    return 0;
+}
+
+/* -- unfolded: few input channels as a 1x1 conv ------------------------------------------------------------ */
+/* Group (c, ky, r) of output pixel p is the `per` elements (4 uint8 or 2 bf16) at kx = r * per + i of its window's
+ * row ky in channel c: C * KH * ceil(KW / per) groups (then whole tiles of 16 with padding), one tap, one phase.
+ * The image is first copied, quantised or rounded, into a padded copy xq (element size es, the zero point or 0
+ * around it), each of whose rows the groups then gather, 16 pixels per byte permutation where AVX512_VBMI is. */
+typedef struct {
+    const qconv_geom *g;  /* the conv's own geometry */
+    const qconv_layout *l; /* the 1x1 layout the groups fill */
+    const void *x;
+    int kind;
+    float inv;
+    int32_t zero;
+    int64_t es, per, runs, hq, wq; /* xq: [C][hq][wq] elements of es bytes */
+    uint8_t *xq;
+} qc_unfold_job;
+
+static qc_unfold_job qc_unfold_shape(const qconv_geom *g, int64_t es)
+{
+    qc_unfold_job u = {0};
+    u.g = g, u.es = es, u.per = 4 / es, u.runs = (g->kw + u.per - 1) / u.per;
+    u.hq = (g->oh - 1) * g->sh + (g->kh - 1) * g->dh + 1;
+    u.wq = (g->ow - 1) * g->sw + (u.runs * u.per - 1) * g->dw + 1 + 64; /* 64: a vector read past the last pixel */
+    return u;
+}
+
+/* The 1x1 geometry the blocks run on: the conv's output, groups * per channels. */
+static qconv_geom qc_unfolded_geom(const qconv_geom *g, int64_t groups, int64_t per)
+{
+    qconv_geom q = {g->n, groups * per, g->oh, g->ow, g->o, g->oh, g->ow, 1, 1, 1, 1, 1, 1, 0, 0};
+    return q;
+}
+
+static int64_t qc_unfold_scratch(const qconv_geom *g, int64_t groups, int64_t es)
+{
+    qconv_geom q = qc_unfolded_geom(g, groups, 4 / es);
+    qconv_layout l;
+    qc_shape(&q, groups, &l);
+    qc_unfold_job u = qc_unfold_shape(g, es);
+    return 64 + groups * l.plane * 4 + g->c * u.hq * u.wq * es;
+}
+
+/* Rows [lo, hi) of xq (row i: channel i / hq, padded row i % hq): columns [pl, pl + W) the image's row, if any. */
+static int qc_unfold_pad(void *ctx, int64_t lo, int64_t hi)
+{
+    const qc_unfold_job *u = (const qc_unfold_job *)ctx;
+    const qconv_geom *g = u->g;
+    for (int64_t i = lo; i < hi; i++) {
+        int64_t c = i / u->hq, iy = i % u->hq - g->pt, x0 = g->pl;
+        int64_t x1 = iy >= 0 && iy < g->h ? min64(x0 + g->w, u->wq) : x0;
+        uint8_t *d = u->xq + i * u->wq * u->es;
+        memset(d, u->es == 2 ? 0 : (int)u->zero, (size_t)(u->wq * u->es)); /* bf16: padded with 0 */
+        if (x1 <= x0) continue;
+        int64_t at = (c * g->h + iy) * g->w;
+        if (u->es == 2) {
+            uint16_t *d16 = (uint16_t *)d + x0;
+            const float *src = (const float *)u->x + at;
+            for (int64_t q = 0; q < x1 - x0; q++) d16[q] = lp_f32_to_bf16(src[q]);
+        } else if (u->kind == QC_FROM_U8) {
+            memcpy(d + x0, (const uint8_t *)u->x + at, (size_t)(x1 - x0));
+        } else {
+            const float *src = (const float *)u->x + at;
+            float inv = u->inv;
+            int32_t z = u->zero;
+#pragma omp simd
+            for (int64_t q = 0; q < x1 - x0; q++) d[x0 + q] = qc_quantize(src[q], inv, z);
+        }
+    }
+    return 0;
+}
+
+#ifdef CUVIL_X86
+/* qc_unfold_row's pixels 16 at a time, each 64-byte read permuted into 16 pixels' groups; returns how many. */
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) static int64_t
+qc_unfold_row_vbmi(const qc_unfold_job *u, const uint8_t *idx, uint64_t live, const uint8_t *src, uint8_t *dst)
+{
+    const qconv_geom *g = u->g;
+    int64_t es = u->es;
+    const __m512i perm = _mm512_loadu_si512(idx);
+    int64_t ox = 0;
+    for (; ox < g->ow; ox += 16) {
+        __m512i v = _mm512_maskz_permutexvar_epi8((__mmask64)live, perm, _mm512_loadu_si512(src + ox * g->sw * es));
+        int64_t n = g->ow - ox < 16 ? g->ow - ox : 16;
+        _mm512_mask_storeu_epi8(dst + ox * 4, n == 16 ? ~(__mmask64)0 : (((__mmask64)1 << (n * 4)) - 1), v);
+    }
+    return ox;
+}
+#endif
+
+/* One output row of a group: pixel ox's 4 bytes are the elements at (ox * sw + i * dw), i < n, of src, then 0
+ * (kx past KW: a bf16 copy there times its 0 weight would give NaN for an infinite input). idx, live: the
+ * permutation and the bytes it keeps (idx NULL: no VBMI). */
+static void qc_unfold_row(const qc_unfold_job *u, const uint8_t *idx, uint64_t live, int64_t n, const uint8_t *src,
+                          uint8_t *dst)
+{
+    const qconv_geom *g = u->g;
+    int64_t ox = 0, es = u->es;
+#ifdef CUVIL_X86
+    if (idx) ox = qc_unfold_row_vbmi(u, idx, live, src, dst);
+#else
+    (void)idx, (void)live;
+#endif
+    for (; ox < g->ow; ox++)
+        for (int64_t i = 0; i < u->per; i++) {
+            if (i < n) memcpy(dst + ox * 4 + i * es, src + (ox * g->sw + i * g->dw) * es, (size_t)es);
+            else memset(dst + ox * 4 + i * es, 0, (size_t)es);
+        }
+}
+
+/* Whether 16 pixels' groups lie within one 64-byte read, and AVX512_VBMI is there and not masked. */
+static int qc_unfold_vbmi(const qc_unfold_job *u)
+{
+#ifdef CUVIL_X86
+    __builtin_cpu_init();
+    return (15 * u->g->sw + (u->per - 1) * u->g->dw) * u->es + u->es - 1 < 64 &&
+           __builtin_cpu_supports("avx512vbmi") && !lp_masked("avx512vbmi");
+#else
+    (void)u;
+    return 0;
+#endif
+}
+
+/* Planes [lo, hi) of the layout: group i, or padding (the zero point: its weights are 0) past the real ones. */
+static int qc_unfold_fill(void *ctx, int64_t lo, int64_t hi)
+{
+    const qc_unfold_job *u = (const qc_unfold_job *)ctx;
+    const qconv_geom *g = u->g;
+    const qconv_layout *l = u->l;
+    int64_t real = g->c * g->kh * u->runs, row = u->wq * u->es;
+    uint8_t idx[64], pad = u->es == 2 ? 0 : (uint8_t)u->zero; /* idx: the permutation of 16 pixels' groups */
+    for (int64_t b = 0; b < 64; b++)
+        idx[b] = (uint8_t)(((b / 4) * g->sw + (b % 4) / u->es * g->dw) * u->es + b % u->es);
+    const uint8_t *perm = qc_unfold_vbmi(u) ? idx : NULL;
+    for (int64_t i = lo; i < hi; i++) {
+        uint8_t *dst = l->buf + i * l->plane * 4;
+        if (i >= real) {
+            memset(dst, pad, (size_t)(l->plane * 4));
+            continue;
+        }
+        int64_t c = i / (g->kh * u->runs), ky = i / u->runs % g->kh, r = i % u->runs;
+        const uint8_t *src = u->xq + (c * u->hq + ky * g->dh) * row + r * u->per * g->dw * u->es;
+        int64_t n = min64(u->per, g->kw - r * u->per);
+        uint64_t live = 0;
+        for (int64_t b = 0; b < 64; b++) live |= (uint64_t)((b % 4) / u->es < n) << b;
+        for (int64_t oy = 0; oy < g->oh; oy++)
+            qc_unfold_row(u, perm, live, n, src + oy * g->sh * row, dst + oy * g->ow * 4);
+        memset(dst + l->pv * 4, pad, (size_t)((l->plane - l->pv) * 4));
     }
     return 0;
 }
@@ -417,19 +605,30 @@ static inline QC_X512 void qc_residual512(const qc_job *j, int64_t base, const q
     }
 }
 
-static inline QC_X512 __m128i qc_requantize512(const qc_job *j, __m512 y)
+/* The requantisation's constants, computed once per channel: the uint8 stores may alias the job, so the compiler
+ * reloaded out_scale and divided again for every vector. */
+typedef struct {
+    __m512 d, inv, lim;
+    __m512i zero;
+} qc_requant512;
+
+static inline QC_X512 qc_requant512 qc_requant_of(const qc_job *j)
 {
-    const __m512 d = _mm512_set1_ps(j->out_scale), lim = _mm512_set1_ps(512.0f * j->out_scale);
-    __m512 c = _mm512_min_ps(_mm512_max_ps(y, _mm512_sub_ps(_mm512_setzero_ps(), lim)), lim);
+    qc_requant512 r = {_mm512_set1_ps(j->out_scale), _mm512_set1_ps(1.0f / j->out_scale),
+                       _mm512_set1_ps(512.0f * j->out_scale), _mm512_set1_epi32(j->out_zero)};
+    return r;
+}
+
+static inline QC_X512 __m128i qc_requantize512(const qc_requant512 *k, __m512 y)
+{
+    __m512 c = _mm512_min_ps(_mm512_max_ps(y, _mm512_sub_ps(_mm512_setzero_ps(), k->lim)), k->lim);
 #ifdef __FMA__
-    const __m512 inv = _mm512_set1_ps(1.0f / j->out_scale);
-    __m512 q = _mm512_mul_ps(c, inv);
-    q = _mm512_fmadd_ps(_mm512_fnmadd_ps(q, d, c), inv, q);
+    __m512 q = _mm512_mul_ps(c, k->inv);
+    q = _mm512_fmadd_ps(_mm512_fnmadd_ps(q, k->d, c), k->inv, q);
 #else
-    __m512 q = _mm512_div_ps(c, d);
+    __m512 q = _mm512_div_ps(c, k->d);
 #endif
-    __m512i i = _mm512_add_epi32(_mm512_cvt_roundps_epi32(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
-                                 _mm512_set1_epi32(j->out_zero));
+    __m512i i = _mm512_add_epi32(_mm512_cvt_roundps_epi32(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), k->zero);
     return _mm512_cvtepi32_epi8(_mm512_min_epi32(_mm512_max_epi32(i, _mm512_setzero_si512()), _mm512_set1_epi32(255)));
 }
 
@@ -460,13 +659,17 @@ QC_X512 static void qc_channel512(const qc_job *j, int64_t o, const qc_acc *acc,
         cuvil_activation(j->act, QC_PIX, t, t);
         for (int v = 0; v < QC_NV; v++) y[v] = _mm512_loadu_ps(t + v * QC_LANES);
     }
+    const int quantized = j->out_scale > 0.0f;
+    const qc_requant512 k = qc_requant_of(j);
+    uint8_t *yq = (uint8_t *)j->y + base;
+    float *yf = (float *)j->y + base;
     for (int v = 0; v < QC_NV; v++) {
-        __m128i q = j->out_scale > 0.0f ? qc_requantize512(j, y[v]) : _mm_setzero_si128();
+        __m128i q = quantized ? qc_requantize512(&k, y[v]) : _mm_setzero_si128();
         for (int r = 0; r < nruns; r++) {
             int64_t at;
             __mmask16 m = qc_run_mask(&runs[r], v, &at);
-            if (m && j->out_scale > 0.0f) _mm_mask_storeu_epi8((uint8_t *)j->y + base + at, m, q);
-            else if (m) _mm512_mask_storeu_ps((float *)j->y + base + at, m, y[v]);
+            if (m && quantized) _mm_mask_storeu_epi8(yq + at, m, q);
+            else if (m) _mm512_mask_storeu_ps(yf + at, m, y[v]);
         }
     }
 }
@@ -598,14 +801,32 @@ static void qc_layout_in(const qconv_geom *g, int64_t groups, void *scratch, qco
     }
 }
 
-/* One image: its copy into the layout (fill), then every block (job) by `run` (qc_blocks_run, or a wrapper). */
+/* Every block of one image (job) by `run` (qc_blocks_run, or a wrapper), its layout filled. */
+static void qc_run_blocks(qc_job *job, cuvil_range_fn run)
+{
+    const qconv_layout *l = job->l;
+    int64_t nob = (job->g->o + job->ob - 1) / job->ob;
+    int64_t items = nob * ((l->pv + QC_PIX - 1) / QC_PIX), macs = l->pv * job->g->o * l->taps * l->c4 * 4;
+    cuvil_parallel_team(items, (int)min64(threads_for(macs), items), run, job);
+}
+
+/* One image: its copy into the layout (fill), then its blocks. */
 static void qc_image(qc_fill_job *fill, qc_job *job, cuvil_range_fn run)
 {
     const qconv_layout *l = job->l;
-    int64_t planes = l->phases * l->c4, nob = (job->g->o + job->ob - 1) / job->ob;
-    int64_t items = nob * ((l->pv + QC_PIX - 1) / QC_PIX), macs = l->pv * job->g->o * l->taps * l->c4 * 4;
+    int64_t planes = l->phases * l->c4;
     cuvil_parallel_team(planes, (int)min64(threads_for(planes * l->plane * 16), planes), qc_fill_planes, fill);
-    cuvil_parallel_team(items, (int)min64(threads_for(macs), items), run, job);
+    qc_run_blocks(job, run);
+}
+
+/* One image unfolded (u: its padded copy, then the groups into job's 1x1 layout), then its blocks. */
+static void qc_unfolded_image(qc_unfold_job *u, qc_job *job, cuvil_range_fn run)
+{
+    const qconv_layout *l = job->l;
+    int64_t rows = u->g->c * u->hq;
+    cuvil_parallel_team(rows, (int)min64(threads_for(rows * u->wq * 16), rows), qc_unfold_pad, u);
+    cuvil_parallel_team(l->c4, (int)min64(threads_for(l->c4 * l->plane * 16), l->c4), qc_unfold_fill, u);
+    qc_run_blocks(job, run);
 }
 
 void cuvil_qconv(const void *x, int x_is_u8, float x_scale, int32_t x_zero, const void *packed,
@@ -637,7 +858,124 @@ void cuvil_qconv(const void *x, int x_is_u8, float x_scale, int32_t x_zero, cons
             job.tile = qc_tile_amx, job.ob = QC_AMX_OB, job.wblock = l.taps * g.c * QC_AMX_OB;
             job.w = w + qc_amx_at(g.o, g.c, g.kh, g.kw), run = qc_amx_blocks;
         }
+        if (cuvil_int8_isa() >= 4 && qc_amx_unfolded(g.c, g.kh, g.kw) && g.oh > 0 && g.ow > 0) {
+            qconv_geom g1 = qc_unfolded_geom(&g, qc_unfold_groups(g.c, g.kh, g.kw, 4), 4);
+            qconv_layout l1;
+            qc_layout_in(&g1, g1.c / 4, scratch, &l1);
+            qc_unfold_job u = qc_unfold_shape(&g, 1);
+            u.l = &l1, u.x = xn, u.kind = fill.kind, u.inv = fill.inv, u.zero = z;
+            u.xq = l1.buf + l1.c4 * l1.plane * 4;
+            job.g = &g1, job.l = &l1, job.tile = qc_tile_amx, job.ob = QC_AMX_OB, job.wblock = g1.c * QC_AMX_OB;
+            job.w = w + qc_amx_at(g.o, g.c, g.kh, g.kw), run = qc_amx_blocks;
+            qc_unfolded_image(&u, &job, run);
+            continue;
+        }
 #endif
         qc_image(&fill, &job, run);
     }
+}
+
+/* -- max_pool on uint8 (a quantized tensor between layers, ResNet's after the stem), NCHW, 2-D ---------------- */
+/* g: H, W, OH, OW, KH, KW, SH, SW, DH, DW, PT, PL. A position outside the image counts as 0, uint8's least value,
+ * so a window's max is that of its part inside (and 0 for a window wholly outside, as in the generic pool). Each
+ * output row is the max of its KH input rows into a row buffer, then the max over KW columns of that, in chunks of
+ * MP_CHUNK outputs; 512-bit for strides 1 and 2 (2: even and odd bytes split by vpmovwb), else scalar. */
+#define MP_CHUNK 256
+#define MP_ROW 4096 /* the longest buffered row; a wider window (huge strides or dilations) is done pixel by pixel */
+
+typedef struct {
+    const uint8_t *x;
+    uint8_t *y;
+    const int64_t *g;
+    int wide; /* the 512-bit columns (cuvil_int8_isa >= 2) */
+} mp_job;
+
+static uint8_t mp_pixel(const mp_job *j, const uint8_t *xp, int64_t oy, int64_t ox)
+{
+    const int64_t *g = j->g;
+    uint8_t m = 0;
+    for (int64_t ky = 0; ky < g[4]; ky++) {
+        int64_t iy = oy * g[6] - g[10] + ky * g[8];
+        for (int64_t kx = 0; iy >= 0 && iy < g[0] && kx < g[5]; kx++) {
+            int64_t ix = ox * g[7] - g[11] + kx * g[9];
+            if (ix >= 0 && ix < g[1] && xp[iy * g[1] + ix] > m) m = xp[iy * g[1] + ix];
+        }
+    }
+    return m;
+}
+
+#ifdef CUVIL_X86
+/* y[o] = max over kx < KW of r[o * s + kx * d], o < n, for s 1 (any d) or 2 (d 1); returns the outputs done. */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static int64_t mp_cols512(const uint8_t *r, uint8_t *y, int64_t n,
+                                                                      int64_t kw, int64_t s, int64_t d)
+{
+    if (s == 1) {
+        for (int64_t o = 0; o < n; o += 64) {
+            __m512i m = _mm512_setzero_si512();
+            for (int64_t kx = 0; kx < kw; kx++) m = _mm512_max_epu8(m, _mm512_loadu_si512(r + o + kx * d));
+            _mm512_mask_storeu_epi8(y + o, n - o >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (n - o)) - 1, m);
+        }
+        return n;
+    }
+    if (s != 2 || d != 1) return 0;
+    for (int64_t o = 0; o < n; o += 32) {
+        __m256i m = _mm256_setzero_si256();
+        for (int64_t kx = 0; kx < kw; kx += 2) { /* columns 2o + kx (even bytes) and 2o + kx + 1 (odd) */
+            __m512i v = _mm512_loadu_si512(r + 2 * o + kx);
+            m = _mm256_max_epu8(m, _mm512_cvtepi16_epi8(v));
+            if (kx + 1 < kw) m = _mm256_max_epu8(m, _mm512_cvtepi16_epi8(_mm512_srli_epi16(v, 8)));
+        }
+        _mm256_mask_storeu_epi8(y + o, n - o >= 32 ? ~(__mmask32)0 : ((__mmask32)1 << (n - o)) - 1, m);
+    }
+    return n;
+}
+#endif
+
+static int mp_rows(void *ctx, int64_t lo, int64_t hi)
+{
+    const mp_job *j = (const mp_job *)ctx;
+    const int64_t *g = j->g;
+    int64_t H = g[0], W = g[1], OH = g[2], OW = g[3];
+    uint8_t r[MP_ROW + 192]; /* 192: the 512-bit columns read up to 130 bytes past a chunk's last window */
+    for (int64_t i = lo; i < hi; i++) {
+        const uint8_t *xp = j->x + (i / OH) * H * W;
+        uint8_t *yr = j->y + i * OW;
+        int64_t oy = i % OH;
+        for (int64_t o0 = 0; o0 < OW; o0 += MP_CHUNK) {
+            int64_t n = min64(MP_CHUNK, OW - o0), c0 = o0 * g[7] - g[11];
+            int64_t width = (n - 1) * g[7] + (g[5] - 1) * g[9] + 1;
+            if (width > MP_ROW) {
+                for (int64_t o = 0; o < n; o++) yr[o0 + o] = mp_pixel(j, xp, oy, o0 + o);
+                continue;
+            }
+            memset(r, 0, (size_t)(width + 192));
+            int64_t qa = c0 < 0 ? -c0 : 0, qb = min64(width, W - c0);
+            for (int64_t ky = 0; ky < g[4] && qa < qb; ky++) {
+                int64_t iy = oy * g[6] - g[10] + ky * g[8];
+                if (iy < 0 || iy >= H) continue;
+                const uint8_t *s = xp + iy * W + c0 + qa;
+                uint8_t *rq = r + qa;
+#pragma omp simd
+                for (int64_t q = 0; q < qb - qa; q++) rq[q] = rq[q] > s[q] ? rq[q] : s[q];
+            }
+            int64_t done = 0;
+#ifdef CUVIL_X86
+            if (j->wide) done = mp_cols512(r, yr + o0, n, g[5], g[7], g[9]);
+#endif
+            for (int64_t o = done; o < n; o++) {
+                uint8_t m = 0;
+                for (int64_t kx = 0; kx < g[5]; kx++) m = r[o * g[7] + kx * g[9]] > m ? r[o * g[7] + kx * g[9]] : m;
+                yr[o0 + o] = m;
+            }
+        }
+    }
+    return 0;
+}
+
+void cuvil_max_pool_u8(const uint8_t *x, uint8_t *y, int64_t planes, const int64_t *geom)
+{
+    mp_job j = {x, y, geom, cuvil_int8_isa() >= 2};
+    int64_t rows = planes * geom[2];
+    if (rows <= 0 || geom[3] <= 0) return;
+    cuvil_parallel_team(rows, (int)min64(threads_for(rows * geom[3] * geom[4] * geom[5]), rows), mp_rows, &j);
 }

@@ -16,21 +16,31 @@
 static int64_t cl_groups(int64_t c) { return ((c + 1) / 2 + 15) / 16 * 16; }
 static int64_t cl_blocks(int64_t o) { return (o + CL_OB - 1) / CL_OB; }
 
+/* Few input channels (the 3-channel 7x7 stem: 96 pairs of kx against 49 taps of 16 pairs) run unfolded, on every
+ * path (conv_int8.c's qc_unfold_*: a 1x1 conv over pairs of kx), where that is fewer pairs. */
+static int cl_unfolds(int64_t C, int64_t KH, int64_t KW)
+{
+    return qc_unfolds(C, KH, KW) && qc_unfold_groups(C, KH, KW, 2) < KH * KW * cl_groups(C);
+}
+
 int64_t cuvil_conv_bf16_packed_bytes(int64_t O, int64_t C, int64_t KH, int64_t KW)
 {
+    if (cl_unfolds(C, KH, KW)) return cl_blocks(O) * qc_unfold_groups(C, KH, KW, 2) * CL_OB * 4;
     return cl_blocks(O) * KH * KW * cl_groups(C) * CL_OB * 4;
 }
 
 void cuvil_conv_bf16_pack(int64_t O, int64_t C, int64_t KH, int64_t KW, const uint16_t *W, void *packed)
 {
-    int64_t taps = KH * KW, groups = cl_groups(C);
+    int unfold = cl_unfolds(C, KH, KW), runs = (int)((KW + 1) / 2);
+    int64_t taps = unfold ? 1 : KH * KW, groups = unfold ? qc_unfold_groups(C, KH, KW, 2) : cl_groups(C);
     uint16_t *p = (uint16_t *)packed;
     memset(p, 0, (size_t)cuvil_conv_bf16_packed_bytes(O, C, KH, KW));
     for (int64_t o = 0; o < O; o++)
         for (int64_t c = 0; c < C; c++)
-            for (int64_t t = 0; t < taps; t++) {
-                int64_t g = c / 2, at = (((o / CL_OB) * taps + t) * (groups / 16) + g / 16) * CL_OB * 32;
-                p[at + (o % CL_OB) * 32 + (g % 16) * 2 + c % 2] = W[(o * C + c) * taps + t];
+            for (int64_t t = 0; t < KH * KW; t++) { /* unfolded: channel k of one tap, pairs of kx of (c, ky) */
+                int64_t k = unfold ? ((c * KH + t / KW) * runs + t % KW / 2) * 2 + t % KW % 2 : c, tt = unfold ? 0 : t;
+                int64_t g = k / 2, at = (((o / CL_OB) * taps + tt) * (groups / 16) + g / 16) * CL_OB * 32;
+                p[at + (o % CL_OB) * 32 + (g % 16) * 2 + k % 2] = W[(o * C + c) * KH * KW + t];
             }
 }
 
@@ -38,6 +48,8 @@ int64_t cuvil_conv_bf16_scratch_bytes(const int64_t *g)
 {
     qconv_geom q = qc_geom(g);
     qconv_layout l;
+    if (cl_unfolds(q.c, q.kh, q.kw))
+        return q.oh > 0 && q.ow > 0 ? qc_unfold_scratch(&q, qc_unfold_groups(q.c, q.kh, q.kw, 2), 2) : 0;
     qc_shape(&q, cl_groups(q.c), &l);
     return (l.taps * 8 + 63) / 64 * 64 + l.phases * l.c4 * l.plane * 4;
 }
@@ -138,19 +150,49 @@ static qc_tile_fn cl_tile_for(int path)
     return cl_tile_generic;
 }
 
+static cuvil_range_fn cl_run(int path)
+{
+#if LP_HAVE_X86_BF16
+    return path == LP_AMX ? qc_amx_blocks : qc_blocks_run; /* AMX: conv_int8.c's tile config */
+#else
+    (void)path;
+    return qc_blocks_run;
+#endif
+}
+
+/* cuvil_conv_bf16 unfolded (cl_unfolds): each image rounded into a padded copy, its pairs of kx gathered. */
+static void cl_unfolded(const float *x, const void *packed, const float *bias, const float *res, int act, float *y,
+                        const qconv_geom *g, void *scratch)
+{
+    if (g->oh <= 0 || g->ow <= 0) return;
+    qconv_geom g1 = qc_unfolded_geom(g, qc_unfold_groups(g->c, g->kh, g->kw, 2), 2);
+    qconv_layout l;
+    qc_layout_in(&g1, g1.c / 2, scratch, &l);
+    int64_t image = g->c * g->h * g->w, out_plane = g->o * g->oh * g->ow;
+    int path = cuvil_lowp_path();
+    for (int64_t n = 0; n < g->n; n++) {
+        qc_unfold_job u = qc_unfold_shape(g, 2);
+        u.l = &l, u.x = x + n * image, u.kind = QC_TO_BF16, u.inv = 1.0f, u.xq = l.buf + l.c4 * l.plane * 4;
+        qc_job job = {&g1, &l, cl_tile_for(path), CL_OB, 1, l.c4 * CL_OB * 4, (const uint8_t *)packed, NULL, 1.0f,
+                      0, NULL, bias, res ? res + n * out_plane : NULL, act, y + n * out_plane, 0.0f, 0, NULL, 0.0f,
+                      0, cuvil_int8_isa()};
+        qc_unfolded_image(&u, &job, cl_run(path));
+    }
+}
+
 void cuvil_conv_bf16(const float *x, const void *packed, const float *bias, const float *res, int act, float *y,
                      const int64_t *geom, void *scratch)
 {
     qconv_geom g = qc_geom(geom);
+    if (cl_unfolds(g.c, g.kh, g.kw)) {
+        cl_unfolded(x, packed, bias, res, act, y, &g, scratch);
+        return;
+    }
     qconv_layout l;
     qc_layout_in(&g, cl_groups(g.c), scratch, &l);
     int64_t image = g.c * g.h * g.w, out_plane = g.o * g.oh * g.ow;
     int path = cuvil_lowp_path();
-#if LP_HAVE_X86_BF16
-    cuvil_range_fn run = path == LP_AMX ? qc_amx_blocks : qc_blocks_run; /* AMX: conv_int8.c's tile config */
-#else
-    cuvil_range_fn run = qc_blocks_run;
-#endif
+    cuvil_range_fn run = cl_run(path);
     for (int64_t n = 0; n < g.n; n++) {
         qc_fill_job fill = {&g, &l, x + n * image, QC_TO_BF16, 1.0f, 0};
         qc_job job = {&g, &l, cl_tile_for(path), CL_OB, 1, l.taps * l.c4 * CL_OB * 4, (const uint8_t *)packed,

@@ -224,6 +224,9 @@ int64_t cuvil_qconv_scratch_bytes(const int64_t *geom);
 void cuvil_qconv(const void *x, int x_is_u8, float x_scale, int32_t x_zero, const void *packed,
                  const float *w_scale, const float *bias, const void *res, float res_scale, int32_t res_zero, int act,
                  void *y, float out_scale, int32_t out_zero, const int64_t *geom, void *scratch);
+/* max_pool of uint8 NCHW planes (conv_int8.c), positions outside the image 0 (uint8's least value): x [planes, H, W],
+ * y [planes, OH, OW]; geom: H, W, OH, OW, KH, KW, stride h, w, dilation h, w, pad top, left. */
+void cuvil_max_pool_u8(const uint8_t *x, uint8_t *y, int64_t planes, const int64_t *geom);
 
 /* int4 weight-only (gemm_int4.c): y[M, N] = act(x[M, K] @ W^T + bias), W[n, k] = (q - zero[n, k / G]) *
  * scale[n, k / G] with q 4-bit, K / 2 bytes per row (layout in gemm_int4.c), G a multiple of 32 dividing K. */
