@@ -153,3 +153,35 @@ def test_dynamically_quantized_weights_are_read_from_the_map(tmp_path):
     assert "qlinear_i8" in {op.name for op in from_file.module.main.walk()}
     x = rand(5, 128, seed=11)
     np.testing.assert_array_equal(from_file(x)[0], from_proto(x)[0])
+
+
+def _status_mb(field: str) -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) / 1024 for line in f if line.startswith(field + ":"))
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="resets the peak through /proc (Linux)")
+@pytest.mark.parametrize("cached", ["0", "1"], ids=["uncached", "cold-cache"])
+def test_compiling_a_model_file_holds_its_weights_about_once(tmp_path, monkeypatch, cached):
+    """A mapped weight's pages leave the resident set once it is packed and fingerprinted: the peak is the packed
+    copies and one weight in packing, not the packed copies and the mapped originals (2x)."""
+    monkeypatch.setenv("CUVIL_ARTIFACT_CACHE", cached)
+    monkeypatch.setenv("CUVIL_CACHE_DIR", str(tmp_path / "cache"))
+    ws = [rand(2048, 512, seed=20 + k) for k in range(8)]  # 32 MiB in eight weights: each packed in turn
+    nodes = [helper.make_node("MatMul", ["x", f"w{k}"], [f"y{k}"]) for k in range(8)]
+    onnx.save(model(nodes, [("x", F32, [8, 2048])], [(f"y{k}", F32, [8, 512]) for k in range(8)],
+                    [(f"w{k}", w) for k, w in enumerate(ws)]), tmp_path / "m.onnx")
+    x = rand(8, 2048, seed=13)
+    want = [x @ w for w in ws]
+    small = model([helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", F32, [8, 64])], [("y", F32, [8, 64])],
+                  [("w", rand(64, 64))])
+    cuvil.load_onnx(small).optimize()(x[:, :64])  # the kernel library and call path loaded before the measure
+    del ws
+    base = _status_mb("VmRSS")
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    compiled = cuvil.load_onnx(tmp_path / "m.onnx").optimize()
+    peak = _status_mb("VmHWM") - base
+    assert peak < 1.5 * 32, f"the compile's peak added {peak:.0f} MiB for 32 MiB of weights"
+    for got, expected in zip(compiled(x), want):
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-3)
