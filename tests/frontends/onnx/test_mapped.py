@@ -185,3 +185,11 @@ def test_compiling_a_model_file_holds_its_weights_about_once(tmp_path, monkeypat
     assert peak < 1.5 * 32, f"the compile's peak added {peak:.0f} MiB for 32 MiB of weights"
     for got, expected in zip(compiled(x), want):
         np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-3)
+
+
+def test_a_mapped_initializer_of_the_wrong_size_is_named(tmp_path):
+    proto = model([helper.make_node("Identity", ["w"], ["y"])], [], [("y", F32, [4096])], [("w", rand(4096))])
+    proto.graph.initializer[0].raw_data = rand(4095).tobytes()  # one element short
+    onnx.save(proto, tmp_path / "m.onnx")
+    with pytest.raises(cuvil.SerializationError, match="'w'.*16384 bytes, has 16380"):
+        cuvil.load_onnx(tmp_path / "m.onnx")
