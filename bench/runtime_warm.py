@@ -160,8 +160,13 @@ def measure(workload: str, route: str, rounds: int, onnx_dir: str) -> dict:
             "key_ms": med(rec, "key_s") * 1e3 if all("key_s" in r for r in rec) else None,
             "entry_load_ms": med(rec, "entry_load_s") * 1e3, "first_call_ms": med(rec, "first_call_s") * 1e3,
             "rss_added_mb": med(rec, "rss_added_mb"), "weights_mb": on[0]["weights_mb"],
-            "rss_over_weights": med(rec, "rss_added_mb") / on[0]["weights_mb"],
-            "entry_mb": cold["entry_mb"], "entry_over_weights": cold["entry_mb"] / on[0]["weights_mb"]}
+            "rss_over_weights": _over(med(rec, "rss_added_mb"), on[0]["weights_mb"]),
+            "entry_mb": cold["entry_mb"], "entry_over_weights": _over(cold["entry_mb"], on[0]["weights_mb"])}
+
+
+def _over(mb: float, weights_mb: float) -> float:
+    """A size over the weights' (NaN for a model without weights: the ratio goal does not apply)."""
+    return mb / weights_mb if weights_mb else float("nan")
 
 
 def _suite(name) -> list:
@@ -176,6 +181,7 @@ def main() -> None:
     ap.add_argument("--route", action="append", choices=("torch", "onnx"))
     ap.add_argument("--suite", help="every workload of this suite of bench/workloads.py (standard, quick)")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--skip", action="append", default=[], help="a workload name to leave out (repeatable)")
     ap.add_argument("--onnx-dir", default=os.path.join(tempfile.gettempdir(), "cuvil-bench-onnx"))
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--mode", choices=MODES, default="full", help=argparse.SUPPRESS)
@@ -184,7 +190,7 @@ def main() -> None:
         print(json.dumps(child(args.workload[0], args.route[0], args.onnx_dir, args.mode)))
         return
     print(f"load: {os.getloadavg()}")
-    for workload in args.workload or _suite(args.suite) or DEFAULT:
+    for workload in [w for w in args.workload or _suite(args.suite) or DEFAULT if w not in args.skip]:
         for route in args.route or ("torch", "onnx"):
             r = measure(workload, route, args.rounds, args.onnx_dir)
             print(json.dumps(r))

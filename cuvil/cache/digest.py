@@ -18,6 +18,8 @@ from ..backends.cpu import toolchain
 from ..runtime import container
 
 SOURCE = Path(__file__).with_name("digest.c")
+ONE_THREAD_BYTES = 16 << 20  # about 2 ms on one core: helper threads would save at most 1 ms, and on a busy machine
+# the key waits for each of them to be scheduled
 
 
 @functools.lru_cache(maxsize=1)
@@ -37,6 +39,6 @@ def ranges_digests(arrays: list) -> list:
     lens = np.array([a.size for a in arrays], dtype=np.int64)
     out = np.zeros((n, 2), dtype="<u8")
     if n:
-        _library().cuvil_digest_ranges(n, ptrs.ctypes.data, lens.ctypes.data, out.ctypes.data,
-                                       min(container.cpu_count(), container.MAX_THREADS))
+        threads = 1 if int(lens.sum()) < ONE_THREAD_BYTES else min(container.cpu_count(), container.MAX_THREADS)
+        _library().cuvil_digest_ranges(n, ptrs.ctypes.data, lens.ctypes.data, out.ctypes.data, threads)
     return [row.tobytes() for row in out]

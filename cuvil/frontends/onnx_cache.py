@@ -60,7 +60,7 @@ def _first_load(model, digest: str):
     proto, base_dir = loader.read_model(model)
     converted = loader.load_proto(proto, base_dir)
     specs = converted.inputs + converted.outputs
-    files = loader.external_files(proto)
+    files = loader.external_files(proto, base_dir and os.path.basename(os.fspath(model)))
     sequences = converted.layout is not None  # sequence or optional outputs: the cache's route keeps tensors only
     carried = any(s.elem in CARRIERS for s in specs)
     if files and base_dir is None or isinstance(converted, SpecializingModel) or carried or sequences:

@@ -10,6 +10,7 @@ import hashlib
 
 import numpy as np
 
+from .. import mapped_pages
 from .core import Function, Module, Region
 from .printer import format_attr
 
@@ -29,6 +30,7 @@ def _array_digest(arr: np.ndarray) -> str:
     a = np.ascontiguousarray(arr)
     h = hashlib.sha256(f"{a.dtype.str}{a.shape}".encode())
     h.update(a.reshape(-1).view(np.uint8))
+    mapped_pages.release(a)  # a weight mapped from a model file need not stay resident for this one read
     return h.hexdigest()
 
 

@@ -65,5 +65,22 @@ def test_threads_do_not_change_the_digests(monkeypatch):
     arrays = [RNG.integers(0, 256, n, dtype=np.uint8) for n in range(100, 3000, 97)]
     one_thread = digest.ranges_digests(arrays)
     monkeypatch.setattr(digest.container, "cpu_count", lambda: 8)
+    monkeypatch.setattr(digest, "ONE_THREAD_BYTES", 0)  # these small arrays on eight threads all the same
     assert digest.ranges_digests(arrays) == one_thread
     assert digest.ranges_digests(arrays[::-1]) == one_thread[::-1]
+
+
+def test_a_few_megabytes_are_digested_on_the_calling_thread(monkeypatch):
+    """Helper threads would save under a millisecond there, and on a busy machine the key waits for them."""
+    threads, real = [], digest._library()
+
+    class Spy:
+        def cuvil_digest_ranges(self, *args):
+            threads.append(args[-1])
+            return real.cuvil_digest_ranges(*args)
+
+    monkeypatch.setattr(digest.container, "cpu_count", lambda: 8)
+    monkeypatch.setattr(digest, "_library", lambda: Spy())
+    small = digest.ranges_digests([np.zeros(1 << 20, np.uint8)])
+    digest.ranges_digests([np.zeros(digest.ONE_THREAD_BYTES, np.uint8)])
+    assert threads == [1, 8] and small == digest.ranges_digests([np.zeros(1 << 20, np.uint8)])

@@ -47,3 +47,16 @@ def test_a_tree_changed_within_the_last_second_is_not_remembered(tmp_path):
     _tree(root, {"a.py": "x = 1\n"}, age_s=0.0)
     keys.tree_digest(str(root), memo)
     assert not memo.exists() or not list(memo.iterdir())
+
+
+def test_the_tree_lists_the_files_os_walk_lists(tmp_path):
+    """Nested folders, a link to a file (read) and a link to a folder (not followed), in os.walk's order."""
+    root = tmp_path / "pkg"
+    _tree(root, {"a.py": "", "z/b.c": "", "z/y/c.h": "", "m.txt": "", "zz.py": ""})
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "d.py").write_text("")
+    os.symlink(tmp_path / "elsewhere", root / "linked")
+    os.symlink(root / "a.py", root / "z" / "e.py")
+    want = sorted(os.path.relpath(os.path.join(folder, name), root) for folder, _, names in os.walk(root)
+                  for name in names if name.endswith((".py", ".c", ".h")))
+    assert [rel for rel, _ in sorted(keys._source_files(str(root), ""))] == want

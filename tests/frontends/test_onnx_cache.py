@@ -90,3 +90,20 @@ def test_sequence_outputs_stay_lists_on_a_second_load(cache):
         got = cuvil.load_onnx(data).optimize()(x)[0]
         assert isinstance(got, list) and len(got) == 2
         np.testing.assert_array_equal(got[1], x[1:])
+
+
+def test_a_single_file_model_with_large_weights_lists_no_data_file(cache, tmp_path):
+    """Its weights are mapped from the model file (frontends/onnx/mapped.py): the file is not a data file of its own."""
+    w = np.random.default_rng(3).standard_normal((64, 32)).astype(np.float32)
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 32])],
+                              [numpy_helper.from_array(w, "w")])
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    x = np.ones((2, 64), np.float32)
+    assert cuvil.load_onnx(path).optimize().executable.cache == "miss"
+    assert [m.read_text() for m in (cache / "artifacts" / "onnx").glob("*.ok")] == [""]
+    warm = cuvil.load_onnx(path).optimize()
+    assert warm.executable.cache == "hit"
+    np.testing.assert_allclose(warm(x)[0], x @ w, rtol=1e-5, atol=1e-5)

@@ -20,6 +20,7 @@ import numpy as np
 from ...errors import CuvilError, IndexRangeError, ShapeError, UnsupportedError
 from ...ir.core import Location
 from ...ir.symbolic import evaluate, plain_symbol
+from ... import mapped_pages
 from . import fastcall
 from .kernels import aligned_empty
 
@@ -115,6 +116,7 @@ class CpuFunction:
         for j in range(len(self.prepared)):
             if j not in saved:
                 prepare(self._const_ptrs, j)
+                mapped_pages.release(self._consts[int(source(j))])  # packed: its pages mapped from a model file can go
         self._data = list(program.data_sizes)  # the sizes the call computes, written after the input sizes in dims
         self._static = not program.symbols and not self._data
         self._fast_path_tables()

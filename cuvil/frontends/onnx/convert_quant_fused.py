@@ -23,6 +23,7 @@ from ...ir.dtypes import DType
 from ...ops.quantized import INT4_GROUPS, pack_int4
 from .convert_nn import conv_attrs
 from .registry import converter
+from .tensors import tensor_to_array
 
 DOMAIN = "ai.cuvil"
 _CONV_ATTRS = ("strides", "pads", "dilations", "kernel_shape", "auto_pad", "group")
@@ -31,8 +32,8 @@ _CONV_ATTRS = ("strides", "pads", "dilations", "kernel_shape", "auto_pad", "grou
 class _Graph:
     """Producers, readers and constant initializers of a graph, and the rewrite's new nodes and initializers."""
 
-    def __init__(self, graph):
-        self.graph = graph
+    def __init__(self, graph, base_dir: str | None):
+        self.graph, self.base_dir = graph, base_dir
         self.init = {i.name: i for i in graph.initializer}
         self.producer = {o: n for n in graph.node for o in n.output}
         self.readers: dict = {}
@@ -44,7 +45,12 @@ class _Graph:
         self.replaced: dict = {}  # id(node) -> the fused node that takes its place (None: removed)
 
     def array(self, name: str):
-        return numpy_helper.to_array(self.init[name]) if name in self.init else None
+        """An initializer's elements; external ones (and large ones of a model file, see mapped.py) mapped from their
+        file next to the model, as the loader maps them."""
+        t = self.init.get(name)
+        if t is None:
+            return None
+        return tensor_to_array(t, self.base_dir) if t.data_location == T.EXTERNAL else numpy_helper.to_array(t)
 
     def made_by(self, name: str, op_type: str):
         node = self.producer.get(name)
@@ -194,9 +200,10 @@ def _emit(g: _Graph, node, x: str, wq, bias, output: str, attrs: dict, q, op_typ
         g.replaced[id(q)] = None
 
 
-def fuse_quantized(graph):
-    """`graph` with its quantized node groups fused (a copy), and whether any was."""
-    g = _Graph(graph)
+def fuse_quantized(graph, base_dir: str | None = None):
+    """`graph` with its quantized node groups fused (a copy), and whether any was; `base_dir` is where its external
+    data files lie."""
+    g = _Graph(graph, base_dir)
     for node in graph.node:
         if node.domain not in ("", "ai.onnx") or id(node) in g.replaced:
             continue

@@ -14,7 +14,7 @@ from ...ir.core import Module
 from ...ir.symbolic import SymExpr
 from ...ir.types import TensorType
 from ...ir.verifier import verify
-from . import legacy
+from . import legacy, mapped
 from .context import NeedsValue
 from .convert_quant_fused import DOMAIN as QUANT_DOMAIN, fuse_quantized
 from .graph import DEFAULT_DOMAINS, MIN_OPSET, GraphConverter, Scope
@@ -51,11 +51,11 @@ def load_proto(proto, base_dir: str | None = None, structure: tuple | None = Non
         return model
 
 
-def external_files(proto) -> list:
+def external_files(proto, own: str | None = None) -> list:
     """The files (as the model names them, relative to its folder) where initializers keep their data: contents
-    a digest of the model file misses."""
+    a digest of the model file misses (`own`, the model file's name, is not one: its weights are mapped from it)."""
     return sorted({e.value for t in proto.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL
-                   for e in t.external_data if e.key == "location"})
+                   for e in t.external_data if e.key == "location"} - {own})
 
 
 def _convert(proto, base_dir, values: dict, structure=None) -> OnnxModel:
@@ -85,7 +85,8 @@ def with_input_shapes(proto, specs: list, shapes) -> onnx.ModelProto:
 
 
 def read_model(model) -> tuple:
-    """(ModelProto, folder for external data or None)."""
+    """(ModelProto, folder for external data or None). A file's large initializers are left in it, mapped when
+    converted (mapped.py), not copied into the message."""
     if isinstance(model, onnx.ModelProto):
         return model, None
     if isinstance(model, (bytes, bytearray, memoryview)):
@@ -93,8 +94,10 @@ def read_model(model) -> tuple:
     if isinstance(model, (str, os.PathLike)):
         path = os.fspath(model)
         try:
-            with open(path, "rb") as f:
-                data = f.read()
+            data = mapped.read_stripped(path)
+            if data is None:
+                with open(path, "rb") as f:
+                    data = f.read()
         except OSError as e:
             raise SerializationError(f"cannot read ONNX model {path!r}: {e.strerror or e}") from None
         return _parse(data, repr(path)), os.path.dirname(os.path.abspath(path))
@@ -132,7 +135,7 @@ def convert_model(proto, base_dir: str | None, values: dict, structure=None) -> 
     if opsets.get("", MIN_OPSET) < MIN_OPSET:
         proto = legacy.upgrade(proto, opsets[""])
         opsets = model_opsets(proto)
-    graph, fused = fuse_quantized(proto.graph)  # quantized node groups onto the int8 kernels
+    graph, fused = fuse_quantized(proto.graph, base_dir)  # quantized node groups onto the int8 kernels
     if fused:
         opsets = {**opsets, QUANT_DOMAIN: 1}
     specs = _input_specs(proto)
