@@ -64,6 +64,7 @@ SIGNATURES = {
     "cuvil_last_team": ([], _int),
     "cuvil_pool_state": ([_ptr], None),
     "cuvil_pool_waits": ([_ptr], None),
+    "cuvil_pool_idle": ([_ptr], None),
     "cuvil_sgemm": (_SGEMM_ARGS, None),
     "cuvil_sgemm_row_bias": (_SGEMM_ARGS, None),
     "cuvil_sgemm_serial": (_SGEMM_ARGS, None),
