@@ -222,3 +222,26 @@ def test_workers_count_the_time_they_spin_between_jobs():
     f(np.ones(1 << 20, np.float32))
     assert _until(lambda: _pool_state(lib)[2] > woken and all_asleep())
     assert _pool_idle(lib)[1] - spun >= 200_000
+
+
+@pytest.mark.parametrize("v2, v1, want", [("200000 100000\n", None, 2), ("150000 100000\n", None, 2),
+                                          ("max 100000\n", None, None), (None, ("-1", "100000"), None),
+                                          (None, ("300000", "100000"), 3), (None, None, None)])
+def test_cgroup_cpu_quota_reads_v2_and_v1_files(tmp_path, v2, v1, want):
+    files = ((str(tmp_path / "cpu.max"), None), (str(tmp_path / "quota"), str(tmp_path / "period")))
+    if v2 is not None:
+        (tmp_path / "cpu.max").write_text(v2)
+    if v1 is not None:
+        (tmp_path / "quota").write_text(v1[0] + "\n"), (tmp_path / "period").write_text(v1[1] + "\n")
+    assert kernels.cgroup_cpu_quota(files) == want
+
+
+def test_default_threads_stay_under_the_cgroup_quota(tmp_path, monkeypatch):
+    """A container's CPU quota bounds the default count (CUVIL_NUM_THREADS still wins)."""
+    (tmp_path / "cpu.max").write_text("100000 100000\n")
+    monkeypatch.setattr(kernels, "CGROUP_QUOTAS", ((str(tmp_path / "cpu.max"), None),))
+    monkeypatch.setattr(kernels.toolchain, "physical_cores", lambda: 8)
+    monkeypatch.delenv("CUVIL_NUM_THREADS", raising=False)
+    assert kernels.default_num_threads() == 1
+    monkeypatch.setenv("CUVIL_NUM_THREADS", "3")
+    assert kernels.default_num_threads() == 3

@@ -1,24 +1,25 @@
 /* Cuvil's thread pool: the threads of generated loop kernels and of the kernel library.
  *
- * cuvil_parallel_for(n, work, fn, ctx) runs fn(ctx, lo, hi) over chunks of [0, n) and returns the OR of what the
- * calls returned. The calling thread takes chunks itself from the start; workers take the rest as they arrive, so a
- * kernel never waits for a worker that has not started (one the scheduler left asleep), only for the chunks already
- * taken. A worker reads the job only while it holds one of its chunks, and the caller waits for the chunks, not for
- * the workers: one preempted before it took a chunk holds nothing up. The caller spins for a taken chunk about as long
- * as its own chunks took (twice their mean, plus 20 us; CUVIL_WAIT_SPIN_US fixes it), then sleeps until the last
- * chunk ends: a worker still not done by then is likely preempted (another process, or Ray's threads beside ours on
- * the same CPUs), and a sleeping caller frees its CPU for it. Workers spin for CUVIL_SPIN_US microseconds (default
- * 200) after a job, so the kernels of one call find them awake, yielding the CPU to any other runnable thread every
- * few microseconds, then sleep on a condition variable until the next job. A loop that runs on the calling thread alone wakes
- * sleeping workers without giving them work: a call that arrives after a gap (a server's request) usually starts
+ * cuvil_parallel_for(n, work, fn, ctx) runs fn(ctx, lo, hi) over chunks of [0, n) and returns the OR of what the calls
+ * returned. The calling thread takes chunks itself from the start; workers take the rest as they arrive, so a kernel
+ * never waits for a worker that has not started (one the scheduler left asleep), only for the chunks already taken. A
+ * worker reads the job only while it holds one of its chunks, and the caller waits for the chunks, not for the
+ * workers: one preempted before it took a chunk holds nothing up. The caller spins for a taken chunk about as long as
+ * its own chunks took (twice their mean, plus 20 us; CUVIL_WAIT_SPIN_US fixes it), then sleeps until the last chunk
+ * ends: a worker still not done by then is likely preempted (another process, or Ray's threads beside ours on the same
+ * CPUs), and a sleeping caller frees its CPU for it. Workers spin for CUVIL_SPIN_US microseconds (default 200) after a
+ * job, so the kernels of one call find them awake, yielding the CPU to any other runnable thread every few
+ * microseconds, then sleep on a condition variable until the next job. A loop that runs on the calling thread alone
+ * wakes sleeping workers without giving them work: a call that arrives after a gap (a server's request) usually starts
  * with such a loop, and its threaded kernels then find the workers spinning instead of waking them, a scheduler's
  * wake-up later, for the first of them.
  *
- * The team of a call is its work over CUVIL_MIN_WORK (`work` is the cost of one of the n items, in elements), at
- * most cuvil_get_num_threads(): small loops run on the calling thread without touching the pool. The thread count
- * is the process's (cuvil_set_num_threads; by default CUVIL_NUM_THREADS, else the CPUs the process may run on) unless the calling thread set its own for one compiled function
- * (cuvil_swap_call_threads). One job runs at a time: a job submitted while another runs (another Python thread, or
- * a chunk that itself calls cuvil_parallel_for) runs on its own thread, in order.
+ * The team of a call is its work over CUVIL_MIN_WORK (`work` is the cost of one of the n items, in elements), at most
+ * cuvil_get_num_threads(): small loops run on the calling thread without touching the pool. The thread count is the
+ * process's (cuvil_set_num_threads; by default CUVIL_NUM_THREADS, else the CPUs the process may run on) unless the
+ * calling thread set its own for one compiled function (cuvil_swap_call_threads). One job runs at a time: a job
+ * submitted while another runs (another Python thread, or a chunk that itself calls cuvil_parallel_for) runs on its
+ * own thread, in order.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* sched_getaffinity */
@@ -66,7 +67,7 @@ typedef struct {
     _Atomic int64_t caller_slept, spun_ns;                                                 /* cuvil_pool_idle's */
     int64_t published_ns;         /* when the current job was published, unchanged while one of its chunks runs */
     atomic_int result;
-    int64_t n, chunk;             /* the current job, published before its ticket, unchanged while one of its chunks runs */
+    int64_t n, chunk;             /* the current job, published before its ticket, fixed while one of its chunks runs */
     cuvil_range_fn fn;
     void *ctx;
     int64_t spin_ns;              /* a worker's spin after a job (CUVIL_SPIN_US) */
@@ -236,6 +237,9 @@ static void wait_for_job(uint64_t seen)
 static void *worker(void *arg)
 {
     (void)arg;
+#if defined(__linux__) && defined(__GLIBC__)
+    pthread_setname_np(pthread_self(), "cuvil-pool"); /* /proc/self/task/N/comm: bench.ray --trace tells them apart */
+#endif
     uint64_t seen = GEN(atomic_load(&pool.ticket));
     for (;;) {
         wait_for_job(seen);
