@@ -18,7 +18,8 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CHILD = "import json, sys; from bench.overhead import tails; print(json.dumps(tails(*map(float, sys.argv[1:]))[0]))"
+CHILD = ("import json, sys; from bench.overhead import tails; "
+         "print(json.dumps(tails(int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]))[0]))")
 
 
 def run(variant: str, args) -> dict:
