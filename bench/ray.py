@@ -87,11 +87,12 @@ class Timed:
         self.trace = CallTrace() if trace else None
 
     def __call__(self, batch: dict) -> dict:
-        before = self.trace.sample() if self.trace else None
+        if self.trace:
+            self.trace.start()
         start = time.monotonic()
         out = self.predictor(batch)
         end = time.monotonic()
-        counters = self.trace.sample() - before if self.trace else np.zeros(len(CallTrace.COLUMNS))
+        counters = self.trace.stop() if self.trace else np.zeros(len(CallTrace.COLUMNS))
         rows = len(next(iter(out.values())))
         # one tensor column, not five: Ray converts each result column to Arrow, a cost the in-process loop has not
         out["_stamps"] = np.tile(np.array([start, end, os.getpid(), self.init, self.ready, *counters]), (rows, 1))
@@ -115,15 +116,25 @@ class CallTrace:
 
         self.overhead, self.pools = overhead, overhead._pool_libraries()
 
-    def sample(self) -> np.ndarray:
-        """The counters now, as seen from the calling thread (Ray may call from another thread than __init__'s)."""
-        stat = self.overhead._schedstat()
-        mine = stat.pop(threading.get_native_id(), (0, 0))
-        workers = [stat.pop(t) for t in [t for t in stat if _thread_name(t) == "cuvil-pool"] if t in stat]
+    def start(self) -> None:
+        self._stat, self._counters = self.overhead._schedstat(), self._counters_now()
+
+    def stop(self) -> np.ndarray:
+        """The call's counters, from the calling thread (Ray may call from another thread than __init__'s); each
+        thread's schedstat from `start` (0 for one started since; one that ended meanwhile is left out)."""
+        stat, before = self.overhead._schedstat(), self._stat
+        delta = {t: (run - before.get(t, (0, 0))[0], wait - before.get(t, (0, 0))[1])
+                 for t, (run, wait) in stat.items()}
+        mine = delta.pop(threading.get_native_id(), (0, 0))
+        workers = [delta.pop(t) for t in [t for t in delta if _thread_name(t) == "cuvil-pool"]]
+        return np.array([mine[0] / 1e3, mine[1] / 1e3, *_sums(workers), *_sums(delta.values()),
+                         *(self._counters_now() - self._counters)], np.float64)
+
+    def _counters_now(self) -> np.ndarray:
         usage = resource.getrusage(resource.RUSAGE_THREAD)
         waits, idle = self.overhead._pool_waits(self.pools), self.overhead._pool_idle(self.pools)
-        return np.array([mine[0] / 1e3, mine[1] / 1e3, *_sums(workers), *_sums(stat.values()), usage.ru_nvcsw,
-                         usage.ru_nivcsw, *waits[:4], waits[4] / 1e3, idle[0], idle[1] / 1e3], np.float64)
+        return np.array([usage.ru_nvcsw, usage.ru_nivcsw, *waits[:4], waits[4] / 1e3, idle[0], idle[1] / 1e3],
+                        np.float64)
 
 
 def _thread_name(tid: int) -> str:
