@@ -31,6 +31,9 @@
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 #include "cuvil_kernels.h"
 
@@ -237,8 +240,8 @@ static void wait_for_job(uint64_t seen)
 static void *worker(void *arg)
 {
     (void)arg;
-#if defined(__linux__) && defined(__GLIBC__)
-    pthread_setname_np(pthread_self(), "cuvil-pool"); /* /proc/self/task/N/comm: bench.ray --trace tells them apart */
+#ifdef __linux__
+    prctl(PR_SET_NAME, "cuvil-pool", 0, 0, 0); /* /proc/self/task/N/comm: bench.ray --trace tells them apart */
 #endif
     uint64_t seen = GEN(atomic_load(&pool.ticket));
     for (;;) {
