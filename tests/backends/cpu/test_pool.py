@@ -157,7 +157,8 @@ def test_pool_waits_counts_the_loops_and_chunks_of_a_threaded_call():
     assert regions == 5 and chunks == 5 * 2 * 4
     assert 0 <= by_workers <= chunks and 0 <= waits <= regions and waited_ns >= 0
     assert (waits == 0) == (waited_ns == 0)
-    assert 0 <= joins <= regions and (joins == 0) == (by_workers == 0) and join_ns >= 0
+    # every started worker may join a loop (earlier tests' teams of 8 left 7 spinning), not only team - 1 of them
+    assert 0 <= joins <= regions * _pool_state(lib)[0] and (joins == 0) == (by_workers == 0) and join_ns >= 0
 
 
 
