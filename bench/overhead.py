@@ -14,8 +14,9 @@ Two models, one ONNX graph each, built here: a chain of 8 (ReduceMax, Sub) pairs
   host's other work, or a wake-up not yet served), of the calling thread and of the peer's workers (the threads
   that ran while that peer warmed up alone); the process's minor page faults; and for Cuvil the pool's counters
   (`cuvil_pool_waits`): the share of chunks its workers ran, the loops whose caller spun for a worker's chunk and
-  the us it spun ("pool waits", "pool waited"), the threaded loops that no worker joined, and the us from a loop's
-  start to a worker's joining it ("join after", mean over the joins).
+  the us it waited ("pool waits", "pool waited"), the threaded loops that no worker joined, the us from a loop's
+  start to a worker's joining it ("join after", mean over the joins), the waits in which the caller stopped spinning
+  and slept ("caller slept") and the us the workers spun between jobs ("workers spun", `cuvil_pool_idle`).
 Thread counts: `--threads` for both (CUVIL_NUM_THREADS and ORT's intra-op threads). The report prints `uptime`'s
 load first: figures from a loaded machine mean little.
 """
@@ -97,9 +98,16 @@ def _schedstat() -> dict:
 
 
 def _pool_libraries() -> list:
-    """The loaded libraries with a Cuvil thread pool: the kernel core, and artifacts that carry their own."""
+    """The loaded libraries with a Cuvil thread pool: the kernel core, and artifacts that carry their own (a `.cuv`'s
+    library is loaded from a memfd, /proc/self/fd/N, whose mapping reads "/memfd:... (deleted)")."""
     with open("/proc/self/maps") as f:
         paths = dict.fromkeys(line.split()[-1] for line in f if line.rstrip().endswith(".so"))
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}").startswith("/memfd:cuvil-"):
+                paths[f"/proc/self/fd/{fd}"] = None
+        except OSError:
+            continue  # closed meanwhile
     libs = [ctypes.CDLL(path) for path in paths]  # loaded already: dlopen returns the same handle
     return [lib for lib in libs if hasattr(lib, "cuvil_pool_waits")]
 
@@ -111,6 +119,16 @@ def _pool_waits(libs: list) -> np.ndarray:
     for lib in libs:
         lib.cuvil_pool_waits(ctypes.c_void_p(out.ctypes.data))
         total += out
+    return total
+
+
+def _pool_idle(libs: list) -> np.ndarray:
+    """cuvil_pool_idle's counters summed over `libs`: the caller's sleeps for a worker's chunk, ns workers spun."""
+    total, out = np.zeros(2, np.int64), np.zeros(2, np.int64)
+    for lib in libs:
+        if hasattr(lib, "cuvil_pool_idle"):  # a `.cuv` exported before it has none
+            lib.cuvil_pool_idle(ctypes.c_void_p(out.ctypes.data))
+            total += out
     return total
 
 
@@ -127,8 +145,9 @@ class Tracer:
         mine = stat.get(self.me, (0, 0))
         theirs = [stat.get(t, (0, 0)) for t in self.workers]
         faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-        pool = _pool_waits(self.pools)
-        return np.array([*mine, sum(r for r, _ in theirs), sum(w for _, w in theirs), faults, *pool], np.float64)
+        pool, idle = _pool_waits(self.pools), _pool_idle(self.pools)
+        return np.array([*mine, sum(r for r, _ in theirs), sum(w for _, w in theirs), faults, *pool, *idle],
+                        np.float64)
 
     def before(self):
         self._start = self._sample()
@@ -136,10 +155,10 @@ class Tracer:
     def after(self, wall_us: float):
         d = self._sample() - self._start
         self.rows.append([wall_us, *(d[:4] / 1e3), d[4], d[7] / max(d[6], 1), d[8], d[9] / 1e3, d[5] - d[10],
-                          d[11] / max(d[10], 1) / 1e3])
+                          d[11] / max(d[10], 1) / 1e3, d[12], d[13] / 1e3])
 
     COLUMNS = ("wall us", "caller cpu", "caller rq wait", "workers cpu", "workers rq", "faults", "worker share",
-               "pool waits", "pool waited", "not joined", "join after")
+               "pool waits", "pool waited", "not joined", "join after", "caller slept", "workers spun")
 
     def summary(self) -> dict:
         """Mean of each column over the middle calls (40th-60th percentile of wall time) and the top 2%."""

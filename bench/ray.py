@@ -32,12 +32,15 @@ import io
 import json
 import logging
 import os
+import resource
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import warnings
+from typing import Optional
 
 import numpy as np
 import ray
@@ -72,21 +75,80 @@ def predictor(engine: str, model, num_threads: int):
 
 
 class Timed:
-    """A Ray worker running one engine, stamping each batch's rows with its model call's start, end and process."""
+    """A Ray worker running one engine, stamping each batch's rows with its model call's start, end and process;
+    with `trace`, also with the call's counters (`CallTrace`). `env` is set before the engine loads (an A/B switch
+    such as CUVIL_WAIT_SPIN_US, read when the pool starts)."""
 
-    def __init__(self, engine: str, model, num_threads: int):
+    def __init__(self, engine: str, model, num_threads: int, trace: bool = False, env: Optional[dict] = None):
         self.init = time.monotonic()  # Ray's part before it: the worker process, `import ray`, Ray Data's imports
+        os.environ.update(env or {})
         self.predictor = predictor(engine, model, num_threads)
         self.ready = time.monotonic()  # the engine's part: its import and the model's load
+        self.trace = CallTrace() if trace else None
 
     def __call__(self, batch: dict) -> dict:
+        if self.trace:
+            self.trace.start()
         start = time.monotonic()
         out = self.predictor(batch)
         end = time.monotonic()
+        counters = self.trace.stop() if self.trace else np.zeros(len(CallTrace.COLUMNS))
         rows = len(next(iter(out.values())))
         # one tensor column, not five: Ray converts each result column to Arrow, a cost the in-process loop has not
-        out["_stamps"] = np.tile(np.array([start, end, os.getpid(), self.init, self.ready]), (rows, 1))
+        out["_stamps"] = np.tile(np.array([start, end, os.getpid(), self.init, self.ready, *counters]), (rows, 1))
         return out
+
+
+class CallTrace:
+    """What one model call cost beyond its wall time, inside a Ray worker (bench.overhead --trace's counters): per
+    thread from /proc/self/task/*/schedstat, the time on a CPU and runnable waiting for one of the calling thread, of
+    the pool's workers (threads named cuvil-pool) and of the process's other threads (Ray's); the caller's voluntary
+    and involuntary context switches (getrusage); and the Cuvil pool's counters: loops, chunks, the workers' chunks,
+    the caller's waits for a worker's chunk and their us, its sleeps in those waits, and the us the workers spun
+    between jobs."""
+
+    COLUMNS = ("caller cpu us", "caller rq us", "workers cpu us", "workers rq us", "others cpu us", "others rq us",
+               "caller vol cs", "caller invol cs",
+               "loops", "chunks", "worker chunks", "pool waits", "pool waited us", "caller slept", "workers spun us")
+
+    def __init__(self):
+        from bench import overhead
+
+        self.overhead, self.pools = overhead, overhead._pool_libraries()
+
+    def start(self) -> None:
+        self._stat, self._counters = self.overhead._schedstat(), self._counters_now()
+
+    def stop(self) -> np.ndarray:
+        """The call's counters, from the calling thread (Ray may call from another thread than __init__'s); each
+        thread's schedstat from `start` (0 for one started since; one that ended meanwhile is left out)."""
+        stat, before = self.overhead._schedstat(), self._stat
+        delta = {t: (run - before.get(t, (0, 0))[0], wait - before.get(t, (0, 0))[1])
+                 for t, (run, wait) in stat.items()}
+        mine = delta.pop(threading.get_native_id(), (0, 0))
+        workers = [delta.pop(t) for t in [t for t in delta if _thread_name(t) == "cuvil-pool"]]
+        return np.array([mine[0] / 1e3, mine[1] / 1e3, *_sums(workers), *_sums(delta.values()),
+                         *(self._counters_now() - self._counters)], np.float64)
+
+    def _counters_now(self) -> np.ndarray:
+        usage = resource.getrusage(resource.RUSAGE_THREAD)
+        waits, idle = self.overhead._pool_waits(self.pools), self.overhead._pool_idle(self.pools)
+        return np.array([usage.ru_nvcsw, usage.ru_nivcsw, *waits[:4], waits[4] / 1e3, idle[0], idle[1] / 1e3],
+                        np.float64)
+
+
+def _thread_name(tid: int) -> str:
+    try:
+        with open(f"/proc/self/task/{tid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""  # the thread ended
+
+
+def _sums(stats) -> tuple:
+    """(us on a CPU, us runnable waiting for one) summed over (ns, ns) pairs."""
+    stats = list(stats)
+    return sum(r for r, _ in stats) / 1e3, sum(w for _, w in stats) / 1e3
 
 
 def build(which: str, folder: str, size: int) -> tuple:
@@ -152,20 +214,22 @@ def child(engine: str, model_file: str, block_file: str, batch: str, repeats: st
     print(json.dumps({"seconds": time.monotonic() - start}))
 
 
-def ray_job(ds, engine: str, model, args) -> dict:
+def ray_job(ds, engine: str, model, args, env: Optional[dict] = None) -> dict:
     """One map_batches job, from the call to its last row in this process, and what its workers stamped."""
     cpus, start = args.cpus_per_worker, time.monotonic()
-    out = ds.map_batches(Timed, fn_constructor_kwargs={"engine": engine, "model": model, "num_threads": cpus},
+    kwargs = {"engine": engine, "model": model, "num_threads": cpus, "trace": args.trace, "env": env}
+    out = ds.map_batches(Timed, fn_constructor_kwargs=kwargs,
                          compute=ray.data.ActorPoolStrategy(size=args.workers), num_cpus=cpus,
                          batch_size=args.batch, batch_format=args.format if engine == "cuvil" else "numpy",
                          zero_copy_batch=True)
     stamps = np.concatenate([b["_stamps"] for b in out.iter_batches(batch_size=None, batch_format="numpy")])
     seconds = time.monotonic() - start
     starts, ends = stamps[:, 0], stamps[:, 1]
-    calls = np.unique(stamps, axis=0)  # a row per model call (start, end, pid, init, ready), by start
+    calls = np.unique(stamps, axis=0)  # a row per model call (start, end, pid, init, ready, counters), by start
     per_worker = [calls[calls[:, 2] == p] for p in np.unique(calls[:, 2])]
     first = [c[np.argmin(c[:, 0])] for c in per_worker]
-    return {"seconds": seconds, "startup": starts.min() - start, "steady": len(starts) / (ends.max() - starts.min()),
+    return {"seconds": seconds, "trace": calls[:, 5:].mean(axis=0), "startup": starts.min() - start,
+            "steady": len(starts) / (ends.max() - starts.min()),
             "busy": statistics.mean((c[:, 1] - c[:, 0]).sum() / (c[:, 1].max() - c[:, 0].min()) for c in per_worker),
             "gap": statistics.median(np.concatenate([c[1:, 0] - c[:-1, 1] for c in per_worker])),
             # the start-up's parts, the median over workers: Ray's (the call to the worker's __init__), the
@@ -191,6 +255,11 @@ def main() -> None:
     parser.add_argument("--cpus-per-worker", type=int, default=1)
     parser.add_argument("--size", type=int, default=64, help="resnet18's image size")
     parser.add_argument("--format", default="numpy", choices=["numpy", "pyarrow"], help="Cuvil's batch_format")
+    parser.add_argument("--trace", action="store_true", help="per-call counters in the workers (Timed's CallTrace), "
+                        "mean per call for each Ray job")
+    parser.add_argument("--ab-wait-spin-us", type=int, default=None, help="also a Cuvil Ray job (cuvil-ray-ab) with "
+                        "CUVIL_WAIT_SPIN_US set to this (e.g. 1000000000: the caller spins for a worker's chunk, as "
+                        "before the pool slept), in the same rotation")
     args = parser.parse_args()
     ray.init(num_cpus=args.workers * args.cpus_per_worker, include_dashboard=False, log_to_driver=False,
              logging_level="ERROR")
@@ -229,6 +298,9 @@ def prepare(args, folder: str) -> dict:
     runs = {f"{e}-inproc": (lambda e=e: in_process(e, file_of[e], block_file, args.batch, repeats, threads))
             for e in ENGINES}
     runs.update({f"{e}-ray": (lambda e=e: ray_job(ds, e, model_of[e], args)) for e in ENGINES})
+    if args.ab_wait_spin_us is not None:  # the pool's caller spinning for a worker's chunk this long before it sleeps
+        env = {"CUVIL_WAIT_SPIN_US": str(args.ab_wait_spin_us)}
+        runs["cuvil-ray-ab"] = lambda: ray_job(ds, "cuvil", model_of["cuvil"], args, env)
     return runs
 
 
@@ -253,12 +325,29 @@ def report(args, results: dict) -> None:
               f"load {med(r['engine_load'] for r in ray_runs):.3f} s, wait for the first batch "
               f"{med(r['first_wait'] for r in ray_runs):.3f} s, first call beyond a median one "
               f"{med(r['first_extra'] for r in ray_runs):.3f} s")
+    if "cuvil-ray-ab" in results:
+        print(f"  cuvil-ray / cuvil-ray-ab (CUVIL_WAIT_SPIN_US={args.ab_wait_spin_us}): end to end "
+              f"{ratio(rate('cuvil-ray'), rate('cuvil-ray-ab'))}, steady "
+              f"{ratio(rate('cuvil-ray', 'steady'), rate('cuvil-ray-ab', 'steady'))}; its rounds "
+              + ", ".join(f"{r['seconds']:.1f}" for r in results["cuvil-ray-ab"]) + " s")
+    if args.trace:
+        report_trace(results)
     inproc = rate("cuvil-inproc")
     print(f"  cuvil on Ray / in-process (goal >= 0.9): end to end {ratio(rate('cuvil-ray'), inproc)}, steady "
           f"{ratio(rate('cuvil-ray', 'steady'), inproc)}")
     print(f"  cuvil / ort on Ray (goal >= 1.2): end to end {ratio(rate('cuvil-ray'), rate('ort-ray'))}, steady "
           f"{ratio(rate('cuvil-ray', 'steady'), rate('ort-ray', 'steady'))}; in-process (its ceiling) "
           f"{ratio(inproc, rate('ort-inproc'))}")
+
+
+def report_trace(results: dict) -> None:
+    """Each Ray job's counters, mean per model call, round by round: a slow round against a fast one."""
+    print("  trace, mean per model call (CallTrace; 'others': the worker process's other threads):")
+    print(f"  {'':18s}{'seconds':>9s}" + "".join(f"{c:>16s}" for c in CallTrace.COLUMNS))
+    for name, runs in results.items():
+        for i, r in enumerate(runs):
+            if "trace" in r:
+                print(f"  {name + f' r{i + 1}':18s}{r['seconds']:9.2f}" + "".join(f"{v:16.1f}" for v in r["trace"]))
 
 
 if __name__ == "__main__":

@@ -64,6 +64,7 @@ SIGNATURES = {
     "cuvil_last_team": ([], _int),
     "cuvil_pool_state": ([_ptr], None),
     "cuvil_pool_waits": ([_ptr], None),
+    "cuvil_pool_idle": ([_ptr], None),
     "cuvil_sgemm": (_SGEMM_ARGS, None),
     "cuvil_sgemm_row_bias": (_SGEMM_ARGS, None),
     "cuvil_sgemm_serial": (_SGEMM_ARGS, None),
@@ -253,9 +254,34 @@ def lowp_path(opt_level: int = 3) -> str:
 
 
 def default_num_threads() -> int:
-    """`CUVIL_NUM_THREADS`, else the number of physical cores."""
+    """`CUVIL_NUM_THREADS`, else the physical cores the process may run on, at most its cgroup's CPU quota (a
+    container given 2 CPUs of a 64-core host runs 2 threads, not 64 that take turns)."""
     env = os.environ.get("CUVIL_NUM_THREADS", "")
-    return int(env) if env.strip().isdigit() and int(env) > 0 else toolchain.physical_cores()
+    if env.strip().isdigit() and int(env) > 0:
+        return int(env)
+    quota = cgroup_cpu_quota(CGROUP_QUOTAS)
+    cores = toolchain.physical_cores()
+    return cores if quota is None else max(1, min(cores, quota))
+
+
+CGROUP_QUOTAS = (("/sys/fs/cgroup/cpu.max", None),  # v2: "<quota> <period>" or "max <period>"
+                 ("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "/sys/fs/cgroup/cpu/cpu.cfs_period_us"))  # v1; -1: none
+
+
+def cgroup_cpu_quota(files=CGROUP_QUOTAS) -> int | None:
+    """The CPUs the process's cgroup may use, rounded up (a quota of 1.5 CPUs: 2), or None where it sets none."""
+    for quota_file, period_file in files:
+        try:
+            fields = Path(quota_file).read_text().split()
+            if period_file is not None:
+                fields.append(Path(period_file).read_text().strip())
+        except OSError:
+            continue
+        if len(fields) < 2 or fields[0] == "max" or not fields[0].isdigit() or not fields[1].isdigit():
+            return None
+        quota, period = int(fields[0]), int(fields[1])
+        return -(-quota // period) if quota > 0 and period > 0 else None
+    return None
 
 
 def aligned_empty(shape, dtype=np.float32, align: int = 64) -> np.ndarray:

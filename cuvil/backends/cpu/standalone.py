@@ -19,7 +19,8 @@ from . import kernels, toolchain
 from .flags import model_flags, opt_level, runtime_dir
 
 ENTRY_SYMBOLS = ("main", "arena_bytes", "packed_count", "packed_bytes", "packed_source", "prepare")
-LIBRARY_SYMBOLS = ("cuvil_abi_version", "cuvil_last_error", "cuvil_set_num_threads", "cuvil_swap_call_threads")
+LIBRARY_SYMBOLS = ("cuvil_abi_version", "cuvil_last_error", "cuvil_set_num_threads", "cuvil_swap_call_threads",
+                   "cuvil_pool_waits", "cuvil_pool_idle")  # the pool's counters: bench.overhead and bench.ray --trace
 
 
 def entry_prefix(k: int) -> str:

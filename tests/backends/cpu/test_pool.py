@@ -157,5 +157,92 @@ def test_pool_waits_counts_the_loops_and_chunks_of_a_threaded_call():
     assert regions == 5 and chunks == 5 * 2 * 4
     assert 0 <= by_workers <= chunks and 0 <= waits <= regions and waited_ns >= 0
     assert (waits == 0) == (waited_ns == 0)
-    assert 0 <= joins <= regions and (joins == 0) == (by_workers == 0) and join_ns >= 0
+    # every started worker may join a loop (earlier tests' teams of 8 left 7 spinning), not only team - 1 of them
+    assert 0 <= joins <= regions * _pool_state(lib)[0] and (joins == 0) == (by_workers == 0) and join_ns >= 0
 
+
+
+def _pool_idle(lib) -> np.ndarray:
+    out = np.zeros(2, np.int64)
+    lib.cuvil_pool_idle(out.ctypes.data)
+    return out
+
+
+_SLEEPING_CALLER = """
+import os, sys, numpy as np, cuvil
+from cuvil.backends.cpu import backend, kernels
+if sys.argv[1] == "one-cpu":
+    os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+lib = kernels.load(backend.opt_level())
+
+
+def add_one(x):
+    return x * 2.0 + 1.0
+
+
+f = cuvil.jit(add_one, num_threads=3)
+for n in (1 << 16, (1 << 18) + 7, 3 * 1024 * 17 + 5, 1 << 22):
+    x = np.arange(n, dtype=np.float32)
+    for _ in range(60):
+        assert np.array_equal(f(x), x * 2.0 + 1.0)
+waits, idle = np.zeros(7, np.int64), np.zeros(2, np.int64)
+lib.cuvil_pool_waits(waits.ctypes.data), lib.cuvil_pool_idle(idle.ctypes.data)
+print(int(waits[3]), int(idle[0]))
+"""
+
+
+@pytest.mark.parametrize("cpus", ["one-cpu", "all"])
+def test_a_caller_that_sleeps_for_a_workers_chunk_is_woken_when_it_ends(tmp_path, cpus):
+    """CUVIL_WAIT_SPIN_US=0: the caller sleeps at once whenever a worker still holds a chunk (what it does after its
+    spin when the worker was preempted), and the worker's last chunk wakes it, on one CPU (the worker preempted by
+    the caller) and on all."""
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    env = {**os.environ, "CUVIL_WAIT_SPIN_US": "0", "CUVIL_NUM_THREADS": "3", "PYTHONPATH": root}
+    script = tmp_path / "sleeping_caller.py"
+    script.write_text(_SLEEPING_CALLER)
+    out = subprocess.run([sys.executable, str(script), cpus], env=env, capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr
+    waits, slept = map(int, out.stdout.split())
+    assert 0 <= slept <= waits  # each sleep ended (the worker's chunk woke it); a chunk ending at once is no sleep
+    if cpus == "all" and len(os.sched_getaffinity(0)) > 1:
+        assert slept > 0  # 16 MiB loops, 60 in a row: the workers join, and the caller sleeps for one now and then
+
+
+def test_workers_count_the_time_they_spin_between_jobs():
+    """cuvil_pool_idle's spin time (bench.overhead --trace's "workers spun"): a worker woken for a job spins for
+    CUVIL_SPIN_US (200 us) after it before it sleeps again."""
+    lib = _lib()
+    f = cuvil.jit(add_one, num_threads=2)
+    f(np.ones(1 << 20, np.float32))
+    all_asleep = lambda: _pool_state(lib)[1] == _pool_state(lib)[0]  # noqa: E731
+    assert _until(all_asleep)
+    woken, spun = _pool_state(lib)[2], _pool_idle(lib)[1]
+    f(np.ones(1 << 20, np.float32))
+    assert _until(lambda: _pool_state(lib)[2] > woken and all_asleep())
+    assert _pool_idle(lib)[1] - spun >= 200_000
+
+
+@pytest.mark.parametrize("v2, v1, want", [("200000 100000\n", None, 2), ("150000 100000\n", None, 2),
+                                          ("max 100000\n", None, None), (None, ("-1", "100000"), None),
+                                          (None, ("300000", "100000"), 3), (None, None, None)])
+def test_cgroup_cpu_quota_reads_v2_and_v1_files(tmp_path, v2, v1, want):
+    files = ((str(tmp_path / "cpu.max"), None), (str(tmp_path / "quota"), str(tmp_path / "period")))
+    if v2 is not None:
+        (tmp_path / "cpu.max").write_text(v2)
+    if v1 is not None:
+        (tmp_path / "quota").write_text(v1[0] + "\n"), (tmp_path / "period").write_text(v1[1] + "\n")
+    assert kernels.cgroup_cpu_quota(files) == want
+
+
+def test_default_threads_stay_under_the_cgroup_quota(tmp_path, monkeypatch):
+    """A container's CPU quota bounds the default count (CUVIL_NUM_THREADS still wins)."""
+    (tmp_path / "cpu.max").write_text("100000 100000\n")
+    monkeypatch.setattr(kernels, "CGROUP_QUOTAS", ((str(tmp_path / "cpu.max"), None),))
+    monkeypatch.setattr(kernels.toolchain, "physical_cores", lambda: 8)
+    monkeypatch.delenv("CUVIL_NUM_THREADS", raising=False)
+    assert kernels.default_num_threads() == 1
+    monkeypatch.setenv("CUVIL_NUM_THREADS", "3")
+    assert kernels.default_num_threads() == 3

@@ -62,6 +62,9 @@ void cuvil_pool_state(int64_t *out);
  * ran, the loops whose caller waited for a worker's chunk after running out of its own, the nanoseconds it waited,
  * the times a worker joined a loop (ran a chunk of it), and the nanoseconds from each loop's start to those joins. */
 void cuvil_pool_waits(int64_t *out);
+/* The times a caller slept for a worker's chunk after spinning for it, and the nanoseconds workers spun waiting for a
+ * job (out[0..1]), for benchmarks. */
+void cuvil_pool_idle(int64_t *out);
 
 void cuvil_sgemm(int64_t M, int64_t N, int64_t K, float alpha,
                  const float *A, int64_t rsa, int64_t csa,
