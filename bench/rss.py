@@ -1,5 +1,5 @@
-"""The memory a compiled model adds, in fresh processes: `python -m bench.rss [--workload NAME] [--route torch|onnx]
-[--case cold|warm|uncached] [--diagnose]`
+"""The memory a compiled model adds, in fresh processes: `python -m bench.rss [--workload NAME]
+[--route torch|onnx|onnx-mmap] [--case cold|warm|uncached] [--diagnose]`
 
 For each workload (default: BERT-base, GPT-2) and route, a child process per case builds the model (not counted),
 collects garbage and reads its resident set; then compiles the model and calls it once, collects garbage again and
@@ -24,6 +24,7 @@ from pathlib import Path
 ROOT = str(Path(__file__).resolve().parent.parent)
 DEFAULT = ("W4 BERT-base", "GPT-2 small s64")
 CASES = ("cold", "warm", "uncached")
+ROUTES = ("torch", "onnx", "onnx-mmap")  # onnx-mmap: `load_onnx(path, mmap=True)`, the file's weights mapped
 
 
 def _status_mb(field: str) -> float:
@@ -43,15 +44,15 @@ def child(workload: str, route: str, onnx_dir: str, diagnose: bool) -> dict:
 
     wl = next(w for w in SUITES["standard"] if w.name == workload)
     built = wl.build()
-    path = harness.onnx_file(wl, built, onnx_dir) if route == "onnx" else None
+    path = harness.onnx_file(wl, built, onnx_dir) if route.startswith("onnx") else None
     import cuvil
 
     weights = sum(t.numel() * t.element_size() for t in (*built.exported.parameters(), *built.exported.buffers()))
     gc.collect()
     base = _status_mb("VmRSS")
     _reset_peak()
-    if route == "onnx":
-        model, args = cuvil.load_onnx(path).optimize(), built.numpy_inputs
+    if route.startswith("onnx"):
+        model, args = cuvil.load_onnx(path, mmap=route == "onnx-mmap").optimize(), built.numpy_inputs
     else:
         model, args = cuvil.compile(built.exported, built.inputs), built.inputs
     model(*args)
@@ -121,7 +122,7 @@ def measure(workload: str, route: str, cases, onnx_dir: str, diagnose: bool) -> 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--workload", action="append", help="a workload name of bench/workloads.py (repeatable)")
-    ap.add_argument("--route", action="append", choices=("torch", "onnx"))
+    ap.add_argument("--route", action="append", choices=ROUTES)
     ap.add_argument("--case", action="append", choices=CASES)
     ap.add_argument("--diagnose", action="store_true")
     ap.add_argument("--onnx-dir", default=os.path.join(tempfile.gettempdir(), "cuvil-bench-onnx"))
@@ -132,7 +133,7 @@ def main() -> None:
         return
     print(f"load: {os.getloadavg()}")
     for workload in args.workload or DEFAULT:
-        for route in args.route or ("torch", "onnx"):
+        for route in args.route or ROUTES:
             r = measure(workload, route, args.case or CASES, args.onnx_dir, args.diagnose)
             print(json.dumps(r))
             for case in CASES:

@@ -51,7 +51,9 @@ def compile(obj: Any = None, example_inputs=None, **options) -> Any:  # noqa: A0
 
 def load_onnx(model, **options) -> Any:
     """Read an ONNX model (a path, bytes or a ModelProto); see `cuvil.frontends.onnx.load_onnx`. Paths and bytes
-    go through the artifact cache (`cuvil.cache`): `.optimize()` of a model compiled before loads its code."""
+    go through the artifact cache (`cuvil.cache`): `.optimize()` of a model compiled before loads its code.
+    `mmap=True` maps a model file's weights instead of reading them (about half the compile's peak memory; the file
+    must not be rewritten in place while the model lives)."""
     from .frontends.onnx_cache import load_onnx as _load
 
     return _load(model, **options)

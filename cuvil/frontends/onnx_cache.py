@@ -24,18 +24,19 @@ from ..errors import ShapeError
 from .common import input_array, remember
 
 
-def load_onnx(model):
-    """What `cuvil.load_onnx` returns, through the cache where the model is a path or bytes."""
+def load_onnx(model, mmap: bool = False):
+    """What `cuvil.load_onnx` returns, through the cache where the model is a path or bytes (`mmap`: see
+    `frontends.onnx.loader.read_model`)."""
     if not store.enabled() or not isinstance(model, (str, os.PathLike, bytes, bytearray, memoryview)):
         from .onnx import load_onnx as load
 
-        return load(model)
+        return load(model, mmap)
     digest = file_digest(model, store.folder() / "stat") if isinstance(model, (str, os.PathLike)) \
         else bytes_digest(model)
     try:
-        return LazyOnnxModel(model, _with_data(model, digest, _marker(digest).read_text()))
+        return LazyOnnxModel(model, _with_data(model, digest, _marker(digest).read_text()), mmap=mmap)
     except OSError:  # no marker (first sight), or an external data file gone: convert now, which says what is wrong
-        return _first_load(model, digest)
+        return _first_load(model, digest, mmap)
 
 
 def _with_data(model, digest: str, files: str) -> str:
@@ -52,12 +53,12 @@ def _marker(digest: str):
     return store.folder() / "onnx" / f"{digest}-{environment()[:16]}.ok"
 
 
-def _first_load(model, digest: str):
+def _first_load(model, digest: str, mmap: bool):
     from .onnx import loader
     from .onnx.carriers import CARRIERS
     from .onnx.model import SpecializingModel
 
-    proto, base_dir = loader.read_model(model)
+    proto, base_dir = loader.read_model(model, mmap)
     converted = loader.load_proto(proto, base_dir)
     specs = converted.inputs + converted.outputs
     files = loader.external_files(proto, base_dir and os.path.basename(os.fspath(model)))
@@ -67,22 +68,22 @@ def _first_load(model, digest: str):
         return converted
     marker = "\n".join(files)
     store.toolchain.write_text_atomic(_marker(digest), marker)
-    return LazyOnnxModel(model, _with_data(model, digest, marker), converted)
+    return LazyOnnxModel(model, _with_data(model, digest, marker), converted, mmap)
 
 
 class LazyOnnxModel:
     """An ONNX model the artifact cache knows: an `OnnxModel` (same attributes and calls) whose conversion
     waits until something needs the IR, so that a cached `.optimize()` skips it."""
 
-    def __init__(self, source, digest: str, converted=None):
-        self._source, self.digest, self._converted = source, digest, converted
+    def __init__(self, source, digest: str, converted=None, mmap: bool = False):
+        self._source, self.digest, self._converted, self._mmap = source, digest, converted, mmap
 
     def converted(self):
         """The `OnnxModel` (converting the file now, the first time)."""
         if self._converted is None:
             from .onnx import load_onnx
 
-            self._converted = load_onnx(self._source)
+            self._converted = load_onnx(self._source, self._mmap)
         return self._converted
 
     module = property(lambda self: self.converted().module)

@@ -93,7 +93,8 @@ def test_sequence_outputs_stay_lists_on_a_second_load(cache):
 
 
 def test_a_single_file_model_with_large_weights_lists_no_data_file(cache, tmp_path):
-    """Its weights are mapped from the model file (frontends/onnx/mapped.py): the file is not a data file of its own."""
+    """With `mmap=True` its weights are mapped from the model file (frontends/onnx/mapped.py): the file is not a data
+    file of its own."""
     w = np.random.default_rng(3).standard_normal((64, 32)).astype(np.float32)
     graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 64])],
@@ -102,8 +103,8 @@ def test_a_single_file_model_with_large_weights_lists_no_data_file(cache, tmp_pa
     path = tmp_path / "m.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
     x = np.ones((2, 64), np.float32)
-    assert cuvil.load_onnx(path).optimize().executable.cache == "miss"
+    assert cuvil.load_onnx(path, mmap=True).optimize().executable.cache == "miss"
     assert [m.read_text() for m in (cache / "artifacts" / "onnx").glob("*.ok")] == [""]
-    warm = cuvil.load_onnx(path).optimize()
+    warm = cuvil.load_onnx(path, mmap=True).optimize()
     assert warm.executable.cache == "hit"
     np.testing.assert_allclose(warm(x)[0], x @ w, rtol=1e-5, atol=1e-5)

@@ -23,13 +23,14 @@ from .tensors import OptionalValue, Sequence, Tensor, flatten_value, ir_dtype, s
 from .validate import validate_model
 
 
-def load_onnx(model) -> OnnxModel:
+def load_onnx(model, mmap: bool = False) -> OnnxModel:
     """Convert an ONNX model (a file path, its bytes, or an `onnx.ModelProto`) into a callable `OnnxModel`.
 
     Inputs' `dim_param` sizes become symbolic dims; initializers become module constants without copying
-    (external data files are memory-mapped). Errors are Cuvil errors naming the node, op type and opset.
+    (external data files are memory-mapped; with `mmap`, a model file's own large initializers too: see
+    `read_model`). Errors are Cuvil errors naming the node, op type and opset.
     """
-    return load_proto(*read_model(model))
+    return load_proto(*read_model(model, mmap))
 
 
 def load_proto(proto, base_dir: str | None = None, structure: tuple | None = None) -> OnnxModel:
@@ -84,9 +85,11 @@ def with_input_shapes(proto, specs: list, shapes) -> onnx.ModelProto:
     return fixed
 
 
-def read_model(model) -> tuple:
-    """(ModelProto, folder for external data or None). A file's large initializers are left in it, mapped when
-    converted (mapped.py), not copied into the message."""
+def read_model(model, mmap: bool = False) -> tuple:
+    """(ModelProto, folder for external data or None). With `mmap`, a file's large initializers are left in it,
+    mapped when converted (mapped.py), not copied into the message: the compile's peak memory is about the weights
+    once instead of twice, but the file must then not be rewritten in place while the model lives (a truncated
+    mapping kills the process with SIGBUS), so it is the caller's choice, as `torch.load(mmap=True)` is."""
     if isinstance(model, onnx.ModelProto):
         return model, None
     if isinstance(model, (bytes, bytearray, memoryview)):
@@ -94,7 +97,7 @@ def read_model(model) -> tuple:
     if isinstance(model, (str, os.PathLike)):
         path = os.fspath(model)
         try:
-            data = mapped.read_stripped(path)
+            data = mapped.read_stripped(path) if mmap else None
             if data is None:
                 with open(path, "rb") as f:
                     data = f.read()

@@ -1,4 +1,5 @@
-"""A model file's initializers mapped from the file, not copied (mapped.py): every element type, raw and typed data,
+"""A model file's initializers mapped from the file with `mmap=True`, not copied (mapped.py), and read into memory
+without it (a model that survives its file's rewrite): every element type, raw and typed data,
 against onnx.numpy_helper; the memory a load takes; files the walk does not read (links, corrupt files); quantized
 models whose fused weights are read from the map."""
 from __future__ import annotations
@@ -67,7 +68,7 @@ def test_every_element_type_reads_as_numpy_helper_reads_it(tmp_path, raw):
     tensors = [_tensor(elem, f"t{elem}_{n}", n, raw) for elem in IR_DTYPES for n in (3, BIG)]
     proto = _identity_model(tensors)
     onnx.save(proto, tmp_path / "m.onnx")
-    weights = cuvil.load_onnx(tmp_path / "m.onnx").weights
+    weights = cuvil.load_onnx(tmp_path / "m.onnx", mmap=True).weights
     for t in tensors:
         want, got = numpy_helper.to_array(t), weights[t.name]
         if t.data_type == TensorProto.BFLOAT16:  # numpy_helper widens bfloat16 to float32
@@ -87,7 +88,7 @@ def test_a_models_large_initializers_take_no_second_copy_to_load(tmp_path):
     onnx.save(proto, tmp_path / "m.onnx")
     tracemalloc.start()
     try:
-        m = cuvil.load_onnx(tmp_path / "m.onnx")
+        m = cuvil.load_onnx(tmp_path / "m.onnx", mmap=True)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -110,7 +111,7 @@ def test_raw_data_and_external_files_in_one_model(tmp_path):
     inline.raw_data = b.tobytes()
     onnx.save(saved, tmp_path / "m.onnx")
     x = rand(3, 64, seed=7)
-    np.testing.assert_allclose(cuvil.load_onnx(tmp_path / "m.onnx")(x)[0], x @ a @ b, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(cuvil.load_onnx(tmp_path / "m.onnx", mmap=True)(x)[0], x @ a @ b, rtol=1e-5, atol=1e-5)
 
 
 def test_a_model_linked_from_another_folder_loads_as_it_is(tmp_path):
@@ -122,7 +123,8 @@ def test_a_model_linked_from_another_folder_loads_as_it_is(tmp_path):
     onnx.save(proto, tmp_path / "real" / "m.onnx")
     os.symlink(tmp_path / "real" / "m.onnx", tmp_path / "links" / "m.onnx")
     x = rand(1, 64, seed=9)
-    np.testing.assert_allclose(cuvil.load_onnx(tmp_path / "links" / "m.onnx")(x)[0], x @ w, rtol=1e-5, atol=1e-5)
+    got = cuvil.load_onnx(tmp_path / "links" / "m.onnx", mmap=True)(x)[0]
+    np.testing.assert_allclose(got, x @ w, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("cut", [0.5, 0.999])
@@ -131,13 +133,13 @@ def test_a_truncated_file_is_a_serialization_error(tmp_path, cut):
     data = proto.SerializeToString()
     (tmp_path / "m.onnx").write_bytes(data[:int(len(data) * cut)])
     with pytest.raises(cuvil.SerializationError):
-        cuvil.load_onnx(tmp_path / "m.onnx")
+        cuvil.load_onnx(tmp_path / "m.onnx", mmap=True)
 
 
 def test_a_file_that_is_not_protobuf_is_a_serialization_error(tmp_path):
     (tmp_path / "m.onnx").write_bytes(b"\x0b\xff" * 100)  # wire type 3 (a group) and garbage
     with pytest.raises(cuvil.SerializationError):
-        cuvil.load_onnx(tmp_path / "m.onnx")
+        cuvil.load_onnx(tmp_path / "m.onnx", mmap=True)
 
 
 def test_dynamically_quantized_weights_are_read_from_the_map(tmp_path):
@@ -148,7 +150,7 @@ def test_dynamically_quantized_weights_are_read_from_the_map(tmp_path):
     onnx.save(proto, tmp_path / "fp32.onnx")
     quantization.quantize_dynamic(str(tmp_path / "fp32.onnx"), str(tmp_path / "q.onnx"),
                                   weight_type=quantization.QuantType.QInt8)
-    from_file = cuvil.load_onnx(tmp_path / "q.onnx")
+    from_file = cuvil.load_onnx(tmp_path / "q.onnx", mmap=True)
     from_proto = cuvil.load_onnx(onnx.load(tmp_path / "q.onnx"))
     assert "qlinear_i8" in {op.name for op in from_file.module.main.walk()}
     x = rand(5, 128, seed=11)
@@ -180,7 +182,7 @@ def test_compiling_a_model_file_holds_its_weights_about_once(tmp_path, monkeypat
     base = _status_mb("VmRSS")
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
-    compiled = cuvil.load_onnx(tmp_path / "m.onnx").optimize()
+    compiled = cuvil.load_onnx(tmp_path / "m.onnx", mmap=True).optimize()
     peak = _status_mb("VmHWM") - base
     assert peak < 1.5 * 32, f"the compile's peak added {peak:.0f} MiB for 32 MiB of weights"
     for got, expected in zip(compiled(x), want):
@@ -192,4 +194,33 @@ def test_a_mapped_initializer_of_the_wrong_size_is_named(tmp_path):
     proto.graph.initializer[0].raw_data = rand(4095).tobytes()  # one element short
     onnx.save(proto, tmp_path / "m.onnx")
     with pytest.raises(cuvil.SerializationError, match="'w'.*16384 bytes, has 16380"):
-        cuvil.load_onnx(tmp_path / "m.onnx")
+        cuvil.load_onnx(tmp_path / "m.onnx", mmap=True)
+
+
+_REWRITTEN = """
+import sys, numpy as np, onnx, cuvil
+path, x = sys.argv[1], np.ones((3, 64), np.float32)
+m = cuvil.load_onnx(path)
+compiled = m.optimize()
+want, want_compiled = m(x)[0], compiled(x)[0]
+open(path, "wb").close()  # rewritten in place: onnx.save truncates the file it writes to
+np.testing.assert_array_equal(m(x)[0], want)
+np.testing.assert_array_equal(compiled(x)[0], want_compiled)
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("cached", ["0", "1"], ids=["uncached", "cached"])
+def test_a_model_loaded_by_default_survives_its_file_rewritten_in_place(tmp_path, cached):
+    """Without `mmap` nothing of the model reads its file after the load: truncating it (as `onnx.save` to the same
+    path does) kills no process with SIGBUS and changes no result, for the model and for its compiled form."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "m.onnx"
+    onnx.save(model([helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", F32, [3, 64])], [("y", F32, [3, 64])],
+                    [("w", rand(64, 64))]), path)
+    env = {**os.environ, "CUVIL_ARTIFACT_CACHE": cached, "CUVIL_CACHE_DIR": str(tmp_path / "cache")}
+    out = subprocess.run([sys.executable, "-c", _REWRITTEN, str(path)], capture_output=True, text=True, env=env,
+                         cwd=os.path.dirname(os.path.dirname(cuvil.__file__)), timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", (out.returncode, out.stderr[-2000:])
