@@ -5,6 +5,7 @@ a later read faults them back from the page cache. A leaf module: the IR and the
 from __future__ import annotations
 
 import ctypes
+import functools
 import mmap
 
 import numpy as np
@@ -17,13 +18,21 @@ def release(arr) -> None:
     mode "r"); anything else (private memory, a copy-on-write map, other systems) is left as it is."""
     if not _read_only_file_map(arr):
         return
-    madvise = getattr(ctypes.CDLL(None, use_errno=True), "madvise", None)
+    madvise = _madvise()
     start = arr.ctypes.data
     first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE  # inward: pages of a neighbouring mapping stay untouched
     last = (start + arr.nbytes) // mmap.PAGESIZE * mmap.PAGESIZE
     if madvise is not None and last > first:
-        madvise.argtypes, madvise.restype = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int], ctypes.c_int
         madvise(first, last - first, _MADV_DONTNEED)
+
+
+@functools.cache
+def _madvise():
+    """libc's madvise, typed once (None where the C library lacks it)."""
+    madvise = getattr(ctypes.CDLL(None, use_errno=True), "madvise", None)
+    if madvise is not None:
+        madvise.argtypes, madvise.restype = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int], ctypes.c_int
+    return madvise
 
 
 def _read_only_file_map(arr) -> bool:

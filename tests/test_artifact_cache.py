@@ -490,6 +490,17 @@ def _weights_file(tmp_path, rng, width: int):
     return path, w
 
 
+def _cuvil_run_gives(cuv, x, want, folder) -> None:
+    """`cuvil-run` (the C runtime, no Python) on `cuv` with input `x` writes exactly `want`."""
+    from .runtime import c_build
+
+    built = c_build.runtime()
+    np.save(folder / "x.npy", x)
+    run = c_build.run(built, built.cli, cuv, folder / "x.npy", "-o", folder / "out")
+    assert run.returncode == 0, run.stderr
+    np.testing.assert_array_equal(np.load(folder / "out" / "output_0.npy"), want)
+
+
 def _sections(cuv) -> dict:
     return {n: r.size for n, r in container.Container.open(cuv).rows.items() if n in ("consts", "prepared")}
 
@@ -499,8 +510,6 @@ def test_exporting_a_cache_hit_whose_entry_stores_the_weights_once_copies_it(cac
     """A model served from its entry (a warm hit, or a cold compile that maps what it saved) whose entry holds each
     weight once (here as GEMM panels the weight's size) is exported by copying the entry, compiling nothing, and the
     file runs as a fresh export (cache off) does, in Python and in cuvil-run; its metadata names the model's inputs."""
-    from .runtime import c_build
-
     rng = np.random.default_rng(6)
     path, w = _weights_file(tmp_path, rng, 128)
     x = rng.standard_normal((1, 16)).astype(np.float32)
@@ -522,11 +531,7 @@ def test_exporting_a_cache_hit_whose_entry_stores_the_weights_once_copies_it(cac
     want = fresh(x=x)
     np.testing.assert_array_equal(copied(x=x), want)
     np.testing.assert_array_equal(model(x)[0], want)
-    built = c_build.runtime()
-    np.save(tmp_path / "x.npy", x)
-    run = c_build.run(built, built.cli, tmp_path / "copied.cuv", tmp_path / "x.npy", "-o", tmp_path / "out")
-    assert run.returncode == 0, run.stderr
-    np.testing.assert_array_equal(np.load(tmp_path / "out" / "output_0.npy"), want)
+    _cuvil_run_gives(tmp_path / "copied.cuv", x, want, tmp_path)
 
 
 @pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
@@ -535,8 +540,6 @@ def test_an_export_stores_the_weights_not_the_winograd_transforms_a_cache_entry_
     """An entry keeps the Winograd-transformed weights in place of the weights (larger, but not transformed again
     at a warm start); an export of a model served from it stores the weights once, as an export with the cache off
     does (the weights compiled again: the entry lacks them), and gives the same outputs, in Python and cuvil-run."""
-    from .runtime import c_build
-
     rng = np.random.default_rng(6)
     path, weight_bytes = _conv_fc_file(tmp_path, rng)
     x = rng.standard_normal((1, 16, 20, 20)).astype(np.float32)
@@ -554,11 +557,7 @@ def test_an_export_stores_the_weights_not_the_winograd_transforms_a_cache_entry_
     want = cuvil.load(tmp_path / "fresh.cuv")(x=x)
     np.testing.assert_array_equal(cuvil.load(tmp_path / "from_hit.cuv")(x=x), want)
     np.testing.assert_array_equal(model(x)[0], want)
-    built = c_build.runtime()
-    np.save(tmp_path / "x.npy", x)
-    run = c_build.run(built, built.cli, tmp_path / "from_hit.cuv", tmp_path / "x.npy", "-o", tmp_path / "out")
-    assert run.returncode == 0, run.stderr
-    np.testing.assert_array_equal(np.load(tmp_path / "out" / "output_0.npy"), want)
+    _cuvil_run_gives(tmp_path / "from_hit.cuv", x, want, tmp_path)
 
 
 def test_a_hit_exported_under_another_name_or_for_another_target_is_written_anew(cache, tmp_path):

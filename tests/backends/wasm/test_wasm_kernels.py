@@ -21,28 +21,43 @@ def gemv(tmp_path_factory):
 
     torch.manual_seed(19)
     net = torch.nn.Sequential(torch.nn.Linear(523, 1030), torch.nn.ReLU(), torch.nn.Linear(1030, 37)).eval()
-    x = torch.randn(1, 523)
+    compiled, case = _exported(net, torch.randn(1, 523), tmp_path_factory.mktemp("wasm-kernels") / "gemv.cuv")
+    assert "cuvil_sgemm_packed(1, 1030, 523," in _wasm_source(compiled)
+    return case
+
+
+def _exported(net, x, path):
+    """`net` compiled for wasm32 and exported to `path`: (the compiled model, (path, input, [PyTorch's float64
+    result]))."""
+    import torch
+
     compiled = cuvil.compile(net, (x,), target="wasm32")
-    with targets.use("wasm32"):
-        source = codegen.generate(compiled.executable.module).source
-    assert "cuvil_sgemm_packed(1, 1030, 523," in source
-    path = tmp_path_factory.mktemp("wasm-kernels") / "gemv.cuv"
     cuvil.export(compiled, path, "wasm32")
     with torch.no_grad():
         want = net.double()(x.double()).float().numpy()
-    return path, x.numpy(), [want]
+    return compiled, (path, x.numpy(), [want])
 
 
-@pytest.mark.parametrize("masked,native", [("", "native.1"), ("relaxed_simd", "native")])
-def test_the_packed_gemv_under_wasmtime(gemv, monkeypatch, masked, native):
+def _wasm_source(compiled) -> str:
+    with targets.use("wasm32"):
+        return codegen.generate(compiled.executable.module).source
+
+
+def _under_wasmtime(case, monkeypatch, masked: str, native: str) -> None:
+    """The exported case run by wasmtime with `masked` features off picks the `native` module and matches."""
     require("wasmtime")
     from cuvil.runtime import wasm
 
-    path, x, want = gemv
+    path, x, want = case
     monkeypatch.setenv("CUVIL_DISABLE_CPU_FEATURES", masked)
     art = wasm.load(path)
     assert art.native == native
     _close([np.asarray(art(x))], want)
+
+
+@pytest.mark.parametrize("masked,native", [("", "native.1"), ("relaxed_simd", "native")])
+def test_the_packed_gemv_under_wasmtime(gemv, monkeypatch, masked, native):
+    _under_wasmtime(gemv, monkeypatch, masked, native)
 
 
 @pytest.mark.parametrize("relaxed,native", [(False, "native"), (True, "native.1")])
@@ -67,28 +82,15 @@ def blocked_pools(tmp_path_factory):
                               torch.nn.Conv2d(8, 8, 3, padding=1),
                               torch.nn.MaxPool2d((3, 2), (1, 2), dilation=(2, 1), ceil_mode=True),
                               torch.nn.Conv2d(8, 4, 3, padding=1)).eval()
-    x = torch.randn(2, 3, 15, 13)
-    compiled = cuvil.compile(net, (x,), target="wasm32")
-    with targets.use("wasm32"):
-        source = codegen.generate(compiled.executable.module).source
-    assert cuvil.inspect_ir(compiled).count(",4] = max_pool") == 2 and "_row(xp, yr, g, oz, a, b, 4)" in source
-    path = tmp_path_factory.mktemp("wasm-kernels") / "pools.cuv"
-    cuvil.export(compiled, path, "wasm32")
-    with torch.no_grad():
-        want = net.double()(x.double()).float().numpy()
-    return path, x.numpy(), [want]
+    compiled, case = _exported(net, torch.randn(2, 3, 15, 13), tmp_path_factory.mktemp("wasm-kernels") / "pools.cuv")
+    assert cuvil.inspect_ir(compiled).count(",4] = max_pool") == 2
+    assert "_row(xp, yr, g, oz, a, b, 4)" in _wasm_source(compiled)
+    return case
 
 
 @pytest.mark.parametrize("masked,native", [("", "native.1"), ("relaxed_simd", "native")])
 def test_blocked_max_pools_under_wasmtime(blocked_pools, monkeypatch, masked, native):
-    require("wasmtime")
-    from cuvil.runtime import wasm
-
-    path, x, want = blocked_pools
-    monkeypatch.setenv("CUVIL_DISABLE_CPU_FEATURES", masked)
-    art = wasm.load(path)
-    assert art.native == native
-    _close([np.asarray(art(x))], want)
+    _under_wasmtime(blocked_pools, monkeypatch, masked, native)
 
 
 def test_blocked_max_pools_under_node(blocked_pools, tmp_path):
@@ -113,11 +115,7 @@ def test_narrow_first_convs_under_wasmtime(tmp_path, monkeypatch, channels, mask
     torch.manual_seed(29)
     net = torch.nn.Sequential(torch.nn.Conv2d(channels, 8, 3, padding=1), torch.nn.ReLU(),
                               torch.nn.Conv2d(8, 4, 3, padding=1)).eval()
-    x = torch.randn(2, channels, 9, 11)
-    compiled = cuvil.compile(net, (x,), target="wasm32")
+    compiled, (path, x, want) = _exported(net, torch.randn(2, channels, 9, 11), tmp_path / "narrow.cuv")
     assert ",4] = conv_nchwc" in cuvil.inspect_ir(compiled)
-    cuvil.export(compiled, tmp_path / "narrow.cuv", "wasm32")
-    with torch.no_grad():
-        want = net.double()(x.double()).float().numpy()
     monkeypatch.setenv("CUVIL_DISABLE_CPU_FEATURES", masked)
-    _close([np.asarray(wasm.load(tmp_path / "narrow.cuv")(x.numpy()))], [want])
+    _close([np.asarray(wasm.load(path)(x))], want)
