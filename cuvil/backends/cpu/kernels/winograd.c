@@ -18,6 +18,13 @@
 #include "cuvil_nchwc.h"
 
 #define WINO_TB 12 /* tiles per group: 12 x 2 accumulators + 2 weights + a broadcast in 32 registers */
+/* Tiles a GEMM holds in registers at once: the group's, or on wasm32 4 (4 x 2 accumulators + 2 weights + a broadcast
+ * within the 15 xmm registers V8 allocates on x86-64; 12 x 2 spilled every accumulator each channel). */
+#if defined(__wasm_simd128__) && CUVIL_VL == 4
+#define WINO_RB 4
+#else
+#define WINO_RB WINO_TB
+#endif
 #define WINO_POS 36
 
 typedef cuvil_vf wvf;
@@ -252,8 +259,11 @@ static void wino_group(const float *x, const float *u, const wino_out *out, int6
     for (int p = 0; p < WINO_POS; p++)
         for (int64_t o = 0; o < g->ob; o += 2) {
             const int nb = o + 1 < g->ob ? 2 : 1;
-            wino_gemms[nb - 1][tb - 1](v + p * g->cb * tb * CUVIL_VL, tb, g->cb, u + (p * g->ob + o) * us, us,
-                                       m + (p * g->ob + o) * ms, ms);
+            for (int64_t q = 0, nq = ceil_div(tb, WINO_RB); q < nq; q++) { /* near-equal register blocks */
+                const int64_t r0 = split_at(tb, nq, q), rows = split_at(tb, nq, q + 1) - r0;
+                wino_gemms[nb - 1][rows - 1](v + (p * g->cb * tb + r0) * CUVIL_VL, tb, g->cb, u + (p * g->ob + o) * us,
+                                             us, m + (p * g->ob + o) * ms + r0 * CUVIL_VL, ms);
+            }
         }
     for (int64_t t = t0; t < t1; t++) {
         const int64_t n = t / (th * tw), ty = t / tw % th, tx = t % tw;
