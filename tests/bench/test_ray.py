@@ -1,6 +1,7 @@
 """bench/ray.py's in-process loop: a fresh process that imports the engine, loads the model and runs the batches,
 and reports its seconds (the Ray jobs themselves are in tests/ray)."""
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -34,3 +35,40 @@ def test_the_in_process_loop_runs_in_a_fresh_process_and_imports_its_engine_on_t
     timing, imported = out.stdout.splitlines()[-2:]
     assert json.loads(timing)["seconds"] > 0
     assert json.loads(imported) == [{"cuvil": "cuvil", "ort": "onnxruntime"}[engine]]  # only its own engine
+
+
+def test_the_in_process_loop_reports_its_cpu_seconds(tmp_path):
+    pytest.importorskip("ray")
+    model = tmp_path / "cnn.cuv"
+    cuvil.export(cuvil.load_onnx(models.cnn()).optimize(), model)
+    np.savez(tmp_path / "block.npz", image=models.images(40))
+    block = str(tmp_path / "block.npz")
+    argv = [sys.executable, "-m", "bench.ray", "--child", "cuvil", str(model), block, "16", "2", "1"]
+    out = subprocess.run(argv, check=True, capture_output=True, text=True, cwd=ROOT)
+    timing = json.loads(out.stdout.splitlines()[-1])
+    assert 0 < timing["cpu"] and timing["seconds"] > 0
+
+
+def test_the_noop_engine_answers_every_row_at_once_and_imports_no_engine():
+    pytest.importorskip("ray")
+    from bench import ray as bench_ray
+
+    out = bench_ray.predictor(bench_ray.NOOP, None, 2)({"image": models.images(7)})
+    assert list(out) == ["out"] and out["out"].shape == (7,) and out["out"].dtype == np.float32
+    code = ("import sys; from bench import ray as r; r.predictor(r.NOOP, None, 1); "
+            "print(sorted(m for m in ('cuvil.ray', 'onnxruntime') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, cwd=ROOT)
+    assert out.stdout.split()[-1] == "[]"
+
+
+def test_machine_cpu_counts_busy_time_that_grows_with_work():
+    pytest.importorskip("ray")
+    from bench import ray as bench_ray
+
+    before, cpu = bench_ray.machine_cpu(), bench_ray.process_cpu()
+    while bench_ray.process_cpu() - cpu < 0.05:  # some CPU spent here
+        pass
+    busy, stolen = bench_ray.machine_cpu() - before
+    assert busy >= 0.03 and stolen >= 0  # ticks of 10 ms: most of the 50 ms spent shows
+    idle = bench_ray.idle_cpu(0.05)
+    assert idle.shape == (2,) and (idle >= 0).all() and idle[0] <= (os.cpu_count() or 1) + 0.5
