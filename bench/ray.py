@@ -251,13 +251,15 @@ def machine_cpu() -> np.ndarray:
     return np.array([sum(fields[i] for i in (0, 1, 2, 5, 6)), fields[7]], np.float64) / tick
 
 
-def ray_job(ds, engine: str, model, args, env: Optional[dict] = None) -> dict:
-    """One map_batches job, from the call to its last row in this process, and what its workers stamped."""
+def ray_job(ds, engine: str, model, args, env: Optional[dict] = None, batch_format: Optional[str] = None) -> dict:
+    """One map_batches job, from the call to its last row in this process, and what its workers stamped; Cuvil's
+    batches in `batch_format` (default --format), the others' always NumPy."""
     cpus, start, driver, machine = args.cpus_per_worker, time.monotonic(), process_cpu(), machine_cpu()
     kwargs = {"engine": engine, "model": model, "num_threads": cpus, "trace": args.trace, "env": env}
+    batch_format = (batch_format or args.format) if engine == "cuvil" else "numpy"
     out = ds.map_batches(Timed, fn_constructor_kwargs=kwargs,
                          compute=ray.data.ActorPoolStrategy(size=args.workers), num_cpus=cpus,
-                         batch_size=args.batch, batch_format=args.format if engine == "cuvil" else "numpy",
+                         batch_size=args.batch, batch_format=batch_format,
                          zero_copy_batch=True)
     stamps = np.concatenate([b["_stamps"] for b in out.iter_batches(batch_size=None, batch_format="numpy")])
     seconds, (busy, stolen), driver = time.monotonic() - start, machine_cpu() - machine, process_cpu() - driver
@@ -300,6 +302,8 @@ def main() -> None:
     parser.add_argument("--ab-wait-spin-us", type=int, default=None, help="also a Cuvil Ray job (cuvil-ray-ab) with "
                         "CUVIL_WAIT_SPIN_US set to this (e.g. 1000000000: the caller spins for a worker's chunk, as "
                         "before the pool slept), in the same rotation")
+    parser.add_argument("--ab-format", default=None, choices=["numpy", "pyarrow"], help="also a Cuvil Ray job "
+                        "(cuvil-ray-FORMAT) with its batches in this format, in the same rotation")
     parser.add_argument("--noop", action="store_true", help="also the same Ray job with no model (noop-ray, in the "
                         "same rotation): what Ray costs alone, start-up and per batch")
     args = parser.parse_args()
@@ -345,6 +349,9 @@ def prepare(args, folder: str) -> dict:
     if args.noop:
         ray_job(dataset(block, 1), NOOP, None, args)
         runs[f"{NOOP}-ray"] = lambda: ray_job(ds, NOOP, None, args)
+    if args.ab_format is not None:  # the same Cuvil job with its batches in the other format
+        runs[f"cuvil-ray-{args.ab_format}"] = lambda: ray_job(ds, "cuvil", model_of["cuvil"], args,
+                                                              batch_format=args.ab_format)
     if args.ab_wait_spin_us is not None:  # the pool's caller spinning for a worker's chunk this long before it sleeps
         env = {"CUVIL_WAIT_SPIN_US": str(args.ab_wait_spin_us)}
         runs["cuvil-ray-ab"] = lambda: ray_job(ds, "cuvil", model_of["cuvil"], args, env)
@@ -377,6 +384,11 @@ def report(args, results: dict) -> None:
               f"{ratio(rate('cuvil-ray'), rate('cuvil-ray-ab'))}, steady "
               f"{ratio(rate('cuvil-ray', 'steady'), rate('cuvil-ray-ab', 'steady'))}; its rounds "
               + ", ".join(f"{r['seconds']:.1f}" for r in results["cuvil-ray-ab"]) + " s")
+    if args.ab_format is not None:
+        other = f"cuvil-ray-{args.ab_format}"
+        print(f"  {other} / cuvil-ray ({args.format}): end to end {ratio(rate(other), rate('cuvil-ray'))}, steady "
+              f"{ratio(rate(other, 'steady'), rate('cuvil-ray', 'steady'))}, median gap between calls "
+              f"{1e3 * med(r['gap'] for r in results[other]):.2f} ms")
     if f"{NOOP}-ray" in results:
         report_noop(args, results[f"{NOOP}-ray"], results["cuvil-ray"])
     report_cpu(results)

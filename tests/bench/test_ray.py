@@ -1,5 +1,7 @@
-"""bench/ray.py's in-process loop: a fresh process that imports the engine, loads the model and runs the batches,
-and reports its seconds (the Ray jobs themselves are in tests/ray)."""
+"""bench/ray.py: the in-process loop (a fresh process that imports the engine, loads the model and runs the batches,
+and reports its seconds and CPU), the no-model engine, the CPU counters, and one short Ray job of each kind on the
+Ray tests' local cluster (the Predictor itself is tested in tests/ray)."""
+import argparse
 import json
 import os
 import subprocess
@@ -11,6 +13,7 @@ import pytest
 
 import cuvil
 from tests.ray import models
+from tests.ray.conftest import artifacts, cluster  # noqa: F401 (the Ray tests' fixtures)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -72,3 +75,15 @@ def test_machine_cpu_counts_busy_time_that_grows_with_work():
     assert busy >= 0.03 and stolen >= 0  # ticks of 10 ms: most of the 50 ms spent shows
     idle = bench_ray.idle_cpu(0.05)
     assert idle.shape == (2,) and (idle >= 0).all() and idle[0] <= (os.cpu_count() or 1) + 0.5
+
+
+def test_a_ray_job_of_each_kind_reports_its_cpu_and_start_up(cluster, artifacts):  # noqa: F811 (the fixtures)
+    """The noop job (Ray alone) and a Cuvil job with Arrow batches (--ab-format), on the tests' local cluster."""
+    from bench import ray as bench_ray
+
+    args = argparse.Namespace(cpus_per_worker=1, workers=1, trace=True, batch=16, format="numpy")
+    ds = bench_ray.dataset({"image": models.images(64)}, 2)
+    for engine, model, batch_format in ((bench_ray.NOOP, None, None), ("cuvil", str(artifacts["cnn"][0]), "pyarrow")):
+        job = bench_ray.ray_job(ds, engine, model, args, batch_format=batch_format)
+        assert job["seconds"] > job["startup"] > 0 and job["steady"] > 0
+        assert job["cpu"]["machine"] >= job["cpu"]["calls"] >= 0 and job["cpu"]["driver"] > 0
