@@ -46,6 +46,7 @@ import numpy as np
 import ray
 
 ENGINES = ("cuvil", "ort")
+NOOP = "noop"  # --noop's engine: Ray's own cost of the job, with no model
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -65,8 +66,21 @@ class OrtPredictor:
         return dict(zip(self.outputs, self.session.run(None, {k: batch[k] for k in self.inputs})))
 
 
+class NoopPredictor:
+    """No model: one float32 column of the batch's rows, at once. The same job with it is what Ray costs alone (its
+    actor start, its per-batch work in the worker and the driver), the part of a job that no engine can remove."""
+
+    def __init__(self, model=None, num_threads: int = 1):
+        self.num_threads = num_threads
+
+    def __call__(self, batch: dict) -> dict:
+        return {"out": np.zeros(len(next(iter(batch.values()))), np.float32)}
+
+
 def predictor(engine: str, model, num_threads: int):
     """The engine's predictor; each imports only its own engine (a worker's start-up is part of the figures)."""
+    if engine == NOOP:
+        return NoopPredictor(model, num_threads)
     if engine == "ort":
         return OrtPredictor(model, num_threads)
     import cuvil.ray
@@ -206,29 +220,57 @@ def child(engine: str, model_file: str, block_file: str, batch: str, repeats: st
     rows, size = len(next(iter(block.values()))), int(batch)
     batches = [{k: v[i:i + size] for k, v in block.items()} for i in range(0, rows, size)]
     model = model_file if engine == "cuvil" else open(model_file, "rb").read()  # a worker gets ORT's as bytes
-    start = time.monotonic()
+    start, cpu = time.monotonic(), process_cpu()
     worker = predictor(engine, model, int(threads))
     for _ in range(int(repeats)):
         for b in batches:
             worker(b)
-    print(json.dumps({"seconds": time.monotonic() - start}))
+    print(json.dumps({"seconds": time.monotonic() - start, "cpu": process_cpu() - cpu}))
 
 
-def ray_job(ds, engine: str, model, args, env: Optional[dict] = None) -> dict:
-    """One map_batches job, from the call to its last row in this process, and what its workers stamped."""
-    cpus, start = args.cpus_per_worker, time.monotonic()
+def idle_cpu(seconds: float) -> np.ndarray:
+    """The machine's CPUs kept busy (and stolen) while no job runs, over `seconds`: Ray's daemons and actors idling
+    (the raylet, the dashboard's agent, Ray Data's stats actors), a floor under every job's CPU."""
+    before = machine_cpu()
+    time.sleep(seconds)
+    return (machine_cpu() - before) / seconds
+
+
+def process_cpu() -> float:
+    """This process's CPU seconds (user and system, every thread)."""
+    t = os.times()
+    return t.user + t.system
+
+
+def machine_cpu() -> np.ndarray:
+    """The machine's CPU seconds since boot from /proc/stat: (busy, stolen by the hypervisor); busy is user, nice,
+    system, irq and softirq, every process's."""
+    with open("/proc/stat") as f:
+        fields = [int(v) for v in f.readline().split()[1:]]
+    tick = os.sysconf("SC_CLK_TCK")
+    return np.array([sum(fields[i] for i in (0, 1, 2, 5, 6)), fields[7]], np.float64) / tick
+
+
+def ray_job(ds, engine: str, model, args, env: Optional[dict] = None, batch_format: Optional[str] = None) -> dict:
+    """One map_batches job, from the call to its last row in this process, and what its workers stamped; Cuvil's
+    batches in `batch_format` (default --format), the others' always NumPy."""
+    cpus, start, driver, machine = args.cpus_per_worker, time.monotonic(), process_cpu(), machine_cpu()
     kwargs = {"engine": engine, "model": model, "num_threads": cpus, "trace": args.trace, "env": env}
+    batch_format = (batch_format or args.format) if engine == "cuvil" else "numpy"
     out = ds.map_batches(Timed, fn_constructor_kwargs=kwargs,
                          compute=ray.data.ActorPoolStrategy(size=args.workers), num_cpus=cpus,
-                         batch_size=args.batch, batch_format=args.format if engine == "cuvil" else "numpy",
+                         batch_size=args.batch, batch_format=batch_format,
                          zero_copy_batch=True)
     stamps = np.concatenate([b["_stamps"] for b in out.iter_batches(batch_size=None, batch_format="numpy")])
-    seconds = time.monotonic() - start
+    seconds, (busy, stolen), driver = time.monotonic() - start, machine_cpu() - machine, process_cpu() - driver
     starts, ends = stamps[:, 0], stamps[:, 1]
     calls = np.unique(stamps, axis=0)  # a row per model call (start, end, pid, init, ready, counters), by start
     per_worker = [calls[calls[:, 2] == p] for p in np.unique(calls[:, 2])]
     first = [c[np.argmin(c[:, 0])] for c in per_worker]
     return {"seconds": seconds, "trace": calls[:, 5:].mean(axis=0), "startup": starts.min() - start,
+            # CPU seconds of the job: the machine's, the driver's, and the worker threads' inside the model calls
+            "cpu": {"machine": busy, "stolen": stolen, "driver": driver,
+                    "calls": calls[:, [5, 7, 9]].sum() / 1e6 if args.trace else float("nan")},
             "steady": len(starts) / (ends.max() - starts.min()),
             "busy": statistics.mean((c[:, 1] - c[:, 0]).sum() / (c[:, 1].max() - c[:, 0].min()) for c in per_worker),
             "gap": statistics.median(np.concatenate([c[1:, 0] - c[:-1, 1] for c in per_worker])),
@@ -260,6 +302,10 @@ def main() -> None:
     parser.add_argument("--ab-wait-spin-us", type=int, default=None, help="also a Cuvil Ray job (cuvil-ray-ab) with "
                         "CUVIL_WAIT_SPIN_US set to this (e.g. 1000000000: the caller spins for a worker's chunk, as "
                         "before the pool slept), in the same rotation")
+    parser.add_argument("--ab-format", default=None, choices=["numpy", "pyarrow"], help="also a Cuvil Ray job "
+                        "(cuvil-ray-FORMAT) with its batches in this format, in the same rotation")
+    parser.add_argument("--noop", action="store_true", help="also the same Ray job with no model (noop-ray, in the "
+                        "same rotation): what Ray costs alone, start-up and per batch")
     args = parser.parse_args()
     ray.init(num_cpus=args.workers * args.cpus_per_worker, include_dashboard=False, log_to_driver=False,
              logging_level="ERROR")
@@ -298,6 +344,14 @@ def prepare(args, folder: str) -> dict:
     runs = {f"{e}-inproc": (lambda e=e: in_process(e, file_of[e], block_file, args.batch, repeats, threads))
             for e in ENGINES}
     runs.update({f"{e}-ray": (lambda e=e: ray_job(ds, e, model_of[e], args)) for e in ENGINES})
+    idle = idle_cpu(3.0)
+    print(f"Ray idle, after the first jobs: {idle[0]:.3f} CPUs busy, {idle[1]:.3f} stolen (of {os.cpu_count()})")
+    if args.noop:
+        ray_job(dataset(block, 1), NOOP, None, args)
+        runs[f"{NOOP}-ray"] = lambda: ray_job(ds, NOOP, None, args)
+    if args.ab_format is not None:  # the same Cuvil job with its batches in the other format
+        runs[f"cuvil-ray-{args.ab_format}"] = lambda: ray_job(ds, "cuvil", model_of["cuvil"], args,
+                                                              batch_format=args.ab_format)
     if args.ab_wait_spin_us is not None:  # the pool's caller spinning for a worker's chunk this long before it sleeps
         env = {"CUVIL_WAIT_SPIN_US": str(args.ab_wait_spin_us)}
         runs["cuvil-ray-ab"] = lambda: ray_job(ds, "cuvil", model_of["cuvil"], args, env)
@@ -330,6 +384,14 @@ def report(args, results: dict) -> None:
               f"{ratio(rate('cuvil-ray'), rate('cuvil-ray-ab'))}, steady "
               f"{ratio(rate('cuvil-ray', 'steady'), rate('cuvil-ray-ab', 'steady'))}; its rounds "
               + ", ".join(f"{r['seconds']:.1f}" for r in results["cuvil-ray-ab"]) + " s")
+    if args.ab_format is not None:
+        other = f"cuvil-ray-{args.ab_format}"
+        print(f"  {other} / cuvil-ray ({args.format}): end to end {ratio(rate(other), rate('cuvil-ray'))}, steady "
+              f"{ratio(rate(other, 'steady'), rate('cuvil-ray', 'steady'))}, median gap between calls "
+              f"{1e3 * med(r['gap'] for r in results[other]):.2f} ms")
+    if f"{NOOP}-ray" in results:
+        report_noop(args, results[f"{NOOP}-ray"], results["cuvil-ray"])
+    report_cpu(results)
     if args.trace:
         report_trace(results)
     inproc = rate("cuvil-inproc")
@@ -338,6 +400,32 @@ def report(args, results: dict) -> None:
     print(f"  cuvil / ort on Ray (goal >= 1.2): end to end {ratio(rate('cuvil-ray'), rate('ort-ray'))}, steady "
           f"{ratio(rate('cuvil-ray', 'steady'), rate('ort-ray', 'steady'))}; in-process (its ceiling) "
           f"{ratio(inproc, rate('ort-inproc'))}")
+
+
+def report_noop(args, noop: list, cuvil_ray: list) -> None:
+    """Ray's own cost, from the job with no model: its start-up, and its per-batch time (the span over batches)."""
+    med = statistics.median
+    per_batch = med(1e3 * args.batch / r["steady"] for r in noop)
+    print(f"  noop on Ray (Ray alone): {med(r['seconds'] for r in noop):.2f} s a job, start-up "
+          f"{med(r['startup'] for r in noop):.2f} s (Ray's actor start {med(r['ray_start'] for r in noop):.3f} s), "
+          f"{per_batch:.2f} ms a batch; Cuvil's Ray job {med(r['seconds'] for r in cuvil_ray):.2f} s")
+
+
+def report_cpu(results: dict) -> None:
+    """Each run's CPU seconds, round by round: an in-process loop's own; a Ray job's machine-wide busy and stolen
+    time, the driver's, the worker's model calls' (with --trace) and the rest (Ray's daemons, the worker outside its
+    calls, other users of the machine)."""
+    print("  CPU seconds per run (in process: the loop's; on Ray: machine busy = driver + calls + rest; stolen):")
+    for name, runs in results.items():
+        for i, r in enumerate(runs):
+            cpu = r.get("cpu")
+            if isinstance(cpu, dict):
+                rest = cpu["machine"] - cpu["driver"] - cpu["calls"]
+                print(f"    {name + f' r{i + 1}':18s} {r['seconds']:7.2f} s wall, machine {cpu['machine']:7.2f}, "
+                      f"driver {cpu['driver']:6.2f}, calls {cpu['calls']:7.2f}, rest {rest:6.2f}, "
+                      f"stolen {cpu['stolen']:5.2f}")
+            elif cpu is not None:
+                print(f"    {name + f' r{i + 1}':18s} {r['seconds']:7.2f} s wall, {cpu:7.2f} s CPU")
 
 
 def report_trace(results: dict) -> None:
