@@ -139,3 +139,16 @@ def test_max_and_min_keep_a_nan(op, shape, axes):
     x.reshape(-1)[x.size * 3 // 4 + 5] = np.nan  # in the last thread's share
     got = cuvil.compile_module(m)(x)[0]
     np.testing.assert_array_equal(np.isnan(got), np.isnan(cuvil.interpret(m, [x])[0]))
+
+
+@pytest.mark.parametrize("op", ["reduce_max", "reduce_min"])
+@pytest.mark.parametrize("shape", [(1, 4096), (3, 1024)])
+def test_long_rows_of_max_and_min_reduce_in_lanes(op, shape):
+    """A long row kept beside other rows (ONNX's ReduceMax over [1, n]) runs in REDUCE_LANES partial results, not one
+    accumulator that waits on the compare's latency; exact against the interpreter."""
+    m = Module()
+    b = Builder.new_function(m, "main", [TensorType("f32", shape)], ["x"])
+    b.ret(getattr(b, op)(b.args[0], axes=(1,), keepdims=True))
+    x = np.random.default_rng(4).standard_normal(shape).astype(np.float32)
+    np.testing.assert_array_equal(cuvil.compile_module(m)(x)[0], cuvil.interpret(m, [x])[0])
+    assert "part[j + 32]" in _kernel_bodies(m)
