@@ -2,12 +2,17 @@
 files: QDQ (quantize_static), QOperator (QLinearConv, QGemm; uint8 and int8 activations), quantize_dynamic's
 MatMulInteger chains and MatMulNBits. Tolerances: quantized paths within one output quantization step of ONNX
 Runtime on nearly every element (the requantisation rounds once in float on each side) and cosine >= 0.999;
-MatMulNBits (exact 4-bit weights, f32 arithmetic) within 1e-4."""
+MatMulNBits (exact 4-bit weights, f32 arithmetic) within 1e-4.
+
+ONNX Runtime is the oracle for uint8 activations only where its kernels compute uint8 x int8 exactly, on VNNI: the
+AVX2/AVX-512BW fallback (`vpmaddubsw`) saturates pairs of products at int16, which costs it 10-25% of the output on
+the dynamic MLP below. Elsewhere the exact references are the interpreter (integer semantics of the ONNX spec) and,
+for quantize_dynamic, the fp32 model."""
 import numpy as np
 import pytest
 
 import cuvil
-from tests.frontends.onnx.helpers import run_ort
+from tests.frontends.onnx.helpers import ort_uint8_gemm_exact, run_ort
 
 torch = pytest.importorskip("torch")
 quantization = pytest.importorskip("onnxruntime.quantization")
@@ -51,17 +56,22 @@ def cnn_file(tmp_path_factory):
     return _export(_Net(), torch.randn(1, 3, 8, 8), tmp_path_factory.mktemp("int8") / "cnn.onnx")
 
 
+def _ort_exact(activations: str) -> bool:
+    """Whether ONNX Runtime's integer GEMMs are exact for these activations on this CPU (see the docstring)."""
+    return activations == "QInt8" or ort_uint8_gemm_exact()
+
+
 def _ops(loaded):
     return {op.name for op in loaded.module.main.walk()}
 
 
-def _compare(path, feeds):
+def _compare(path, feeds, activations):
     import onnx
     proto = onnx.load(str(path))
     loaded = cuvil.load_onnx(proto)
     compiled = loaded.optimize()
     for feed in feeds:
-        want = run_ort(proto, feed)[0]
+        want = run_ort(proto, feed)[0] if _ort_exact(activations) else loaded(**feed)[0]
         got = compiled(**feed)[0]
         a, b = got.ravel().astype(np.float64), want.ravel().astype(np.float64)
         assert a @ b / np.linalg.norm(a) / np.linalg.norm(b) >= 0.999
@@ -77,7 +87,7 @@ def test_static_quantized_cnn_runs_on_the_int8_kernels(cnn_file, tmp_path, fmt, 
                                  quant_format=getattr(quantization.QuantFormat, fmt), per_channel=True,
                                  activation_type=getattr(quantization.QuantType, activations),
                                  weight_type=quantization.QuantType.QInt8)
-    loaded = _compare(out, _inputs(4))
+    loaded = _compare(out, _inputs(4), activations)
     ops = _ops(loaded)
     assert "qconv_i8" in ops and "qlinear_i8" in ops and "conv" not in ops and "matmul" not in ops
 
@@ -94,9 +104,11 @@ def test_dynamic_quantized_mlp_runs_on_the_int8_kernels(tmp_path):
     loaded = cuvil.load_onnx(proto)
     assert "qlinear_i8" in _ops(loaded) and "matmul" not in _ops(loaded)
     for feed in _inputs(3, (5, 32)):
-        want, got = run_ort(proto, feed)[0], loaded.optimize()(**feed)[0]
+        got, fp32 = loaded.optimize()(**feed)[0], run_ort(onnx.load(str(src)), feed)[0]
         # per-row ranges here, one range per tensor in ONNX Runtime: both within the quantization noise of fp32
-        assert np.abs(got - want).max() <= 0.05 * np.abs(want).max()
+        assert np.abs(got - fp32).max() <= 0.02 * np.abs(fp32).max()
+        if _ort_exact("QUInt8"):
+            assert np.abs(got - run_ort(proto, feed)[0]).max() <= 0.05 * np.abs(fp32).max()
 
 
 @pytest.mark.parametrize("block,rows", [(32, 1), (64, 1), (128, 1), (32, 7)])
@@ -133,7 +145,12 @@ def test_unsupported_forms_keep_the_exact_path(tmp_path):
     loaded = cuvil.load_onnx(proto)
     assert "qlinear_i8" not in _ops(loaded)
     feed = {"a": rng.integers(0, 255, (4, 8)).astype(np.uint8)}
-    np.testing.assert_array_equal(loaded.optimize()(**feed)[0], run_ort(proto, feed)[0])
+    products = (feed["a"].astype(np.int64) - 120) @ (numpy_helper.to_array(inits[2]).astype(np.int64) - 3)
+    multiplier = np.float32(0.02) * np.float32(0.01) / np.float32(0.05)  # in f32, as the spec's reference does
+    exact = np.clip(np.rint(products.astype(np.float32) * multiplier) + 128, 0, 255).astype(np.uint8)
+    np.testing.assert_array_equal(loaded.optimize()(**feed)[0], exact)
+    if _ort_exact("QUInt8"):
+        np.testing.assert_array_equal(exact, run_ort(proto, feed)[0])
 
 
 @pytest.mark.parametrize("precision,bound", [("int8", 0.9999), ("int4", 0.999)])

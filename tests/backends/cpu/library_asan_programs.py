@@ -83,7 +83,7 @@ def window_programs() -> list:
                              pads=(3, 0, 1, 2), activation="relu"),  # the host's direct kernel on a padded copy
                 b.conv_nchwc(xh, const(1, 1, 1, 1, host, host), const(1, host), xh, activation="relu6"),
                 b.conv_nchwc(xh, const(3, 1, 1, 1, host, host), const(3, host), activation="hardswish",
-                             channels=37),  # 1x1: planes as rows, cut into parts
+                             channels=3 * host - 3),  # 1x1: planes as rows, cut into parts; the last block partial
                 b.conv_nchwc(xh, const(2, 1, 3, 3, host, host), const(2, host), pads=(1, 1, 1, 1), activation="silu",
                              channels=2 * host - 3),  # the strip-wide SiLU of both blocks, a plain output
                 b.max_pool(xh, kernel=(3, 2, 1), strides=(2, 1, 1), pads=(1, 0, 0, 2, 1, 0), ceil_mode=True),

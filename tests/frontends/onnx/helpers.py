@@ -1,6 +1,8 @@
 """Shared pieces of the ONNX frontend tests: building small models and comparing with ONNX Runtime."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -24,6 +26,17 @@ def run_ort(proto, feeds: dict) -> list:
 
     sess = onnxruntime.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
     return sess.run(None, feeds)
+
+
+def ort_uint8_gemm_exact() -> bool:
+    """Whether ONNX Runtime multiplies uint8 by int8 exactly on this CPU: with VNNI. Its AVX2/AVX-512BW fallback
+    (`vpmaddubsw`) saturates each pair of products at int16, so there it is no oracle for uint8 activations."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    flags = next((line for line in text.splitlines() if line.startswith("flags")), "")
+    return bool({"avx512_vnni", "avx_vnni"} & set(flags.split()))
 
 
 def check_against_ort(proto, feeds: dict, rtol: float = 1e-5, atol: float = 1e-6):

@@ -9,7 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import cuvil
 
-from .helpers import run_ort
+from .helpers import ort_uint8_gemm_exact, run_ort
 
 N = helper.make_node
 F32 = TensorProto.FLOAT
@@ -89,11 +89,25 @@ def test_matmul_nbits(bits, zero_points):
 
 
 def test_dynamic_quantize_matmul():
-    inits = {"b": RNG.integers(-128, 127, (8, 6)).astype(np.int8), "bs": np.float32([0.02]),
-             "bz": np.int8([3]), "bias": _f(6)}
-    feeds = {"a": _f(4, 8)}
-    node = _ms("DynamicQuantizeMatMul", ["a", "b", "bs", "bz", "bias"], ["y"])
-    _check(_model(node, feeds, ["y"], inits), feeds, rtol=1e-5, atol=1e-5)
+    """Against ONNX Runtime where it multiplies uint8 by int8 exactly, else against the op's definition:
+    `a` quantised as DynamicQuantizeLinear does (uint8, range including 0), exact integer products."""
+    rng = np.random.default_rng(7)
+    inits = {"b": rng.integers(-128, 127, (8, 6)).astype(np.int8), "bs": np.float32([0.02]),
+             "bz": np.int8([3]), "bias": rng.standard_normal(6).astype(np.float32)}
+    feeds = {"a": rng.standard_normal((4, 8)).astype(np.float32)}
+    proto = _model(_ms("DynamicQuantizeMatMul", ["a", "b", "bs", "bz", "bias"], ["y"]), feeds, ["y"], inits)
+    if ort_uint8_gemm_exact():
+        _check(proto, feeds, rtol=1e-5, atol=1e-5)
+        return
+    a = feeds["a"]
+    scale = np.float32((max(a.max(), 0) - min(a.min(), 0)) / 255)
+    zero = np.clip(np.rint(-min(a.min(), 0) / scale), 0, 255)
+    qa = np.clip(np.rint(a / scale) + zero, 0, 255) - zero
+    products = qa.astype(np.int64) @ (inits["b"].astype(np.int64) - 3)
+    want = (products.astype(np.float32) * (scale * np.float32(0.02)) + inits["bias"]).astype(np.float32)
+    loaded = cuvil.load_onnx(proto)
+    for got in (loaded(**feeds)[0], loaded.optimize()(**feeds)[0]):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 def _quantized(*shape):
