@@ -108,7 +108,8 @@ def test_pool_works_after_fork():
 
 
 def _pool_state(lib) -> tuple:
-    out = np.zeros(3, np.int64)
+    """Workers started, asleep, times one left its sleep, wake-ups without a job."""
+    out = np.zeros(4, np.int64)
     lib.cuvil_pool_state(out.ctypes.data)
     return tuple(int(v) for v in out)
 
@@ -135,6 +136,41 @@ def test_a_call_after_a_gap_wakes_the_sleeping_workers_at_its_first_loop():
     np.testing.assert_array_equal(small(np.ones(64, np.float32)), add_one(np.ones(64, np.float32)))
     assert lib.cuvil_last_team() == 1
     assert _until(lambda: _pool_state(lib)[2] > woken)
+
+
+def _asleep_after_a_job(lib, big) -> None:
+    """Runs a threaded call, then waits for its workers' spin to end: all asleep, the last wake-up one with a job."""
+    big(np.ones(1 << 20, np.float32))
+    assert _until(lambda: _pool_state(lib)[1] == _pool_state(lib)[0] >= 1)
+
+
+def test_a_function_on_one_thread_leaves_the_workers_asleep():
+    """A function set to one thread publishes no job: its small loops wake no worker (one would spin for nothing)."""
+    lib = _lib()
+    _asleep_after_a_job(lib, cuvil.jit(add_one, num_threads=2))
+    x = np.ones(64, np.float32)
+    wakes = _pool_state(lib)[3]
+    np.testing.assert_array_equal(cuvil.jit(add_one, num_threads=1)(x), add_one(x))
+    assert _pool_state(lib)[3] == wakes
+    np.testing.assert_array_equal(cuvil.jit(add_one, num_threads=2)(x), add_one(x))  # two threads: it wakes them
+    assert _pool_state(lib)[3] == wakes + 1
+
+
+def test_small_loops_stop_waking_the_workers_when_no_job_followed():
+    """A wake-up that ended in sleep with no job published makes the next small loops skip theirs, until a job."""
+    lib = _lib()
+    big, small, x = cuvil.jit(add_one, num_threads=2), cuvil.jit(add_one, num_threads=2), np.ones(64, np.float32)
+    _asleep_after_a_job(lib, big)
+    _, _, woken, wakes = _pool_state(lib)
+    small(x)
+    assert _pool_state(lib)[3] == wakes + 1
+    assert _until(lambda: _pool_state(lib)[2] > woken and _pool_state(lib)[1] == _pool_state(lib)[0])  # for nothing
+    for _ in range(3):
+        np.testing.assert_array_equal(small(x), add_one(x))
+    assert _pool_state(lib)[3] == wakes + 1
+    _asleep_after_a_job(lib, big)
+    small(x)
+    assert _pool_state(lib)[3] == wakes + 2
 
 
 def _pool_waits(lib) -> np.ndarray:

@@ -56,7 +56,8 @@ int cuvil_threads_for(int64_t work);
 int cuvil_swap_call_threads(int n);
 /* The team size of this thread's last parallel loop (1: it ran on this thread alone), for tests and benchmarks. */
 int cuvil_last_team(void);
-/* The pool's workers started, those asleep, and the times a worker left its sleep (out[0..2]), for tests. */
+/* The pool's workers started, those asleep, the times a worker left its sleep and the wake-ups without a job that
+ * small loops sent (out[0..3]), for tests. */
 void cuvil_pool_state(int64_t *out);
 /* Counters since the process started, for benchmarks (out[0..6]): threaded loops run, their chunks, the chunks workers
  * ran, the loops whose caller waited for a worker's chunk after running out of its own, the nanoseconds it waited,

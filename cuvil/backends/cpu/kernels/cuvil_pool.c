@@ -12,7 +12,10 @@
  * microseconds, then sleep on a condition variable until the next job. A loop that runs on the calling thread alone
  * wakes sleeping workers without giving them work: a call that arrives after a gap (a server's request) usually starts
  * with such a loop, and its threaded kernels then find the workers spinning instead of waking them, a scheduler's
- * wake-up later, for the first of them.
+ * wake-up later, for the first of them. Such a wake-up is skipped where it cannot help: in a function that runs on one
+ * thread (its kernels never publish a job), and after one that ended in the workers' sleep with no job published
+ * (`futile`: a model whose loops are all small, called back to back, would keep a worker spinning on a CPU that other
+ * work could use); the next published job clears it.
  *
  * The team of a call is its work over CUVIL_MIN_WORK (`work` is the cost of one of the n items, in elements), at most
  * cuvil_get_num_threads(): small loops run on the calling thread without touching the pool. The thread count is the
@@ -65,6 +68,8 @@ typedef struct {
     atomic_int sleepers;
     atomic_uint wakes;            /* wake-ups without a job (cuvil_parallel_team's small loops) */
     atomic_uint slept_at;         /* `wakes` when the last worker fell asleep: later ones are woken already */
+    _Atomic uint64_t woken_gen;   /* the job generation at the last wake-up without a job */
+    atomic_int futile;            /* that wake-up ended in sleep before any job: small loops wake no more */
     _Atomic int64_t woken;        /* times a worker left its sleep, for tests (cuvil_pool_state) */
     _Atomic int64_t regions, chunks, worker_chunks, waits, waited_ns, arrivals, arrival_ns; /* cuvil_pool_waits' */
     _Atomic int64_t caller_slept, spun_ns;                                                 /* cuvil_pool_idle's */
@@ -229,6 +234,8 @@ static void wait_for_job(uint64_t seen)
         now = now_ns();
         if (now - start > pool.spin_ns) {
             atomic_fetch_add_explicit(&pool.spun_ns, now - start, memory_order_relaxed);
+            if (atomic_load(&pool.woken_gen) == seen && GEN(atomic_load(&pool.ticket)) == seen)
+                atomic_store(&pool.futile, 1); /* woken after job `seen` for one that never came */
             sleep_until_job(seen);
             return;
         }
@@ -261,8 +268,10 @@ static void wake_sleepers(int job)
     if (atomic_load(&pool.sleepers) == 0 || (!job && atomic_load(&pool.slept_at) != atomic_load(&pool.wakes)))
         return;
     pthread_mutex_lock(&pool.lock);
-    if (!job)
+    if (!job) {
+        atomic_store(&pool.woken_gen, GEN(atomic_load(&pool.ticket)));
         atomic_fetch_add(&pool.wakes, 1);
+    }
     pthread_cond_broadcast(&pool.wake);
     pthread_mutex_unlock(&pool.lock);
 }
@@ -272,6 +281,7 @@ void cuvil_pool_state(int64_t *out)
     out[0] = pool.started;
     out[1] = atomic_load(&pool.sleepers);
     out[2] = atomic_load(&pool.woken);
+    out[3] = atomic_load(&pool.wakes);
 }
 
 void cuvil_pool_waits(int64_t *out)
@@ -341,7 +351,7 @@ int cuvil_parallel_team(int64_t n, int team, cuvil_range_fn fn, void *ctx)
     team = team < n ? team : (int)n;
     int expected = 0;
     if (!CUVIL_POOL_THREADS || team <= 1 || !atomic_compare_exchange_strong(&pool.busy, &expected, 1)) {
-        if (CUVIL_POOL_THREADS && team <= 1)
+        if (CUVIL_POOL_THREADS && team <= 1 && cuvil_get_num_threads() > 1 && !atomic_load(&pool.futile))
             wake_sleepers(0); /* for the threaded kernels after this one */
         last_team = 1;
         return fn(ctx, 0, n);
@@ -361,6 +371,8 @@ int cuvil_parallel_team(int64_t n, int team, cuvil_range_fn fn, void *ctx)
     atomic_store(&pool.ticket, gen << 40 | (uint64_t)chunks << 20);
     atomic_fetch_add_explicit(&pool.regions, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&pool.chunks, chunks, memory_order_relaxed);
+    if (atomic_load_explicit(&pool.futile, memory_order_relaxed))
+        atomic_store(&pool.futile, 0);
     wake_sleepers(1);
     int64_t ran = run_chunks(gen, 0);
     int64_t spin = pool.wait_spin_ns; /* twice the mean of the caller's chunks: a running worker's ends by then */
