@@ -306,9 +306,10 @@ def main() -> None:
                         "(cuvil-ray-FORMAT) with its batches in this format, in the same rotation")
     parser.add_argument("--noop", action="store_true", help="also the same Ray job with no model (noop-ray, in the "
                         "same rotation): what Ray costs alone, start-up and per batch")
+    parser.add_argument("--worker-niceness", type=int, default=0, help="the nice value of Ray's workers "
+                        "(RAY_worker_niceness; Ray's own default is 15)")
     args = parser.parse_args()
-    ray.init(num_cpus=args.workers * args.cpus_per_worker, include_dashboard=False, log_to_driver=False,
-             logging_level="ERROR")
+    start_ray(args.workers * args.cpus_per_worker, args.worker_niceness)
     ray.data.DataContext.get_current().enable_progress_bars = False
     logging.getLogger("ray.data").setLevel(logging.WARNING)
     with tempfile.TemporaryDirectory(prefix="bench-ray-") as folder:
@@ -321,6 +322,15 @@ def main() -> None:
                   flush=True)
     report(args, results)
     ray.shutdown()
+
+
+def start_ray(num_cpus: int, worker_niceness: int) -> None:
+    """A local Ray cluster whose workers run at `worker_niceness`. Ray's default, 15, lets every process at 0 (the
+    driver, the raylet, Ray's daemons) preempt the model's threads whenever it wakes, while the in-process loop
+    competes with them as an equal: at 0 the Ray job runs as a user's own process would (docs/scale-out.md). The
+    raylet that ray.init starts reads it from the environment."""
+    os.environ["RAY_worker_niceness"] = str(worker_niceness)
+    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
 
 
 def prepare(args, folder: str) -> dict:
@@ -368,7 +378,7 @@ def report(args, results: dict) -> None:
 
     med = lambda values: statistics.median(values)  # noqa: E731
     print(f"\n{args.model}, {args.rows} rows, batch {args.batch}, {args.workers} workers x {args.cpus_per_worker} "
-          f"CPU, {args.rounds} rounds; load average {os.getloadavg()[0]:.2f}")
+          f"CPU at nice {args.worker_niceness}, {args.rounds} rounds; load average {os.getloadavg()[0]:.2f}")
     for e in ENGINES:
         ray_runs = results[f"{e}-ray"]
         print(f"  {e:5}  in-process {med(rate(f'{e}-inproc')):9.1f} rows/s   on Ray: end to end "

@@ -87,3 +87,21 @@ def test_a_ray_job_of_each_kind_reports_its_cpu_and_start_up(cluster, artifacts)
         job = bench_ray.ray_job(ds, engine, model, args, batch_format=batch_format)
         assert job["seconds"] > job["startup"] > 0 and job["steady"] > 0
         assert job["cpu"]["machine"] >= job["cpu"]["calls"] >= 0 and job["cpu"]["driver"] > 0
+
+
+_NICENESS = """
+import os, sys, ray
+from bench import ray as bench_ray
+bench_ray.start_ray(1, int(sys.argv[1]))
+print(ray.get(ray.remote(lambda: os.getpriority(os.PRIO_PROCESS, 0)).remote()))
+ray.shutdown()
+"""
+
+
+def test_bench_ray_starts_its_workers_at_the_niceness_it_is_given():
+    """--worker-niceness reaches the raylet that ray.init starts: a task's process runs at it, not at Ray's 15."""
+    pytest.importorskip("ray")
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_worker_niceness")}
+    out = subprocess.run([sys.executable, "-c", _NICENESS, "3"], check=True, capture_output=True, text=True,
+                         cwd=ROOT, env=env, timeout=240)
+    assert out.stdout.split()[-1] == "3"
