@@ -4,7 +4,9 @@
 
 Two models, one ONNX graph each, built here: a chain of 8 (ReduceMax, Sub) pairs, 16 kernels in Cuvil.
 - **fixed cost**: the chain on 8K floats (every kernel below the size worth a second thread): microseconds per call,
-  the least disturbed of `rounds` interleaved batches of `calls` calls (as timeit reports).
+  the least disturbed of `rounds` interleaved batches of `calls` calls (as timeit reports); the same chain on 64
+  floats, what a call costs beyond its kernels' work; and per call the CPU time of the process's other threads (a
+  pool's workers, woken by the calls and spinning for loops that never need them).
 - **tails**: the chain on 256K floats (each Sub threaded; each ReduceMax, one row, on the calling thread), one call
   every `gap_ms` milliseconds, `gapped` calls per peer alternately: median, p90, p99 and max, and p99 over the
   median. A thread pool whose workers have gone to sleep between calls shows here: a kernel that waits for a worker
@@ -80,8 +82,22 @@ def peers(n: int, threads: int, single: bool = False) -> dict:
 
 
 def fixed_cost(threads: int, calls: int, rounds: int) -> dict:
-    """Microseconds per call of the 16-kernel chain on 8K floats: the best of `rounds` interleaved batches."""
-    return best_batch_us(peers(8192, threads), calls, rounds)
+    """Per peer, on the 16-kernel chain of 8K floats and of 64 (the call and its kernels' entries, next to no data):
+    (microseconds per call, the best of `rounds` interleaved batches of `calls` calls; the process's other threads'
+    CPU microseconds per call, mean over the batches: a pool's workers kept spinning by loops too small for them)."""
+    todo = peers(8192, threads)
+    todo.update({f"{name}, 64 floats": call for name, call in peers(64, threads).items()})
+    best: dict = {}
+    others: dict = {name: [] for name in todo}
+    me = threading.get_native_id()
+    for _ in range(rounds):
+        for name, call in todo.items():
+            before = _schedstat()
+            us = best_batch_us({name: call}, calls, 1)[name]
+            after = _schedstat()
+            best[name] = min(best.get(name, us), us)
+            others[name].append(sum(run - before.get(t, (0, 0))[0] for t, (run, _) in after.items() if t != me))
+    return {name: (best[name], np.mean(others[name]) / calls / 1e3) for name in todo}
 
 
 def _schedstat() -> dict:
@@ -215,11 +231,12 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     os.environ["CUVIL_NUM_THREADS"] = str(args.threads)
     print("load:", os.popen("uptime").read().strip())
-    print(f"fixed cost, 16 kernels on 8K floats, {args.threads} threads, us per call (best batch of {args.calls}):")
+    print(f"fixed cost, 16 kernels on 8K floats (and on 64), {args.threads} threads, us per call (best batch of "
+          f"{args.calls}; the other threads' CPU us per call, mean):")
     cost = fixed_cost(args.threads, args.calls, args.rounds)
-    for name, us in cost.items():
-        print(f"  {name:14s} {us:8.1f}")
-    print(f"  cuvil / ONNX Runtime: {cost['cuvil'] / cost['ONNX Runtime']:.2f}x")
+    for name, (us, others) in cost.items():
+        print(f"  {name:24s} {us:8.1f}   other threads {others:8.1f}")
+    print(f"  cuvil / ONNX Runtime: {cost['cuvil'][0] / cost['ONNX Runtime'][0]:.2f}x")
     print(f"tails, 16 kernels on 256K floats, calls {args.gap_ms:g} ms apart, {args.gapped} calls, us:")
     rows, traces = tails(args.threads, args.gap_ms, args.gapped, args.trace, args.single)
     for name, row in rows.items():
