@@ -26,9 +26,10 @@ from .validate import validate_model
 def load_onnx(model, mmap: bool = False) -> OnnxModel:
     """Convert an ONNX model (a file path, its bytes, or an `onnx.ModelProto`) into a callable `OnnxModel`.
 
-    Inputs' `dim_param` sizes become symbolic dims; initializers become module constants without copying
-    (external data files are memory-mapped; with `mmap`, a model file's own large initializers too: see
-    `read_model`). Errors are Cuvil errors naming the node, op type and opset.
+    Inputs' `dim_param` sizes become symbolic dims; initializers become module constants without copying into
+    private memory (external data files are memory-mapped; a model file's own large initializers are mapped from a
+    private copy, or with `mmap` from the file itself: see `read_model`). Errors are Cuvil errors naming the node,
+    op type and opset.
     """
     return load_proto(*read_model(model, mmap))
 
@@ -86,10 +87,12 @@ def with_input_shapes(proto, specs: list, shapes) -> onnx.ModelProto:
 
 
 def read_model(model, mmap: bool = False) -> tuple:
-    """(ModelProto, folder for external data or None). With `mmap`, a file's large initializers are left in it,
-    mapped when converted (mapped.py), not copied into the message: the compile's peak memory is about the weights
-    once instead of twice, but the file must then not be rewritten in place while the model lives (a truncated
-    mapping kills the process with SIGBUS), so it is the caller's choice, as `torch.load(mmap=True)` is."""
+    """(ModelProto, folder for external data or None). A file's large initializers are not parsed into the message
+    (mapped.py): when converted they are copied into private files and mapped from those (snapshot.py), so the
+    compile holds the weights about once, not twice, and a rewrite of the model file changes nothing loaded. With
+    `mmap` they are mapped from the model file itself, no copy made, but the file must then not be rewritten in place
+    while the model lives (a truncated mapping kills the process with SIGBUS), so it is the caller's choice, as
+    `torch.load(mmap=True)` is."""
     if isinstance(model, onnx.ModelProto):
         return model, None
     if isinstance(model, (bytes, bytearray, memoryview)):
@@ -97,7 +100,7 @@ def read_model(model, mmap: bool = False) -> tuple:
     if isinstance(model, (str, os.PathLike)):
         path = os.fspath(model)
         try:
-            data = mapped.read_stripped(path) if mmap else None
+            data = mapped.read_stripped(path, copied=not mmap)
             if data is None:
                 with open(path, "rb") as f:
                     data = f.read()

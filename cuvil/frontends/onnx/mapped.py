@@ -2,7 +2,8 @@
 into the parsed message and again on each read, so the message and the arrays made from it held the weights twice
 (BERT-base's ONNX compile peaked at 2.04x its weights). Here the protobuf wire format of the mapped file is walked
 (a few thousand fields, not the weights' bytes) and each large main-graph initializer's `raw_data` is replaced by
-an external-data reference to the file itself, so the loader's external-data path maps those bytes from the file."""
+an external-data reference to the file itself, so the loader's external-data path maps those bytes from the file
+(`mmap=True`) or from a private copy of them (by default: snapshot.py)."""
 from __future__ import annotations
 
 import mmap
@@ -10,6 +11,7 @@ import os
 
 from onnx import TensorProto
 
+from . import snapshot
 from .tensors import IR_DTYPES
 
 INLINE_BYTES = 4096  # smaller raw_data stays in the message: a mapping per tiny tensor costs more than it saves
@@ -22,39 +24,42 @@ class _NotPlain(Exception):
     """The bytes are not wire format this walk reads (corrupt, or groups): the ordinary parser takes them."""
 
 
-def read_stripped(path: str) -> bytes | None:
+def read_stripped(path: str, copied: bool = False) -> bytes | None:
     """The model file's bytes, its large initializers' data replaced by references to the file (see the module
-    docstring); None where that cannot be done (then the caller reads the file as it is)."""
+    docstring); None where that cannot be done (then the caller reads the file as it is). With `copied` each
+    reference carries the file's stamp: the loader copies those bytes (snapshot.py) instead of mapping the file."""
     own = os.path.basename(path)
     if os.path.dirname(os.path.realpath(path)) != os.path.realpath(os.path.dirname(os.path.abspath(path))):
         return None  # a link to another folder: the loader resolves external data only inside the model's folder
     with open(path, "rb") as f:
-        if os.fstat(f.fileno()).st_size == 0:
+        st = os.fstat(f.fileno())
+        if st.st_size == 0:
             return None
+        refs = [("location", own)] + ([(snapshot.KEY, snapshot.stamp(st))] if copied else [])
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
             try:
-                return b"".join(_model(data, own))
+                return b"".join(_model(data, refs))
             except _NotPlain:
                 return None
 
 
-def _model(data, own: str):
-    """The ModelProto's fields, its graph rewritten."""
+def _model(data, refs: list):
+    """The ModelProto's fields, its graph rewritten; `refs`: the external-data entries every reference has."""
     for field, wire, start, value, end in _fields(data, 0, len(data)):
         if field == _GRAPH and wire == _LENGTH_DELIMITED:
-            yield _message(_GRAPH, b"".join(_graph(data, value, end, own)))
+            yield _message(_GRAPH, b"".join(_graph(data, value, end, refs)))
         else:
             yield data[start:end]
 
 
-def _graph(data, pos: int, stop: int, own: str):
+def _graph(data, pos: int, stop: int, refs: list):
     """The GraphProto's fields, each initializer with large raw_data referring to the file instead."""
     for field, wire, start, value, end in _fields(data, pos, stop):
-        tensor = _tensor(data, value, end, own) if field == _INITIALIZER and wire == _LENGTH_DELIMITED else None
+        tensor = _tensor(data, value, end, refs) if field == _INITIALIZER and wire == _LENGTH_DELIMITED else None
         yield data[start:end] if tensor is None else _message(_INITIALIZER, tensor)
 
 
-def _tensor(data, pos: int, stop: int, own: str) -> bytes | None:
+def _tensor(data, pos: int, stop: int, refs: list) -> bytes | None:
     """The TensorProto with its raw_data replaced by (location, offset, length) in the file; None to keep it."""
     fields = list(_fields(data, pos, stop))
     raws = [f for f in fields if f[0] == _RAW_DATA]
@@ -65,7 +70,7 @@ def _tensor(data, pos: int, stop: int, own: str) -> bytes | None:
     _, _, _, value, end = raws[0]
     kept = b"".join(data[f[2]:f[4]] for f in fields if f[0] != _RAW_DATA)
     where = b"".join(_message(_EXTERNAL_DATA, _message(1, k.encode()) + _message(2, v.encode()))
-                     for k, v in (("location", own), ("offset", str(value)), ("length", str(end - value))))
+                     for k, v in (*refs, ("offset", str(value)), ("length", str(end - value))))
     return kept + where + _varint_bytes(_DATA_LOCATION << 3) + _varint_bytes(TensorProto.EXTERNAL)
 
 

@@ -12,6 +12,7 @@ from onnx import TensorProto, numpy_helper
 from ...errors import SerializationError, UnsupportedError
 from ...ir.dtypes import DType
 from ...ir.types import TensorType
+from . import snapshot
 from .carriers import CARRIERS, to_carrier
 
 # ONNX element type -> Cuvil element type. The others (strings, unsigned >8 bits, float8, 4-bit) have no IR type.
@@ -82,7 +83,8 @@ def _view(buf, dtype: np.dtype, shape: tuple, name: str) -> np.ndarray:
 
 
 def _external(t: TensorProto, base_dir: str | None, dtype: np.dtype, shape: tuple) -> np.ndarray:
-    """Memory-map the tensor's slice of its external data file (resolved next to the model, never outside)."""
+    """Memory-map the tensor's slice of its external data file (resolved next to the model, never outside), or of
+    a private copy of that slice (see snapshot.py)."""
     info = {e.key: e.value for e in t.external_data}
     if base_dir is None:
         raise UnsupportedError(f"tensor {t.name!r} keeps its data in an external file; load the model from its path")
@@ -100,6 +102,8 @@ def _external(t: TensorProto, base_dir: str | None, dtype: np.dtype, shape: tupl
         raise SerializationError(f"tensor {t.name!r}: external data {location!r} is shorter than offset + length")
     if length == 0:
         return np.zeros(shape, dtype)
+    if snapshot.KEY in info:  # a model file's own initializer, loaded without `mmap`: a private copy, mapped
+        return _view(snapshot.copy(path, offset, length, info[snapshot.KEY], t.name), dtype, shape, t.name)
     return _view(np.memmap(path, np.uint8, "r", offset, (length,)), dtype, shape, t.name)
 
 

@@ -1,5 +1,5 @@
-"""A model file's initializers mapped from the file with `mmap=True`, not copied (mapped.py), and read into memory
-without it (a model that survives its file's rewrite): every element type, raw and typed data,
+"""A model file's initializers mapped from the file with `mmap=True`, not copied (mapped.py), and copied without it
+(a model that survives its file's rewrite; snapshot.py): every element type, raw and typed data,
 against onnx.numpy_helper; the memory a load takes; files the walk does not read (links, corrupt files); quantized
 models whose fused weights are read from the map."""
 from __future__ import annotations
@@ -164,9 +164,11 @@ def _status_mb(field: str) -> float:
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="resets the peak through /proc (Linux)")
 @pytest.mark.parametrize("cached", ["0", "1"], ids=["uncached", "cold-cache"])
-def test_compiling_a_model_file_holds_its_weights_about_once(tmp_path, monkeypatch, cached):
+@pytest.mark.parametrize("mmap", [True, False], ids=["mapped", "copied"])
+def test_compiling_a_model_file_holds_its_weights_about_once(tmp_path, monkeypatch, cached, mmap):
     """A mapped weight's pages leave the resident set once it is packed and fingerprinted: the peak is the packed
-    copies and one weight in packing, not the packed copies and the mapped originals (2x)."""
+    copies and one weight in packing, not the packed copies and the mapped originals (2x). Mapped from the model
+    file (`mmap=True`) or from a private copy of it (the default, snapshot.py)."""
     monkeypatch.setenv("CUVIL_ARTIFACT_CACHE", cached)
     monkeypatch.setenv("CUVIL_CACHE_DIR", str(tmp_path / "cache"))
     ws = [rand(2048, 512, seed=20 + k) for k in range(8)]  # 32 MiB in eight weights: each packed in turn
@@ -182,7 +184,7 @@ def test_compiling_a_model_file_holds_its_weights_about_once(tmp_path, monkeypat
     base = _status_mb("VmRSS")
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
-    compiled = cuvil.load_onnx(tmp_path / "m.onnx", mmap=True).optimize()
+    compiled = cuvil.load_onnx(tmp_path / "m.onnx", mmap=mmap).optimize()
     peak = _status_mb("VmHWM") - base
     assert peak < 1.5 * 32, f"the compile's peak added {peak:.0f} MiB for 32 MiB of weights"
     for got, expected in zip(compiled(x), want):
