@@ -4,7 +4,9 @@
   or, for transformers (integer inputs), `quantize_dynamic`; ONNX Runtime int4: `MatMulNBitsQuantizer` (block 32).
 - OpenVINO int8: the same static QDQ file.
 - cuvil int8 / int4: the fp32 ONNX export through `cuvil.quantize.int8.quantize_module` (static on the same 32
-  calibration inputs, dynamic for transformers; int4 weight-only, groups of 32), compiled for the CPU.
+  calibration inputs, dynamic for transformers; int4 weight-only, groups of 32), compiled for the CPU; int8 with
+  `kernels="auto"` (without VNNI, convolutions and GEMMs of 16 rows or more on the fp32 kernels, weights rounded to
+  int8). cuvil int8 kernels: every layer on the int8 kernels whatever the CPU (`kernels="int8"`).
 - cuvil QDQ: Cuvil on ONNX Runtime's QDQ file (the pre-quantized route).
 Their outputs are checked against PyTorch fp32 with `REDUCED_TOLERANCE`. They run when `--peers` names them.
 """
@@ -98,7 +100,7 @@ def _openvino_int8(b: Built, ctx: P.Context):
     return P.openvino_request(_qdq_file(b, ctx), b, ctx)
 
 
-def _cuvil_quantized(precision: str):
+def _cuvil_quantized(precision: str, kernels: str = "auto"):
     def prepare(b: Built, ctx: P.Context):
         import cuvil
         from cuvil.compiler import compile_module
@@ -107,7 +109,7 @@ def _cuvil_quantized(precision: str):
         with contextlib.redirect_stdout(io.StringIO()):
             model = cuvil.load_onnx(ctx.onnx_path())
         dataset = calibration_inputs(b) if precision == "int8" and not _integer_inputs(b) else None
-        exe = compile_module(quantize_module(model.module, precision, dataset))
+        exe = compile_module(quantize_module(model.module, precision, dataset, kernels=kernels))
         arrays = b.numpy_inputs
         return P._cuvil_runner(exe, arrays, lambda: exe(*arrays)[0])
     return prepare
@@ -133,6 +135,7 @@ INT8_PEERS = [
     _reduced("ONNX Runtime int4", _ort_int4, "onnxruntime", spins=True),
     _reduced("OpenVINO int8", _openvino_int8, "openvino", spins=True),
     _reduced("cuvil int8", _cuvil_quantized("int8"), "onnx", cuvil=True),
+    _reduced("cuvil int8 kernels", _cuvil_quantized("int8", "int8"), "onnx", cuvil=True),
     _reduced("cuvil int4", _cuvil_quantized("int4"), "onnx", cuvil=True),
     _reduced("cuvil QDQ", _cuvil_qdq, "onnx", cuvil=True),
 ]

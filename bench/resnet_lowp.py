@@ -5,8 +5,10 @@ A quick check of issue #15's ResNet-18 rows; the full table with the peers' own 
 `python -m bench --only "W3 ResNet-18" --peers ...` (docs/precision.md).
 
 Rows: ONNX Runtime fp32 and int8 (its quantize_static QDQ file, per-channel, 32 calibration inputs), Cuvil fp32,
-bf16 (`optimize(precision="bf16")`) and int8 (`quantize_module`, static on the same 32 inputs); each with its
-cosine similarity to ONNX Runtime fp32 on one fresh input and its median time as a ratio to ONNX Runtime fp32.
+bf16 (`optimize(precision="bf16")`) and int8 (`quantize_module`, static on the same 32 inputs: "cuvil int8" with the
+kernels this CPU's int8 path picks, `kernels="auto"`; "cuvil int8 kernels" on the int8 kernels whatever the CPU);
+each with its cosine similarity to ONNX Runtime fp32 on one fresh input and its median time as a ratio to ONNX
+Runtime fp32 and to Cuvil fp32.
 The order turns round every other round, and each ONNX Runtime call is followed by the harness's gap
 (bench.harness.SPIN_GAP_S): its pool's threads spin after a call, and on 2 cores the runner straight after one ran
 at half speed (Cuvil fp32 2.37x ORT fp32 in this script, 1.37x in the suite, which leaves the gap).
@@ -59,9 +61,10 @@ def _runners(built, path: str) -> dict:
         for precision in ("fp32", "bf16"):
             model = cuvil.load_onnx(path).optimize(precision=precision)
             runners[f"cuvil {precision}"] = lambda x, m=model: _first(m(x))
-        exe = compile_module(quantize_module(cuvil.load_onnx(path).module, "int8",
-                                             peers_int8.calibration_inputs(built)))
-        runners["cuvil int8"] = lambda x: _first(exe(x))
+        for name, kernels in (("cuvil int8", "auto"), ("cuvil int8 kernels", "int8")):
+            exe = compile_module(quantize_module(cuvil.load_onnx(path).module, "int8",
+                                                 peers_int8.calibration_inputs(built), kernels=kernels))
+            runners[name] = lambda x, e=exe: _first(e(x))
     return runners
 
 
@@ -100,7 +103,8 @@ def main(rounds: int = 20) -> None:
     med = {k: float(np.median(v)) * 1e3 for k, v in times.items()}
     print(f"ResNet-18 batch 1, {THREADS} threads, {rounds} rounds, load {os.getloadavg()[0]:.1f}")
     for k, v in med.items():
-        print(f"  {k:18s} {v:8.2f} ms  ratio {v / med['ONNX Runtime fp32']:.2f}  cosine {cosine[k]:.5f}")
+        print(f"  {k:18s} {v:8.2f} ms  ratio {v / med['ONNX Runtime fp32']:.2f}  to cuvil fp32 "
+              f"{v / med['cuvil fp32']:.2f}  cosine {cosine[k]:.5f}")
 
 
 def stem(rounds: int = 30) -> None:

@@ -14,8 +14,10 @@ the quantized ops of cuvil/ops/quantized.py, with their bias and activation fold
 calibration dataset they are static: one range per tensor (`method`: minmax, percentile or entropy), and a layer
 whose result feeds only quantized layers writes uint8 directly (the next layer's scale), so int8 tensors flow between
 them. Without one they are dynamic: quantized per row (Linear) or per image (conv) when the model runs, which suits
-transformers. "int4": weight-only Linear, asymmetric 4-bit weights in groups of `group_size` (32, 64 or 128) along
-K, activations f32. Everything else (attention's activation-activation matmuls, normalisations, softmax, grouped
+transformers. Without a byte dot product (AVX-512 VNNI or AMX-INT8) the int8 kernels lose to the fp32 ones, so
+there `kernels="auto"` keeps convolutions and Linears of 16 rows or more on the fp32 kernels, their weights rounded to
+int8 and dequantized (`layer_kernel`, docs/precision-int8.md). "int4": weight-only Linear, asymmetric 4-bit weights
+in groups of `group_size` (32, 64 or 128) along K, activations f32. Everything else (attention's activation-activation matmuls, normalisations, softmax, grouped
 convolutions) stays fp32.
 """
 from __future__ import annotations
@@ -37,6 +39,11 @@ from ..passes.rewrite import replace_op
 from .calibrate import DEFAULT_MAX_SAMPLES, METHODS, calibrate, scale_and_zero
 
 PRECISIONS = ("int8", "int4")
+KERNELS = ("auto", "int8", "fp32")  # which kernels int8 layers run on: chosen by the CPU, or forced (tests, benchmarks)
+VNNI_PATH = 3  # cuvil_int8_isa from which the int8 kernels beat fp32: AVX-512 VNNI (3), AMX-INT8 (4)
+# Without VNNI, a Linear of fewer rows keeps the int8 GEMM: it reads a quarter of the weight's bytes (AVX2, 768 x 3072:
+# 0.31x fp32 at 2 rows, 0.75x at 8), while from 16 rows the 16-bit vpmaddwd path computes slower (1.06-1.22x).
+INT8_GEMM_MAX_ROWS = 16
 _ACTIVATIONS = {"relu": "relu", "sigmoid": "sigmoid", "tanh": "tanh"}
 
 
@@ -68,15 +75,18 @@ class Layer:
 
 def quantize_module(module: Module, precision: str, calibrate_dataset: Optional[Iterable] = None,
                     method: str = "minmax", max_samples: int = DEFAULT_MAX_SAMPLES, group_size: int = 32,
-                    run: Optional[Callable] = None) -> Module:
+                    run: Optional[Callable] = None, kernels: str = "auto") -> Module:
     """A new module with `module`'s Linear and convolution layers quantized to `precision` ("int8" or "int4").
     `calibrate_dataset` (int8): an iterable of input tuples or dicts, at most `max_samples` of them used, for static
-    activation ranges; `run(module)` gives the callable calibration runs (default: compiled for the CPU)."""
+    activation ranges; `run(module)` gives the callable calibration runs (default: compiled for the CPU). `kernels`
+    (int8): "auto" picks per layer by the CPU's int8 path (`layer_kernel`), "int8" / "fp32" force one for all."""
     if precision not in PRECISIONS:
         raise UnsupportedError(f"quantize_module: precision {precision!r} is not one of {', '.join(PRECISIONS)}")
     if method not in METHODS:
         raise UnsupportedError(f"quantize_module: unknown calibration method {method!r}; expected one of "
                                f"{', '.join(METHODS)}")
+    if kernels not in KERNELS:
+        raise UnsupportedError(f"quantize_module: kernels must be one of {', '.join(KERNELS)}, got {kernels!r}")
     if group_size not in INT4_GROUPS:
         raise UnsupportedError(f"quantize_module: int4 group_size must be one of {INT4_GROUPS}, got {group_size}")
     out = clone_module(module)
@@ -89,7 +99,7 @@ def quantize_module(module: Module, precision: str, calibrate_dataset: Optional[
         out.metadata["quantization"] = json.dumps({"precision": "int4", "group_size": group_size,
                                                    "layers": len(layers)})
     else:
-        _quantize_int8(out, fn, calibrate_dataset, method, max_samples, run)
+        _quantize_int8(out, fn, calibrate_dataset, method, max_samples, run, kernels)
     DCE().run_on_operation(out)
     return out
 
@@ -244,8 +254,11 @@ def _rewrite_int4(module: Module, fn: Function, layer: Layer, group_size: int) -
           pad_k=kp - k)
 
 
-def _quantize_int8(module: Module, fn: Function, dataset, method: str, max_samples: int, run) -> None:
-    layers = find_layers(fn, module)
+def _quantize_int8(module: Module, fn: Function, dataset, method: str, max_samples: int, run, kernels: str) -> None:
+    found = find_layers(fn, module)
+    isa = int8_path() if kernels == "auto" else None
+    on_fp32 = [layer for layer in found if (layer_kernel(layer, isa) if isa is not None else kernels) == "fp32"]
+    layers = [layer for layer in found if all(layer is not other for other in on_fp32)]
     observed = _observed(layers)
     ranges = calibrate(module, observed, dataset, method, max_samples, run) if dataset is not None and layers \
         else None
@@ -259,10 +272,54 @@ def _quantize_int8(module: Module, fn: Function, dataset, method: str, max_sampl
         result = _rewrite_int8(module, fn, layers[i], *inputs[i], out)
         for pool in pools:  # before the layers reading them are rewritten: those see uint8 inputs
             result = _retyped_pool(module, fn, pool, result)
+    for layer in on_fp32:
+        _rewrite_dequantized(module, fn, layer)
     module.metadata["quantization"] = json.dumps({
         "precision": "int8", "mode": "static" if ranges else "dynamic", "method": method if ranges else None,
         "ranges": [list(r) for r in ranges] if ranges else None, "layers": len(layers),
-        "residuals": sum(layer.add is not None for layer in layers)})
+        "residuals": sum(layer.add is not None for layer in layers), "fp32_layers": len(on_fp32),
+        "kernels": kernels, "int8_path": isa})
+
+
+# -- the kernel policy -------------------------------------------------------------------------------------
+def int8_path() -> int:
+    """The int8 kernels' code path on this CPU (cuvil_int8_isa: 4 AMX, 3 VNNI, 2 AVX-512BW, 1 AVX2, 0 C), capped
+    by CUVIL_INT8_ISA, at the level the model links."""
+    from ..backends.cpu.flags import opt_level
+    from ..backends.cpu.kernels_int8 import best_isa
+
+    return best_isa(opt_level())
+
+
+def layer_kernel(layer: Layer, isa: int) -> str:
+    """"int8" or "fp32": the kernel a layer runs on where the int8 path is `isa`. With VNNI or AMX every layer is
+    int8. Below, the 16-bit `vpmaddwd` paths multiply-add at most at the fp32 FMA rate (one 256-bit `vpmaddwd` is
+    16 products, one FMA 8, and Zen 1 or Skylake issue half as many of the former) and widen bytes on top, so
+    convolutions, and Linears from INT8_GEMM_MAX_ROWS rows (or rows not known when compiling), run on fp32."""
+    if isa >= VNNI_PATH:
+        return "int8"
+    if layer.kind == "linear":
+        rows = layer.x.type.shape[:-1]
+        if all(isinstance(d, int) for d in rows) and int(np.prod(rows)) < INT8_GEMM_MAX_ROWS:
+            return "int8"
+    return "fp32"
+
+
+def dequantized_weight(w: np.ndarray) -> np.ndarray:
+    """`w` ([N, ...], one scale per row) rounded as the int8 kernels see it, back in f32: q * scale."""
+    q, scale = quantize_weight_int8(np.ascontiguousarray(w.reshape(w.shape[0], -1)))
+    return (q.astype(np.float32) * scale[:, None]).reshape(w.shape)
+
+
+def _rewrite_dequantized(module: Module, fn: Function, layer: Layer) -> None:
+    """The layer's root again, on its weight rounded to int8 and dequantized; its bias, activation and residual
+    stay the ops they were, for the fp32 pipeline to fuse as in any fp32 model."""
+    root = layer.root
+    w = dequantized_weight(layer.weight.T).T if layer.kind == "linear" else dequantized_weight(layer.weight)
+    b = Builder(module, fn, Region(), root.loc)
+    weight = b.constant(np.ascontiguousarray(w), f"{root.name}_w_int8")
+    result = b.emit(root.name, root.operands[0], weight, *root.operands[2:], **root.attrs)
+    replace_op(fn, root, b.region.ops, [result])
 
 
 def _observed(layers: list) -> list:

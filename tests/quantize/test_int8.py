@@ -133,7 +133,7 @@ def test_bad_arguments_are_named(mlp):
 @pytest.mark.parametrize("static", [False, True])
 def test_int8_convolutions(cnn, static):
     model, module = cnn
-    q = quantize_module(module, "int8", _data((1, 3, 16, 16), 8) if static else None)
+    q = quantize_module(module, "int8", _data((1, 3, 16, 16), 8) if static else None, kernels="int8")
     names = [name for name, _ in _ops(q)]
     assert names.count("qconv_i8") == 2 and "conv" in names and names.count("qlinear_i8") == 1  # grouped: fp32
     assert "batch_norm" not in names

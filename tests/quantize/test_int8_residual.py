@@ -52,7 +52,7 @@ def _convs(module):
 
 def test_static_blocks_fold_their_skip_and_pass_uint8_between_them(resnet):
     model, module = resnet
-    q = quantize_module(module, "int8", _data((1, 3, 16, 16), 8))
+    q = quantize_module(module, "int8", _data((1, 3, 16, 16), 8), kernels="int8")
     names = [op.name for op in q.main.walk()]
     assert "add" not in names and "relu" not in names and "conv" not in names
     folded = [op for op in _convs(q) if op.attrs["residual"]]
@@ -75,7 +75,8 @@ def test_a_max_pool_between_static_layers_runs_on_uint8():
     nn = torch.nn
     model = nn.Sequential(nn.Conv2d(3, 16, 7, 2, 3), nn.ReLU(), nn.MaxPool2d(3, 2, 1), _Block(16, 16, 1),
                           nn.Flatten(), nn.Linear(16 * 5 * 5, 10)).eval()
-    q = quantize_module(build_ir(model, input_spec={"x": (1, 3, 20, 20)}), "int8", _data((1, 3, 20, 20), 8))
+    q = quantize_module(build_ir(model, input_spec={"x": (1, 3, 20, 20)}), "int8", _data((1, 3, 20, 20), 8),
+                        kernels="int8")
     stem, first, second = _convs(q)
     pool = next(op for op in q.main.walk() if op.name == "max_pool")
     assert stem.results[0].type.dtype is DType.u8 and pool.operands[0] is stem.results[0]
@@ -96,14 +97,14 @@ def test_a_max_pool_read_by_a_float_op_stays_float():
     y = b.relu(b.conv(b.args[0], w, strides=(1, 1), pads=(1, 1, 1, 1), dilations=(1, 1), groups=1))
     b.ret(b.exp(b.emit("max_pool", y, kernel=[2, 2], strides=[2, 2], pads=[0, 0, 0, 0], ceil_mode=False,
                        dilations=[1, 1])))
-    q = quantize_module(m, "int8", _data((1, 4, 8, 8), 4))
+    q = quantize_module(m, "int8", _data((1, 4, 8, 8), 4), kernels="int8")
     assert [op.results[0].type.dtype for op in q.main.walk() if op.name in ("qconv_i8", "max_pool")] == \
         [DType.f32, DType.f32]
 
 
 def test_dynamic_blocks_fold_an_f32_skip(resnet):
     model, module = resnet
-    q = quantize_module(module, "int8")
+    q = quantize_module(module, "int8", kernels="int8")
     folded = [op for op in _convs(q) if op.attrs["residual"]]
     assert len(folded) == 3 and all(op.operands[-1].type.dtype is DType.f32 and op.attrs["res_scale"] == 0
                                     for op in folded)
@@ -118,7 +119,7 @@ def test_a_conv_result_read_twice_keeps_its_add():
     w = b.constant(np.random.default_rng(0).standard_normal((8, 8, 3, 3)).astype(np.float32) / 8)
     y = b.conv(b.args[0], w, strides=(1, 1), pads=(1, 1, 1, 1), dilations=(1, 1), groups=1)
     b.ret(b.relu(b.add(y, b.args[1])), b.exp(y))
-    q = quantize_module(m, "int8")
+    q = quantize_module(m, "int8", kernels="int8")
     assert [op.attrs["residual"] for op in _convs(q)] == [False]
     assert "add" in [op.name for op in q.main.walk()]
 
