@@ -34,9 +34,14 @@ from cuvil.backends.cpu import kernels, toolchain  # noqa: E402
 SHAPES = [(1024, 512, 256), (128, 768, 3072), (64, 784, 1024), (1, 784, 1024), (2048, 2048, 2048)]  # M, K, N
 PEERS_PEAK_PER_CORE = 266.0  # GFLOP/s, shared/PEERS.md (Zen 5 at 4.15 GHz)
 FMA_LOOP = r"""
+#ifdef __AVX512F__
 typedef float vf __attribute__((vector_size(64)));
+#else /* AVX2 and narrower: a 512-bit vector fits no register there, and the "+v" operands below need one */
+typedef float vf __attribute__((vector_size(32)));
+#endif
 #define STEP(x) x = x * b + c
-/* 2 * 16 * 12 * iters FLOP per thread in 12 independent FMA chains (named variables: an array would live in
+int fma_lanes(void) { return sizeof(vf) / sizeof(float); }
+/* 2 * lanes * 12 * iters FLOP per thread in 12 independent FMA chains (named variables: an array would live in
  * memory); returns a value that depends on them all, so that nothing is optimised away. */
 float fma_loop(int threads, long iters)
 {
@@ -85,14 +90,14 @@ float read_all(int threads, const float *x, long n)
 
 
 def measured_peak(threads: int, clock=time.perf_counter) -> float:
-    """GFLOP/s of an AVX-512 (or narrower, lowered by the compiler) FMA loop: best of three."""
+    """GFLOP/s of an FMA loop on AVX-512 vectors (256-bit ones without AVX-512F): best of three."""
     lib = toolchain.load_library(FMA_LOOP, name="bench-fma-peak", opt_level=2)
     lib.fma_loop.argtypes, lib.fma_loop.restype = [ctypes.c_int, ctypes.c_long], ctypes.c_float
-    iters, best = 20_000_000, 0.0
+    lanes, iters, best = lib.fma_lanes(), 20_000_000, 0.0
     for _ in range(3):
         start = clock()
         lib.fma_loop(threads, iters)
-        best = max(best, 2 * 16 * 12 * iters * threads / (clock() - start) / 1e9)
+        best = max(best, 2 * lanes * 12 * iters * threads / (clock() - start) / 1e9)
     return best
 
 
